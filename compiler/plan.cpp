@@ -1,0 +1,56 @@
+#include "compiler/plan.hpp"
+
+#include <xxhash.h>
+
+#include <string>
+
+namespace flashjit {
+
+int64_t Plan::constant(const std::string &name, int64_t fallback) const {
+  for (const PlanConstant &c : constants)
+    if (c.name == name)
+      return c.value;
+  return fallback;
+}
+
+std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
+  std::string name = std::string(op_name(spec.op)) + "." + variant_name(plan.variant) + "." + spec.arch.name();
+  if (spec.op != Op::combine) {
+    name += ".d" + std::to_string(spec.head_dim_qk) + "v" + std::to_string(spec.head_dim_v);
+  } else {
+    name += ".v" + std::to_string(spec.head_dim_v);
+  }
+  name += std::string(".") + dtype_name(spec.dtype);
+  if (spec.op != Op::combine) {
+    name += spec.causal ? ".causal" : ".full";
+    if (spec.local)
+      name += ".window";
+    if (spec.softcap)
+      name += ".softcap";
+    if (spec.varlen)
+      name += ".varlen";
+    if (spec.page_size > 0)
+      name += ".page" + std::to_string(spec.page_size);
+    if (spec.gqa_group > 0)
+      name += ".g" + std::to_string(spec.gqa_group);
+    if (spec.q_len > 0)
+      name += ".q" + std::to_string(spec.q_len);
+  }
+  if (plan.block_m > 0)
+    name += ".m" + std::to_string(plan.block_m) + "n" + std::to_string(plan.block_n) + "s" + std::to_string(plan.stages);
+  if (plan.consumer_warpgroups > 0)
+    name += ".wg" + std::to_string(plan.consumer_warpgroups) + (plan.pingpong ? "pp" : "");
+  name += ".al" + std::to_string(spec.align_bytes);
+  return name;
+}
+
+uint64_t kernel_hash(const KernelSpec &spec, const Plan &plan) {
+  // The name covers the spec and the main tiles; the constants cover the rest of the plan.
+  std::string record = kernel_name(spec, plan) + "|" + plan.entry + "|t" + std::to_string(plan.threads) + "|s" +
+                       std::to_string(plan.smem_bytes) + (plan.persistent ? "|persistent" : "");
+  for (const PlanConstant &c : plan.constants)
+    record += "|" + c.name + "=" + std::to_string(c.value);
+  return XXH64(record.data(), record.size(), 0);
+}
+
+} // namespace flashjit

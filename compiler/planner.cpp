@@ -1,0 +1,75 @@
+#include "compiler/planner.hpp"
+
+namespace flashjit {
+namespace {
+
+PlanChoice planned(const KernelSpec &spec, const Plan &plan, Variant preferred, std::string reason) {
+  PlanChoice choice;
+  choice.spec = spec;
+  choice.plan = plan;
+  choice.preferred = preferred;
+  choice.fallback_reason = std::move(reason);
+  choice.ok = true;
+  return choice;
+}
+
+PlanChoice failed(const KernelSpec &spec, std::string error) {
+  PlanChoice choice;
+  choice.spec = spec;
+  choice.error = std::move(error);
+  return choice;
+}
+
+PlanChoice choose_prefill(const KernelSpec &spec) {
+  Plan plan;
+  std::string fa3_reason;
+  if (spec.arch.sm == 90 && spec.arch.arch_specific) {
+    if (plan_fa3(spec, &plan, &fa3_reason))
+      return planned(spec, plan, Variant::fa3, "");
+  }
+  std::string fa2_reason;
+  if (plan_fa2(spec, &plan, &fa2_reason)) {
+    bool fa3_preferred = !fa3_reason.empty();
+    return planned(spec, plan, fa3_preferred ? Variant::fa3 : Variant::fa2,
+                   fa3_preferred ? "fa3 cannot run this spec: " + fa3_reason : "");
+  }
+  return failed(spec, "no prefill kernel for this spec: fa2: " + fa2_reason +
+                          (fa3_reason.empty() ? "" : "; fa3: " + fa3_reason));
+}
+
+PlanChoice choose_decode(const KernelSpec &spec) {
+  Plan plan;
+  std::string decode_reason;
+  if (plan_decode(spec, &plan, &decode_reason))
+    return planned(spec, plan, Variant::decode_splitk, "");
+  // The prefill kernel computes the same function for short query lengths, only slower.
+  KernelSpec prefill = spec;
+  prefill.op = Op::prefill;
+  prefill.gqa_group = 0;
+  prefill.q_len = 0;
+  PlanChoice fallback = choose_prefill(prefill);
+  if (!fallback.ok)
+    return failed(spec, "no decode kernel: " + decode_reason + "; " + fallback.error);
+  fallback.preferred = Variant::decode_splitk;
+  fallback.fallback_reason = "decode_splitk cannot run this spec: " + decode_reason;
+  return fallback;
+}
+
+} // namespace
+
+PlanChoice choose_plan(const KernelSpec &spec) {
+  switch (spec.op) {
+  case Op::prefill: return choose_prefill(spec);
+  case Op::decode: return choose_decode(spec);
+  case Op::combine: {
+    Plan plan;
+    std::string reason;
+    if (plan_combine(spec, &plan, &reason))
+      return planned(spec, plan, Variant::combine, "");
+    return failed(spec, "no combine kernel: " + reason);
+  }
+  }
+  return failed(spec, "unknown op");
+}
+
+} // namespace flashjit

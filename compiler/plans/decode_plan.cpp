@@ -1,0 +1,189 @@
+// Plans of the split-K decode kernel (templates/kernels/decode_splitk.cuh) and of the standalone
+// merge of partial states (templates/kernels/combine.cuh).
+//
+// Decode reads every KV byte once and does little math per byte, so the plan is about keeping
+// enough bytes in flight per SM (Little's law: ~4.5 TB/s x ~1 us of latency over 132 SMs is about
+// 35 KB per SM at the very least; we aim for 128 KB). The knobs are the ring depth (stages) and
+// how many CTAs share an SM; two or more CTAs also hide one CTA's pipeline refill between pieces.
+#include "compiler/planner.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace flashjit {
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kMmaM = 16;
+constexpr int kMmaK = 16;
+constexpr int kElemBytes = 2;
+constexpr int kChunkElems = 8;          // one 16-byte copy
+constexpr int kWarpKeys = 16;           // keys per warp per tile: one P.V k step
+constexpr int kMaxHeadDim = 256;
+constexpr int kMaxQLen = 16;
+constexpr int kMaxPageSize = 512;
+// O accumulators per thread are kMTiles * head_dim_v / 2 floats; keep them within 128 registers.
+constexpr int kMaxAccumulatorFloats = 128;
+constexpr int kMaxMTiles = 4;
+constexpr int kInFlightTargetBytes = 128 * 1024;
+constexpr int kMinStages = 2;
+constexpr int kPreferredMinStages = 3;
+constexpr int kMaxStages = 6;
+constexpr int kMaxCtasPerSm = 4;
+constexpr int kSmemReservedPerCta = 1024; // the driver keeps 1 KB of every CTA's shared memory
+constexpr int kSmemAlign = 128;
+constexpr int kMergePadFloats = 4;        // merge rows are padded so the 8 rows of a fragment spread over banks
+constexpr int kStatsPerRow = 2;           // (max, sum)
+constexpr int kCombineThreads = 128;
+constexpr int kCombineGridPerSm = 2;
+
+int align_up(int value, int alignment) { return (value + alignment - 1) / alignment * alignment; }
+
+// Shared memory of one SM available to resident CTAs.
+int smem_per_sm(const Arch &arch) {
+  constexpr int kKiB = 1024;
+  switch (arch.sm) {
+  case 80: return 164 * kKiB;
+  case 86:
+  case 89: return 100 * kKiB;
+  default: return 228 * kKiB;
+  }
+}
+
+// A row of `elems` 16-bit values, padded so its length in 16-byte units is odd: the 8 row
+// addresses of one ldmatrix then fall into 8 different bank groups.
+int padded_row(int elems) {
+  int units = elems / kChunkElems;
+  if (units % 2 == 0)
+    ++units;
+  return units * kChunkElems;
+}
+
+bool fail(std::string *why_not, std::string message) {
+  *why_not = std::move(message);
+  return false;
+}
+
+} // namespace
+
+bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not) {
+  if (spec.op != Op::decode)
+    return fail(why_not, "not a decode spec");
+  if (spec.arch.sm < 80)
+    return fail(why_not, "decode_splitk needs sm_80 or later (mma.sync bf16, cp.async)");
+  for (int dim : {spec.head_dim_qk, spec.head_dim_v})
+    if (dim <= 0 || dim % kChunkElems != 0 || dim > kMaxHeadDim)
+      return fail(why_not, "head dims must be multiples of 8 up to 256 (got " + std::to_string(dim) + ")");
+  if (spec.q_len < 1 || spec.q_len > kMaxQLen)
+    return fail(why_not, "decode_splitk handles q_len 1..16 (got " + std::to_string(spec.q_len) + ")");
+  if (spec.gqa_group < 1)
+    return fail(why_not, "gqa_group must be at least 1");
+  if (spec.varlen)
+    return fail(why_not, "decode_splitk takes KV lengths from seqlens_k, not cu_seqlens (varlen)");
+  if (spec.page_size < 0 || spec.page_size > kMaxPageSize)
+    return fail(why_not, "page size must be 0 (contiguous) or 1..512");
+
+  const int rows = spec.gqa_group * spec.q_len;
+  const int qk_mma = align_up(spec.head_dim_qk, kMmaK);
+  const int row_qk = padded_row(qk_mma);
+  const int row_v = padded_row(spec.head_dim_v);
+  const int mtiles_cap = std::clamp(kMaxAccumulatorFloats * 2 / spec.head_dim_v, 1, kMaxMTiles);
+  const int mtiles = std::min((rows + kMmaM - 1) / kMmaM, mtiles_cap);
+  const int block_m = mtiles * kMmaM;
+  const int m_blocks = (rows + block_m - 1) / block_m;
+
+  // Try 4 warps, then 2 (small shared memory with head dim 256); per warp count, the most CTAs per
+  // SM whose ring reaches the in-flight target with >= 3 stages, else the most bytes in flight.
+  const int sm_capacity = smem_per_sm(spec.arch);
+  const int block_limit = max_shared_bytes_per_block(spec.arch);
+  struct Choice {
+    int warps = 0, ctas = 0, stages = 0, smem = 0;
+    long in_flight = 0;
+    int offset_kv = 0, stage_bytes = 0, v_in_stage = 0, offset_stats = 0, merge_row = 0;
+  } best;
+  bool found_target = false;
+  for (int warps : {4, 2}) {
+    const int block_n = warps * kWarpKeys;
+    const int q_bytes = align_up(block_m * row_qk * kElemBytes, kSmemAlign);
+    const int k_bytes = align_up(block_n * row_qk * kElemBytes, kSmemAlign);
+    const int v_bytes = align_up(block_n * row_v * kElemBytes, kSmemAlign);
+    const int stage_bytes = k_bytes + v_bytes;
+    const int merge_row = spec.head_dim_v + kMergePadFloats;
+    const int merge_bytes = align_up(warps * block_m * merge_row * int(sizeof(float)), kSmemAlign);
+    const int stats_bytes = align_up(warps * block_m * kStatsPerRow * int(sizeof(float)), kSmemAlign);
+    for (int ctas = kMaxCtasPerSm; ctas >= 1; --ctas) {
+      const int per_cta = std::min(sm_capacity / ctas - kSmemReservedPerCta, block_limit);
+      const int room = per_cta - q_bytes - stats_bytes;
+      if (room <= 0)
+        continue;
+      const int stages = std::min(room / stage_bytes, kMaxStages);
+      if (stages < kMinStages || std::max(stages * stage_bytes, merge_bytes) > room)
+        continue;
+      const long in_flight = long(ctas) * (stages - 1) * stage_bytes;
+      const bool meets = stages >= kPreferredMinStages && in_flight >= kInFlightTargetBytes;
+      const bool better = meets ? !found_target : (!found_target && in_flight > best.in_flight);
+      if (better) {
+        best = {warps, ctas, stages, 0, in_flight, q_bytes, stage_bytes, k_bytes, 0, merge_row};
+        best.offset_stats = q_bytes + std::max(stages * stage_bytes, merge_bytes);
+        best.smem = best.offset_stats + stats_bytes;
+        found_target = meets;
+      }
+    }
+    if (best.warps != 0)
+      break;
+  }
+  if (best.warps == 0)
+    return fail(why_not, "head dims " + std::to_string(spec.head_dim_qk) + "/" + std::to_string(spec.head_dim_v) +
+                             " do not fit a two-stage ring in shared memory on " + spec.arch.name());
+
+  Plan p;
+  p.variant = Variant::decode_splitk;
+  p.entry = "fj_decode_splitk";
+  p.block_m = block_m;
+  p.block_n = best.warps * kWarpKeys;
+  p.stages = best.stages;
+  p.threads = best.warps * kWarpSize;
+  p.smem_bytes = best.smem;
+  p.persistent = true; // grid = SMs x kCtasPerSm, fixed; the work list says what each CTA does
+  p.add("kBlockM", block_m);
+  p.add("kBlockN", p.block_n);
+  p.add("kWarpN", kWarpKeys);
+  p.add("kStages", best.stages);
+  p.add("kMTiles", mtiles);
+  p.add("kMBlocks", m_blocks);
+  p.add("kCtasPerSm", best.ctas);
+  p.add("kHeadDimQKMma", qk_mma);
+  p.add("kSmemRowQK", row_qk);
+  p.add("kSmemRowV", row_v);
+  p.add("kSmemOffsetQ", 0);
+  p.add("kSmemOffsetKV", best.offset_kv);
+  p.add("kSmemStageBytes", best.stage_bytes);
+  p.add("kSmemOffsetVInStage", best.v_in_stage);
+  p.add("kSmemOffsetStats", best.offset_stats);
+  p.add("kMergeRowFloats", best.merge_row);
+  p.add("kCombineThreads", kCombineThreads);
+  p.add("kCombineGridPerSm", kCombineGridPerSm);
+  *plan = p;
+  return true;
+}
+
+bool plan_combine(const KernelSpec &spec, Plan *plan, std::string *why_not) {
+  if (spec.op != Op::combine)
+    return fail(why_not, "not a combine spec");
+  if (spec.arch.sm < 80)
+    return fail(why_not, "combine needs sm_80 or later");
+  if (spec.head_dim_v <= 0 || spec.head_dim_v % kChunkElems != 0 || spec.head_dim_v > kMaxHeadDim)
+    return fail(why_not, "head_dim_v must be a multiple of 8 up to 256");
+  Plan p;
+  p.variant = Variant::combine;
+  p.entry = "fj_combine";
+  p.threads = kCombineThreads;
+  p.smem_bytes = 0;
+  // One warp per row, grid-stride: any grid is correct; SMs x kCombineGridPerSm CTAs fill the GPU.
+  p.add("kCombineThreads", kCombineThreads);
+  p.add("kCombineGridPerSm", kCombineGridPerSm);
+  *plan = p;
+  return true;
+}
+
+} // namespace flashjit

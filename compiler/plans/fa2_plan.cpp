@@ -1,0 +1,158 @@
+// Planner for the FlashAttention-2 prefill kernel (templates/kernels/fa2_prefill.cuh).
+//
+// Tiles: every warp owns 16 query rows (one m16 mma.sync fragment), so kThreads = 32 * kBlockM / 16.
+// Shared memory holds Q (reused as the O staging tile) plus kStages buffers each of K and V:
+//   bytes = kBlockM * max(strideQ, strideO) * 2 + kStages * kBlockN * (strideK + strideV) * 2
+// where a row stride is the row's 16-byte chunk count made odd (one chunk of padding when even),
+// so the 8 rows read by one ldmatrix phase fall in 8 different bank groups. The first candidate
+// (largest tiles first) that fits max_shared_bytes_per_block(arch) wins.
+#include "compiler/planner.hpp"
+
+#include <algorithm>
+#include <array>
+#include <string>
+
+namespace flashjit {
+namespace {
+
+constexpr int kMinArch = 80;      // mma.sync m16n8k16 bf16, cp.async, ldmatrix
+constexpr int kDimAlign = 8;      // head dims are whole 16-byte chunks of 16-bit values
+constexpr int kMaxHeadDim = 256;
+constexpr int kMmaK = 16;         // Q K^T reduces over head_dim_qk in steps of 16 (zero-padded)
+constexpr int kRowsPerWarp = 16;  // one m16 fragment per warp
+constexpr int kWarpThreads = 32;
+constexpr int kElemBytes = 2;
+constexpr int kChunkElems = 8;    // 16 bytes
+constexpr int kSmallHeadDim = 64;
+constexpr int kMediumHeadDim = 128;
+
+struct Tiles {
+  int block_m, block_n, stages;
+};
+
+// Candidates per padded head dim, preferred first. Register budget per thread (fp32 accumulators):
+// O = head_dim_v / 2, S = block_n / 2, P = block_n / 4; block_n = 128 only while O is small.
+constexpr std::array<Tiles, 4> kSmallTiles{{{128, 128, 2}, {128, 64, 2}, {128, 64, 1}, {64, 64, 1}}};
+constexpr std::array<Tiles, 5> kMediumTiles{{{128, 64, 2}, {128, 64, 1}, {64, 64, 2}, {64, 64, 1}, {64, 32, 1}}};
+constexpr std::array<Tiles, 6> kLargeTiles{
+    {{128, 64, 2}, {128, 64, 1}, {64, 64, 1}, {64, 32, 2}, {64, 32, 1}, {64, 16, 1}}};
+
+int round_up(int value, int multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// Row stride in elements: an odd number of 16-byte chunks, at least `cols` wide.
+int smem_stride(int cols) {
+  int chunks = cols / kChunkElems;
+  if (chunks % 2 == 0)
+    ++chunks;
+  return chunks * kChunkElems;
+}
+
+struct Layout {
+  int stride_q, stride_k, stride_v, stride_o;
+  int offset_q, offset_k, offset_v, offset_o;
+  int bytes;
+};
+
+Layout layout_for(const Tiles &tiles, int head_dim_qk_pad, int head_dim_v) {
+  Layout l{};
+  l.stride_q = smem_stride(head_dim_qk_pad);
+  l.stride_k = smem_stride(head_dim_qk_pad);
+  l.stride_v = smem_stride(head_dim_v);
+  l.stride_o = smem_stride(head_dim_v);
+  // O is staged where Q was: Q is dead once the last key block has been multiplied.
+  const int q_bytes = tiles.block_m * std::max(l.stride_q, l.stride_o) * kElemBytes;
+  const int k_bytes = tiles.stages * tiles.block_n * l.stride_k * kElemBytes;
+  const int v_bytes = tiles.stages * tiles.block_n * l.stride_v * kElemBytes;
+  l.offset_q = 0;
+  l.offset_o = 0;
+  l.offset_k = q_bytes;
+  l.offset_v = q_bytes + k_bytes;
+  l.bytes = q_bytes + k_bytes + v_bytes;
+  return l;
+}
+
+template <std::size_t N>
+bool pick(const std::array<Tiles, N> &candidates, int head_dim_qk_pad, int head_dim_v, int max_smem, Tiles *tiles,
+          Layout *layout) {
+  for (const Tiles &candidate : candidates) {
+    const Layout l = layout_for(candidate, head_dim_qk_pad, head_dim_v);
+    if (l.bytes <= max_smem) {
+      *tiles = candidate;
+      *layout = l;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool valid_head_dim(int dim) { return dim >= kDimAlign && dim <= kMaxHeadDim && dim % kDimAlign == 0; }
+
+} // namespace
+
+bool plan_fa2(const KernelSpec &spec, Plan *plan, std::string *why_not) {
+  if (spec.op != Op::prefill) {
+    *why_not = std::string("fa2 runs prefill only, not ") + op_name(spec.op);
+    return false;
+  }
+  if (spec.arch.sm < kMinArch) {
+    *why_not = "fa2 needs sm_80 or newer (mma.sync bf16, cp.async), got " + spec.arch.name();
+    return false;
+  }
+  if (!valid_head_dim(spec.head_dim_qk) || !valid_head_dim(spec.head_dim_v)) {
+    *why_not = "fa2 supports head dims that are multiples of 8 from 8 to 256, got " +
+               std::to_string(spec.head_dim_qk) + "/" + std::to_string(spec.head_dim_v);
+    return false;
+  }
+  if (spec.gqa_group != 0 || spec.q_len != 0) {
+    *why_not = "fa2 does not pack query heads (gqa_group / q_len are decode-only)";
+    return false;
+  }
+  if (spec.page_size < 0) {
+    *why_not = "negative page size";
+    return false;
+  }
+
+  const int head_dim_qk_pad = round_up(spec.head_dim_qk, kMmaK);
+  const int head_dim_max = std::max(head_dim_qk_pad, spec.head_dim_v);
+  const int max_smem = max_shared_bytes_per_block(spec.arch);
+  Tiles tiles{};
+  Layout layout{};
+  bool found = false;
+  if (head_dim_max <= kSmallHeadDim)
+    found = pick(kSmallTiles, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
+  else if (head_dim_max <= kMediumHeadDim)
+    found = pick(kMediumTiles, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
+  else
+    found = pick(kLargeTiles, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
+  if (!found) {
+    *why_not = "no fa2 tile fits " + std::to_string(max_smem) + " bytes of shared memory";
+    return false;
+  }
+
+  const int warps = tiles.block_m / kRowsPerWarp;
+  *plan = Plan{};
+  plan->variant = Variant::fa2;
+  plan->entry = "fj_fa2_prefill";
+  plan->block_m = tiles.block_m;
+  plan->block_n = tiles.block_n;
+  plan->stages = tiles.stages;
+  plan->threads = warps * kWarpThreads;
+  plan->smem_bytes = layout.bytes;
+  plan->add("kBlockM", tiles.block_m);
+  plan->add("kBlockN", tiles.block_n);
+  plan->add("kStages", tiles.stages);
+  plan->add("kWarps", warps);
+  plan->add("kRowsPerWarp", kRowsPerWarp);
+  plan->add("kHeadDimQKPad", head_dim_qk_pad);
+  plan->add("kSmemStrideQ", layout.stride_q);
+  plan->add("kSmemStrideK", layout.stride_k);
+  plan->add("kSmemStrideV", layout.stride_v);
+  plan->add("kSmemStrideO", layout.stride_o);
+  plan->add("kSmemOffsetQ", layout.offset_q);
+  plan->add("kSmemOffsetK", layout.offset_k);
+  plan->add("kSmemOffsetV", layout.offset_v);
+  plan->add("kSmemOffsetO", layout.offset_o);
+  return true;
+}
+
+} // namespace flashjit

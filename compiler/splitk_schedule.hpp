@@ -1,0 +1,80 @@
+// Host plan of the split-K decode (FlashInfer's plan/run split, FlashDecoding's work partition).
+//
+// Plan once, run many: `splitk_layout` fixes, from quantities known up front (SM count, the
+// kernel plan, the largest batch), the launch grid and the workspace size; `splitk_schedule` then
+// turns the KV lengths of one step into a work list, written into a host buffer that the caller
+// copies to the start of the device workspace. The grid never depends on the lengths, so the
+// launches can be captured in a CUDA graph and replayed after each re-schedule.
+//
+// Partition (stream-K over keys): units are (sequence, kv head, m block), laid out in that order,
+// each with ceil(keys it can see / block_n) tiles. The CTAs of the grid take equal, contiguous
+// runs of that tile sequence: per_cta = max(ceil(total / grid), min_tiles_per_cta). A unit that
+// straddles a boundary is split into pieces that write partial (O, LSE) states; a unit inside
+// one CTA's run writes O directly. Every tile of every unit is covered exactly once; no CTA gets
+// more than per_cta tiles; at most grid - 1 units are split and at most 2 * grid states exist.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace flashjit {
+
+// What fixes the grid and the workspace: known before the first step.
+struct SplitKShape {
+  int num_sms = 0;
+  int ctas_per_sm = 1;        // plan constant kCtasPerSm (CTAs that share an SM)
+  int block_m = 16;           // plan constant kBlockM (rows of a partial state)
+  int block_n = 64;           // plan constant kBlockN (keys per tile: the splitting unit)
+  int m_blocks = 1;           // plan constant kMBlocks
+  int head_dim_v = 128;
+  int heads_kv = 1;
+  int max_batch = 1;          // the largest batch any later schedule may use
+  int min_tiles_per_cta = 4;  // do not split below this many tiles per CTA (the combine costs more)
+};
+
+// Byte offsets in the workspace. The integer region [0, int_bytes) is what the host schedule
+// writes; the float region (partial states) is device-only scratch.
+struct SplitKLayout {
+  int grid = 0; // CTAs of fj_decode_splitk and of fj_decode_combine
+  int max_work = 0;
+  int max_states = 0;
+  size_t header_offset = 0; // fj_decode_header
+  size_t slot_offset = 0;   // int32 [grid + 1]
+  size_t work_offset = 0;   // fj_decode_work [max_work]
+  size_t merge_offset = 0;  // fj_decode_merge [grid]
+  size_t int_bytes = 0;
+  size_t partial_lse_offset = 0; // float [max_states, block_m]
+  size_t partial_o_offset = 0;   // float [max_states, block_m, head_dim_v]
+  size_t total_bytes = 0;        // the workspace size to allocate
+};
+
+// The launch-invariant layout; false (and why) if the shape is invalid.
+bool splitk_layout(const SplitKShape &shape, SplitKLayout *layout, std::string *error);
+
+// One step's lengths.
+struct SplitKProblem {
+  const int32_t *seqlens_k = nullptr; // host [batch]; null: every sequence has `seqlen_k` keys
+  int seqlen_k = 0;
+  int batch = 0;
+  int q_len = 1;         // query tokens per sequence (runtime seqlen_q)
+  int window_left = -1;  // < 0: unbounded; keys before (kv_len - q_len - window_left) are skipped
+};
+
+struct SplitKSchedule {
+  int num_work = 0;
+  int num_merges = 0; // split units: fj_decode_combine has work only when this is > 0
+  int num_states = 0;
+  int64_t total_tiles = 0;
+  int64_t tiles_per_cta = 0; // the largest run any CTA got
+};
+
+// Keys [*lo, *hi) that some query row of a sequence of `kv_len` keys can see.
+void splitk_visible_keys(int kv_len, int q_len, int window_left, int *lo, int *hi);
+
+// Writes the integer region (layout.int_bytes bytes) into `host_buffer`. False, with a message,
+// when the buffer is too small, the batch exceeds the shape, or a length is negative.
+bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const SplitKProblem &problem,
+                     void *host_buffer, size_t host_bytes, SplitKSchedule *out, std::string *error);
+
+} // namespace flashjit

@@ -1,0 +1,139 @@
+/* flashjit C ABI: run-time generated FlashAttention kernels.
+ *
+ * Every call returns a flashjit_status; on failure a message for the calling thread is available
+ * from flashjit_last_error(). No C++ exception crosses this boundary. Structs start with a
+ * `struct_size` field so later versions can append fields; initialise them with the *_init calls.
+ *
+ * Conventions (FlashAttention's):
+ *   Q [tokens, heads_q, head_dim_qk], K [tokens, heads_kv, head_dim_qk], V [tokens, heads_kv, head_dim_v],
+ *   O [tokens, heads_q, head_dim_v] in the dtype of Q. Strides are in elements; the last dim is contiguous.
+ *   Batch mode: sequence b starts at ptr + b * batch_stride. Varlen: cu_seqlens_q/k (device, int32,
+ *   batch + 1 prefix sums) address rows of a packed tensor and batch_stride is ignored.
+ *   Causal with seqlen_q != seqlen_k is aligned bottom-right: query i sees key j <= i + seqlen_k - seqlen_q.
+ *   LSE is float32 in natural log: [batch, heads_q, seqlen_q] (batch mode) or [heads_q, total_q] (varlen).
+ *   A query row that sees no key gets O = 0 and LSE = -inf.
+ */
+#ifndef FLASHJIT_H
+#define FLASHJIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLASHJIT_VERSION_MAJOR 0
+#define FLASHJIT_VERSION_MINOR 1
+#define FLASHJIT_VERSION_PATCH 0
+
+typedef enum flashjit_status {
+  FLASHJIT_OK = 0,
+  FLASHJIT_INVALID_ARGUMENT = 1, /* a parameter is wrong; the message names it */
+  FLASHJIT_UNSUPPORTED = 2,      /* valid but not supported (e.g. no kernel for this arch) */
+  FLASHJIT_COMPILE_ERROR = 3,    /* NVRTC / ptxas / nvJitLink failed; the message carries the log */
+  FLASHJIT_DRIVER_ERROR = 4,     /* a CUDA driver call failed, or no driver is present */
+  FLASHJIT_NOT_IN_BUNDLE = 5,    /* JIT is off and no registered bundle or cache has the kernel */
+  FLASHJIT_OUT_OF_RESOURCES = 6, /* the kernel needs more shared memory than the device has */
+  FLASHJIT_FALLBACK_FORBIDDEN = 7, /* strict mode: the preferred kernel cannot run */
+  FLASHJIT_INTERNAL = 8
+} flashjit_status;
+
+typedef enum flashjit_dtype { FLASHJIT_FP16 = 0, FLASHJIT_BF16 = 1 } flashjit_dtype;
+
+typedef enum flashjit_backend {
+  FLASHJIT_BACKEND_AUTO = 0,
+  FLASHJIT_BACKEND_NVRTC = 1,
+  FLASHJIT_BACKEND_MLIR = 2
+} flashjit_backend;
+
+/* Element strides of one operand; all zero means contiguous [batch, tokens, heads, dim]. */
+typedef struct flashjit_strides {
+  int64_t batch;
+  int64_t token;
+  int64_t head;
+} flashjit_strides;
+
+typedef struct flashjit_problem {
+  uint32_t struct_size; /* sizeof(flashjit_problem) */
+  flashjit_dtype dtype;
+  int32_t batch;
+  int32_t seqlen_q; /* batch mode: every sequence; varlen: the maximum */
+  int32_t seqlen_k;
+  int32_t heads_q;
+  int32_t heads_kv;
+  int32_t head_dim_qk; /* multiple of 8, 8..256 */
+  int32_t head_dim_v;  /* 0 means head_dim_qk */
+  const void *q;
+  const void *k;
+  const void *v;
+  void *o;
+  float *lse; /* optional */
+  flashjit_strides q_strides, k_strides, v_strides, o_strides;
+  /* Varlen (both null, or both set). total_q/total_k are the packed row counts. */
+  const int32_t *cu_seqlens_q;
+  const int32_t *cu_seqlens_k;
+  int32_t total_q;
+  int32_t total_k;
+  /* Optional host copies of cu_seqlens_q/k: when given, they are validated (monotone, within total). */
+  const int32_t *cu_seqlens_q_host;
+  const int32_t *cu_seqlens_k_host;
+  int32_t causal;       /* bottom-right aligned */
+  int32_t window_left;  /* -1: unbounded */
+  int32_t window_right; /* -1: unbounded */
+  float softcap;        /* 0: off */
+  float scale;          /* 0: 1/sqrt(head_dim_qk) */
+  /* Paged KV (block_table non-null): K/V are pages [num_pages, page_size, heads_kv, dim];
+   * k_strides.batch / v_strides.batch are then the strides between pages. */
+  const int32_t *block_table; /* device [batch, max_pages_per_seq] */
+  const int32_t *seqlens_k;   /* device [batch] KV lengths (paged) */
+  const int32_t *seqlens_k_host;   /* optional host copy [batch], validated against the table when given */
+  const int32_t *block_table_host; /* optional host copy [batch, max_pages_per_seq]: page indices validated */
+  int32_t page_size;
+  int32_t max_pages_per_seq;
+  int32_t num_pages;
+  /* Scratch for split-K decode partials (device memory, 256-byte aligned); see
+   * flashjit_workspace_size. May be null: decode then runs one split per sequence. */
+  void *workspace;
+  size_t workspace_bytes;
+  uint64_t flags; /* reserved, 0 */
+} flashjit_problem;
+
+typedef struct flashjit_options {
+  uint32_t struct_size;
+  flashjit_backend backend;
+  int32_t disk_cache;      /* 1: use the disk cache (default; FLASHJIT_CACHE=off turns it off) */
+  int32_t jit;             /* 1: compile on a miss (default; FLASHJIT_JIT=off turns it off) */
+  int32_t strict;          /* 1: a fallback from the preferred kernel is an error */
+  const char *cache_dir;   /* NULL: FLASHJIT_CACHE_DIR, $XDG_CACHE_HOME/flashjit, ~/.cache/flashjit */
+} flashjit_options;
+
+typedef struct flashjit_runtime_s *flashjit_runtime;
+typedef struct CUstream_st *flashjit_stream; /* a CUstream / cudaStream_t; NULL = default stream */
+
+void flashjit_problem_init(flashjit_problem *problem);
+void flashjit_options_init(flashjit_options *options);
+
+/* Thread-local message of the last failed call on this thread ("" if none). */
+const char *flashjit_last_error(void);
+const char *flashjit_status_name(flashjit_status status);
+const char *flashjit_version(void);
+
+flashjit_status flashjit_runtime_create(const flashjit_options *options, flashjit_runtime *out);
+void flashjit_runtime_destroy(flashjit_runtime runtime);
+
+/* Compile (or fetch) and load the kernel for this problem without launching it. */
+flashjit_status flashjit_prepare(flashjit_runtime runtime, const flashjit_problem *problem);
+/* Launch on `stream` in the current context. Allocates nothing, never synchronizes. */
+flashjit_status flashjit_forward(flashjit_runtime runtime, const flashjit_problem *problem,
+                                 flashjit_stream stream);
+/* Human-readable: the kernel chosen for `problem`, its plan, and why. Writes at most `capacity`
+ * bytes (NUL-terminated) and stores the full length in *length if non-null. */
+flashjit_status flashjit_explain(flashjit_runtime runtime, const flashjit_problem *problem,
+                                 char *buffer, size_t capacity, size_t *length);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FLASHJIT_H */

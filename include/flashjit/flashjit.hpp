@@ -1,0 +1,75 @@
+// flashjit C++ API: describe an attention problem, get a kernel specialized for exactly it.
+//
+//   flashjit::Runtime rt;                      // owns the kernel cache and options
+//   flashjit::AttentionProblem p;              // pointers, shapes, strides, flags (see flashjit.h)
+//   ...
+//   if (auto s = rt.prepare(p); !s) { ... }    // compile + load ahead of time (e.g. before graph capture)
+//   if (auto s = rt.forward(p, stream); !s) { std::cerr << s.message; }
+//
+// forward() allocates nothing, never synchronizes and reads no device memory on the host, so it
+// can be captured in a CUDA graph once prepare() has run. All methods are thread-safe.
+#pragma once
+
+#include <flashjit/flashjit.h>
+
+#include <memory>
+#include <string>
+
+namespace flashjit {
+
+using DType = flashjit_dtype;
+using Backend = flashjit_backend;
+
+struct AttentionProblem : flashjit_problem {
+  AttentionProblem() : flashjit_problem{} { flashjit_problem_init(this); }
+};
+
+struct Options : flashjit_options {
+  Options() : flashjit_options{} { flashjit_options_init(this); }
+};
+
+// Result of a call: a status code plus a message that names the offending parameter.
+struct [[nodiscard]] Status {
+  flashjit_status code = FLASHJIT_OK;
+  std::string message;
+
+  static Status success() { return {}; }
+  static Status error(flashjit_status code, std::string message) { return {code, std::move(message)}; }
+  bool ok() const { return code == FLASHJIT_OK; }
+  explicit operator bool() const { return ok(); }
+};
+
+// What explain() reports about the kernel a problem maps to.
+struct Explanation {
+  std::string kernel;            // canonical spec name, e.g. prefill.fa2.sm90a.d80v80.bf16.causal...
+  std::string variant;           // fa2 | fa3 | decode_splitk
+  std::string preferred_variant; // what the planner wanted before any fallback
+  std::string fallback_reason;   // empty when variant == preferred_variant
+  std::string plan;              // tiles, stages, warps, grid
+  std::string origin;            // memory | bundle | disk | jit | not loaded
+  std::string backend;           // nvrtc | mlir
+  int registers = -1;            // from ptxas, -1 when not compiled yet
+  int spill_bytes = -1;
+  int shared_bytes = -1;
+  std::string text;              // all of the above, for people
+};
+
+class Runtime {
+public:
+  explicit Runtime(const Options &options = Options());
+  ~Runtime();
+  Runtime(const Runtime &) = delete;
+  Runtime &operator=(const Runtime &) = delete;
+
+  Status prepare(const AttentionProblem &problem);
+  Status forward(const AttentionProblem &problem, flashjit_stream stream = nullptr);
+  Status explain(const AttentionProblem &problem, Explanation *out);
+
+  struct Impl;
+  Impl &impl() { return *impl_; }
+
+private:
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace flashjit

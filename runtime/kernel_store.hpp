@@ -1,0 +1,85 @@
+// The kernel store: memory -> disk cache -> JIT, then load into a context. One job: turning a
+// KernelSpec into a loaded, launchable kernel, exactly once per (spec, context), thread-safely.
+#pragma once
+
+#include "compiler/compiled_kernel.hpp"
+#include "compiler/planner.hpp"
+#include "runtime/disk_cache.hpp"
+#include "runtime/module.hpp"
+
+#include <flashjit/flashjit.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+namespace flashjit {
+
+struct StoreConfig {
+  flashjit_backend backend = FLASHJIT_BACKEND_AUTO;
+  bool disk_cache = true;
+  bool jit = true;
+  bool strict = false;
+  std::filesystem::path cache_dir;
+};
+
+// Settings from flashjit_options plus the environment (FLASHJIT_CACHE, FLASHJIT_CACHE_DIR, FLASHJIT_JIT,
+// FLASHJIT_BACKEND, FLASHJIT_STRICT). Explicit options win over the environment.
+StoreConfig store_config_from(const flashjit_options &options);
+
+struct KernelRecord {
+  PlanChoice choice;            // spec, plan, preferred variant and fallback reason
+  std::string name;             // canonical kernel name
+  std::string key;              // cache key (hex)
+  std::string origin;           // where the cubin came from: disk | jit
+  std::string backend;          // e.g. "nvrtc 13.0"
+  ResourceUsage resources;
+  double compile_seconds = 0;
+  LoadedKernel kernel;
+};
+
+struct SpecHash {
+  size_t operator()(const KernelSpec &spec) const noexcept;
+};
+
+class KernelStore {
+public:
+  explicit KernelStore(StoreConfig config);
+
+  const StoreConfig &config() const { return config_; }
+  DiskCache *disk() { return disk_.get(); }
+
+  // The loaded kernel for `spec` in `context` (the current one): memory, else disk, else JIT.
+  Status get(const KernelSpec &spec, CUcontext context, std::shared_ptr<const KernelRecord> *out);
+
+  // Compiles (or fetches from the disk cache) without any GPU or driver: AOT and explain.
+  Status compile(const KernelSpec &spec, CompiledKernel *out, PlanChoice *choice, std::string *origin);
+
+  // The plan a spec maps to, with strict mode applied.
+  Status choose(const KernelSpec &spec, PlanChoice *choice) const;
+
+private:
+  struct Slot {
+    std::mutex mutex;
+    std::shared_ptr<const KernelRecord> record;
+  };
+  struct SlotKey {
+    KernelSpec spec;
+    CUcontext context;
+    bool operator==(const SlotKey &) const = default;
+  };
+  struct SlotKeyHash {
+    size_t operator()(const SlotKey &key) const noexcept;
+  };
+
+  Status fetch_or_build(const PlanChoice &choice, CompiledKernel *out, std::string *origin);
+
+  StoreConfig config_;
+  std::unique_ptr<DiskCache> disk_;
+  std::shared_mutex slots_mutex_;
+  std::unordered_map<SlotKey, std::shared_ptr<Slot>, SlotKeyHash> slots_;
+};
+
+} // namespace flashjit

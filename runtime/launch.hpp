@@ -1,0 +1,32 @@
+// Launching a loaded kernel for a validated problem: one function per variant (grid, params).
+// None allocates, synchronizes or reads device memory, so each can be captured in a CUDA graph.
+#pragma once
+
+#include "runtime/kernel_store.hpp"
+#include "runtime/problem.hpp"
+
+namespace flashjit {
+
+struct LaunchContext {
+  int sm_count = 0; // of the current device, for persistent grids and split counts
+};
+
+Status launch_fa2(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
+                  CUstream stream);
+Status launch_fa3(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
+                  CUstream stream);
+Status launch_decode(const KernelRecord &decode, const NormalizedProblem &problem, const LaunchContext &ctx,
+                     CUstream stream);
+
+inline Status launch_variant(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
+                             CUstream stream) {
+  switch (kernel.choice.plan.variant) {
+  case Variant::fa2: return launch_fa2(kernel, problem, ctx, stream);
+  case Variant::fa3: return launch_fa3(kernel, problem, ctx, stream);
+  case Variant::decode_splitk: return launch_decode(kernel, problem, ctx, stream);
+  case Variant::combine: break;
+  }
+  return Status::error(FLASHJIT_INTERNAL, "combine kernels are launched by the decode path, not directly");
+}
+
+} // namespace flashjit

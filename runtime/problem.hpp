@@ -1,0 +1,29 @@
+// A validated problem with every default filled in (strides, head_dim_v, scale), and the
+// KernelSpec it maps to. Validation runs on the host only: it reads no device memory.
+#pragma once
+
+#include "compiler/spec.hpp"
+
+#include <flashjit/flashjit.hpp>
+
+namespace flashjit {
+
+struct NormalizedProblem {
+  flashjit_problem p{};       // strides, head_dim_v and scale resolved
+  bool varlen = false;
+  bool paged = false;
+  int group = 1;              // heads_q / heads_kv
+  int align_bytes = 16;       // 16 if every row start is 16-byte aligned, else 2
+  bool empty = false;         // nothing to compute (zero query rows)
+};
+
+// Checks every field; on failure the message names the parameter and what was expected.
+Status validate_problem(const flashjit_problem *problem, NormalizedProblem *out);
+
+// Longest query length the decode kernel serves (speculative-decoding verification uses 2-8).
+inline constexpr int kMaxDecodeQueryLength = 16;
+
+// The spec for a validated problem on `arch`: decode for short batch-mode queries, else prefill.
+KernelSpec spec_for_problem(const NormalizedProblem &problem, const Arch &arch);
+
+} // namespace flashjit

@@ -1,0 +1,636 @@
+// FlashDecoding: split-K attention for short queries (q_len 1..16) over a long, optionally paged,
+// KV cache. Entries: `fj_decode_splitk` (the keys) and `fj_decode_combine` (merge of split units).
+//
+// Work: one unit is (sequence, kv head, m block). The query heads that share the kv head are packed
+// into the M dimension (row = token * group + head_in_group), so every KV byte is read once per
+// unit. The host schedule (compiler/splitk_schedule) cuts the units' keys into pieces and gives each
+// CTA of the fixed grid a balanced, contiguous run of pieces. A piece that is a whole unit writes O
+// directly; the pieces of a split unit write (O, LSE) partial states that fj_decode_combine merges.
+//
+// Inside a CTA: a kStages-deep cp.async ring of kBlockN-key tiles (K and V). The warps split each
+// tile's keys (kWarpN each), run an online softmax over their own keys with mma.sync m16n8k16, and
+// are merged through shared memory at the end of the piece. Decode is bound by KV bandwidth, so the
+// design is about bytes in flight: the plan sizes stages x CTAs per SM for that.
+#pragma once
+
+#include "kernels/combine.cuh"
+#include "params_decode.h"
+#include "prim/cp_async.cuh"
+#include "prim/ld_global.cuh"
+#include "prim/ldmatrix.cuh"
+#include "prim/math.cuh"
+#include "prim/mma.cuh"
+#include "prim/st_global.cuh"
+#include "prim/types.cuh"
+#include "prim/warp.cuh"
+
+namespace fj::decode {
+
+using Cfg = KernelConfig;
+
+// Shape of mma.sync m16n8k16 and of one 16-byte copy of 16-bit elements.
+constexpr int kMmaM = 16;
+constexpr int kMmaN = 8;
+constexpr int kMmaK = 16;
+constexpr int kElemBytes = 2;
+constexpr int kChunkElems = 16 / kElemBytes;
+// Rows of a C fragment a thread owns per m tile: g and g + 8.
+constexpr int kRowsPerThreadTile = 2;
+constexpr int kHalfTile = 8;
+
+struct Traits {
+  static constexpr int kWarps = Cfg::kThreads / kWarpSize;
+  static constexpr int kMTiles = Cfg::kBlockM / kMmaM;
+  static constexpr int kNTilesS = Cfg::kWarpN / kMmaN;      // S columns (keys) per warp, in n8 tiles
+  static constexpr int kKStepsPV = Cfg::kWarpN / kMmaK;     // P.V k steps per warp
+  static constexpr int kKStepsQK = Cfg::kHeadDimQKMma / kMmaK;
+  static constexpr int kNTilesO = Cfg::kHeadDimV / kMmaN;   // O columns in n8 tiles
+  static constexpr int kChunksQK = Cfg::kHeadDimQK / kChunkElems;
+  static constexpr int kChunksV = Cfg::kHeadDimV / kChunkElems;
+  static constexpr int kRows = Cfg::kGqaGroup * Cfg::kQLen; // packed query rows of a unit
+  static constexpr bool kPaged = Cfg::kPageSize > 0;
+
+  static_assert(Cfg::kThreads % kWarpSize == 0, "whole warps");
+  static_assert(Cfg::kBlockM % kMmaM == 0 && Cfg::kBlockM == Cfg::kMTiles * kMmaM, "block_m");
+  static_assert(Cfg::kBlockN == Cfg::kWarpN * kWarps, "each warp owns kWarpN keys of a tile");
+  static_assert(Cfg::kWarpN % kMmaK == 0, "a warp's keys are whole P.V k steps");
+  static_assert(Cfg::kHeadDimQK % kChunkElems == 0 && Cfg::kHeadDimV % kChunkElems == 0, "dims % 8");
+  static_assert(Cfg::kHeadDimQKMma % kMmaK == 0 && Cfg::kHeadDimQKMma >= Cfg::kHeadDimQK, "qk pad");
+  static_assert(Cfg::kSmemRowQK >= Cfg::kHeadDimQKMma && Cfg::kSmemRowV >= Cfg::kHeadDimV, "smem rows");
+  static_assert(Cfg::kMBlocks * Cfg::kBlockM >= kRows, "m blocks cover the packed rows");
+  static_assert(Cfg::kStages >= 2, "a ring needs two stages");
+};
+
+// ---- shared memory -------------------------------------------------------------------------------
+
+struct Smem {
+  char *base;
+  __device__ u16 *q() const { return reinterpret_cast<u16 *>(base + Cfg::kSmemOffsetQ); }
+  __device__ u16 *k(int stage) const {
+    return reinterpret_cast<u16 *>(base + Cfg::kSmemOffsetKV + stage * Cfg::kSmemStageBytes);
+  }
+  __device__ u16 *v(int stage) const {
+    return reinterpret_cast<u16 *>(base + Cfg::kSmemOffsetKV + stage * Cfg::kSmemStageBytes +
+                                   Cfg::kSmemOffsetVInStage);
+  }
+  // Per-warp (max, sum) of every row, for the cross-warp merge.
+  __device__ float *stats() const { return reinterpret_cast<float *>(base + Cfg::kSmemOffsetStats); }
+  // Per-warp unnormalized O rows; aliases the KV ring, which is idle once a piece is done.
+  __device__ float *merge() const { return reinterpret_cast<float *>(base + Cfg::kSmemOffsetKV); }
+};
+
+// ---- one unit of work, decoded -------------------------------------------------------------------
+
+struct Unit {
+  int batch, head_kv, m_block;
+  int kv_begin, kv_end, state;
+  int kv_len;    // keys of the sequence (causal / window are relative to its end)
+  int rows_here; // packed query rows of this m block that exist
+};
+
+__device__ __forceinline__ Unit decode_unit(const fj_decode_params &p, const fj_decode_work &w) {
+  Unit u;
+  u.m_block = w.unit % p.m_blocks;
+  const int pair = w.unit / p.m_blocks;
+  u.head_kv = pair % p.attn.heads_kv;
+  u.batch = pair / p.attn.heads_kv;
+  u.kv_begin = w.kv_begin;
+  u.kv_end = w.kv_end;
+  u.state = w.state;
+  u.kv_len = p.attn.maybe_seqlens_k != nullptr ? ld_global_nc_s32(p.attn.maybe_seqlens_k + u.batch)
+                                               : p.attn.seqlen_k;
+  const int rows = Cfg::kGqaGroup * p.attn.seqlen_q;
+  const int first = u.m_block * Cfg::kBlockM;
+  u.rows_here = rows - first < Cfg::kBlockM ? rows - first : Cfg::kBlockM;
+  return u;
+}
+
+__device__ __forceinline__ fj_decode_work load_work(const fj_decode_work *work) {
+  i32 raw[4];
+  ld_global_nc_v4_s32(raw, work);
+  return {raw[0], raw[1], raw[2], raw[3]};
+}
+
+// ---- global -> shared copies ---------------------------------------------------------------------
+
+// One 16-byte chunk of 16-bit elements. The aligned path is asynchronous and zero-fills a chunk
+// past the end; the element-aligned path loads synchronously.
+__device__ __forceinline__ void copy_chunk(u16 *dst, const u16 *src, bool valid) {
+  if constexpr (Cfg::kAligned16) {
+    cp_async_cg_16(cvta_to_shared_u32(dst), src, valid ? kCpAsyncBytes : 0);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kChunkElems; ++i)
+      dst[i] = valid ? ld_global_nc_u16(src + i) : (u16)0;
+  }
+}
+
+// Copies of one K or V tile: chunk c = it * kThreads + tid covers row c / kChunksPerRow.
+// For paged KV the page of every row a thread copies is looked up one tile ahead (`Pages`), so the
+// block-table read never sits between the ring and its next copy.
+template <int Dim, int SmemRow> struct TileCopy {
+  static constexpr int kChunksPerRow = Dim / kChunkElems;
+  static constexpr int kChunks = Cfg::kBlockN * kChunksPerRow;
+  static constexpr int kIters = (kChunks + Cfg::kThreads - 1) / Cfg::kThreads;
+  struct Pages {
+    i32 page[kIters];
+  };
+
+  __device__ static int row_of(int it) { return (it * Cfg::kThreads + (int)threadIdx.x) / kChunksPerRow; }
+  __device__ static bool in_tile(int it) {
+    return kChunks % Cfg::kThreads == 0 || it * Cfg::kThreads + (int)threadIdx.x < kChunks;
+  }
+
+  __device__ static Pages lookup(const fj_paged_kv &paged, int batch, int tile_key, int kv_end) {
+    Pages pages{};
+    if constexpr (Traits::kPaged) {
+      const i32 *table = paged.block_table + (i64)batch * paged.max_pages_per_seq;
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        const int key = tile_key + row_of(it);
+        pages.page[it] = in_tile(it) && key < kv_end ? ld_global_nc_s32(table + key / Cfg::kPageSize) : 0;
+      }
+    }
+    return pages;
+  }
+
+  // `base` already includes the kv head (and the batch for contiguous KV).
+  __device__ static void issue(u16 *smem, const u16 *base, i64 row_stride, i64 page_stride, const Pages &pages,
+                               int tile_key, int kv_end) {
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      if (!in_tile(it))
+        continue;
+      const int c = it * Cfg::kThreads + (int)threadIdx.x;
+      const int row = c / kChunksPerRow;
+      const int col = (c % kChunksPerRow) * kChunkElems;
+      const int key = tile_key + row;
+      const bool valid = key < kv_end;
+      const u16 *src = base;
+      if (valid) {
+        if constexpr (Traits::kPaged)
+          src = base + pages.page[it] * page_stride + (key % Cfg::kPageSize) * row_stride + col;
+        else
+          src = base + key * row_stride + col;
+      }
+      copy_chunk(smem + row * SmemRow + col, src, valid);
+    }
+  }
+};
+
+using KCopy = TileCopy<Cfg::kHeadDimQK, Cfg::kSmemRowQK>;
+using VCopy = TileCopy<Cfg::kHeadDimV, Cfg::kSmemRowV>;
+
+struct TilePages {
+  KCopy::Pages k;
+  VCopy::Pages v;
+};
+
+// Per-unit addressing of K and V.
+struct KvSource {
+  const u16 *k, *v;
+  i64 k_row, v_row, k_page, v_page;
+  int batch, kv_begin, kv_end;
+
+  __device__ TilePages lookup(const fj_paged_kv &paged, int tile) const {
+    const int key = kv_begin + tile * Cfg::kBlockN;
+    return {KCopy::lookup(paged, batch, key, kv_end), VCopy::lookup(paged, batch, key, kv_end)};
+  }
+  __device__ void issue(const Smem &smem, int stage, int tile, const TilePages &pages) const {
+    const int key = kv_begin + tile * Cfg::kBlockN;
+    KCopy::issue(smem.k(stage), k, k_row, k_page, pages.k, key, kv_end);
+    VCopy::issue(smem.v(stage), v, v_row, v_page, pages.v, key, kv_end);
+  }
+};
+
+__device__ __forceinline__ KvSource kv_source(const fj_attention_params &a, const Unit &u) {
+  KvSource s;
+  const i64 k_head = (i64)u.head_kv * a.k.head_stride;
+  const i64 v_head = (i64)u.head_kv * a.v.head_stride;
+  const i64 k_batch = Traits::kPaged ? 0 : (i64)u.batch * a.k.batch_stride;
+  const i64 v_batch = Traits::kPaged ? 0 : (i64)u.batch * a.v.batch_stride;
+  s.k = static_cast<const u16 *>(a.k.ptr) + k_batch + k_head;
+  s.v = static_cast<const u16 *>(a.v.ptr) + v_batch + v_head;
+  s.k_row = a.k.row_stride;
+  s.v_row = a.v.row_stride;
+  s.k_page = a.paged.page_stride_k;
+  s.v_page = a.paged.page_stride_v;
+  s.batch = u.batch;
+  s.kv_begin = u.kv_begin;
+  s.kv_end = u.kv_end;
+  return s;
+}
+
+// Q rows of the unit into shared memory; rows past the real ones are zero (they never reach HBM).
+__device__ __forceinline__ void load_q(const fj_attention_params &a, const Unit &u, const Smem &smem) {
+  constexpr int kChunks = Cfg::kBlockM * Traits::kChunksQK;
+  for (int c = (int)threadIdx.x; c < kChunks; c += Cfg::kThreads) {
+    const int r = c / Traits::kChunksQK;
+    const int col = (c % Traits::kChunksQK) * kChunkElems;
+    const int row = u.m_block * Cfg::kBlockM + r;
+    const bool valid = r < u.rows_here;
+    const u16 *src = static_cast<const u16 *>(a.q.ptr);
+    if (valid) {
+      const int token = row / Cfg::kGqaGroup;
+      const int head = u.head_kv * Cfg::kGqaGroup + row % Cfg::kGqaGroup;
+      src += (i64)u.batch * a.q.batch_stride + (i64)token * a.q.row_stride + (i64)head * a.q.head_stride + col;
+    }
+    copy_chunk(smem.q() + r * Cfg::kSmemRowQK + col, src, valid);
+  }
+}
+
+// Columns [kHeadDimQK, kHeadDimQKMma) of Q and of every K stage are the zero padding of the last
+// QK k step (head dims that are 8 mod 16). No copy ever writes them, so zeroing once suffices.
+__device__ __forceinline__ void zero_qk_padding(const Smem &smem) {
+  constexpr int kPad = Cfg::kHeadDimQKMma - Cfg::kHeadDimQK;
+  if constexpr (kPad > 0) {
+    for (int r = (int)threadIdx.x; r < Cfg::kBlockM; r += Cfg::kThreads)
+      for (int c = 0; c < kPad; ++c)
+        smem.q()[r * Cfg::kSmemRowQK + Cfg::kHeadDimQK + c] = 0;
+    for (int r = (int)threadIdx.x; r < Cfg::kStages * Cfg::kBlockN; r += Cfg::kThreads)
+      for (int c = 0; c < kPad; ++c)
+        smem.k(r / Cfg::kBlockN)[(r % Cfg::kBlockN) * Cfg::kSmemRowQK + Cfg::kHeadDimQK + c] = 0;
+  }
+}
+
+// ---- logits --------------------------------------------------------------------------------------
+
+// tanh through 2^x: 1 - 2 / (e^{2|y|} + 1) keeps ~1e-7 relative error, unlike tanh.approx (2^-11),
+// which a softcap of 30 would turn into 1e-2 errors on the logits.
+__device__ __forceinline__ float tanh_accurate(float y) {
+  constexpr float kTwoLog2e = 2.f * kLog2e;
+  const float a = y < 0.f ? -y : y;
+  const float t = 1.f - 2.f * rcp_approx(ex2_approx(a * kTwoLog2e) + 1.f);
+  return y < 0.f ? -t : t;
+}
+
+// Keys a packed row may see: [lo, hi). Causal and window are aligned to the end of the sequence
+// (query token i of q_len sees key j <= i + kv_len - q_len); hi also stops at the piece's end.
+struct RowRange {
+  int lo, hi;
+};
+
+__device__ __forceinline__ RowRange row_range(const fj_attention_params &a, const Unit &u, int row_in_block) {
+  const int token = (u.m_block * Cfg::kBlockM + row_in_block) / Cfg::kGqaGroup;
+  const int diag = token + u.kv_len - a.seqlen_q; // the last key the causal mask admits
+  RowRange r{u.kv_begin, u.kv_end};
+  if constexpr (Cfg::kCausal)
+    r.hi = min(r.hi, diag + 1);
+  if constexpr (Cfg::kLocal) {
+    if (a.window_left >= 0)
+      r.lo = max(r.lo, diag - a.window_left);
+    if (a.window_right >= 0)
+      r.hi = min(r.hi, diag + a.window_right + 1);
+  }
+  return r;
+}
+
+// ---- the per-warp online softmax state ----------------------------------------------------------
+
+struct WarpState {
+  float o[Traits::kMTiles][Traits::kNTilesO][4];
+  float row_max[Traits::kMTiles][kRowsPerThreadTile]; // base-2 logits
+  float row_sum[Traits::kMTiles][kRowsPerThreadTile]; // this thread's partial sum; quad-reduced at the end
+
+  __device__ void reset() {
+#pragma unroll
+    for (int m = 0; m < Traits::kMTiles; ++m) {
+#pragma unroll
+      for (int n = 0; n < Traits::kNTilesO; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          o[m][n][e] = 0.f;
+#pragma unroll
+      for (int h = 0; h < kRowsPerThreadTile; ++h) {
+        row_max[m][h] = neg_inf();
+        row_sum[m][h] = 0.f;
+      }
+    }
+  }
+};
+
+// S = Q K^T for this warp's kWarpN keys of the tile in `stage`.
+__device__ __forceinline__ void qk_gemm(const Smem &smem, int stage, float (&s)[Traits::kMTiles][Traits::kNTilesS][4]) {
+  const int lane = lane_id();
+  const int matrix = lane / kHalfTile;
+  const int row8 = lane % kHalfTile;
+  const u32 q_base = cvta_to_shared_u32(smem.q());
+  const u32 k_base = cvta_to_shared_u32(smem.k(stage) + warp_id() * Cfg::kWarpN * Cfg::kSmemRowQK);
+#pragma unroll
+  for (int m = 0; m < Traits::kMTiles; ++m)
+#pragma unroll
+    for (int n = 0; n < Traits::kNTilesS; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[m][n][e] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < Traits::kKStepsQK; ++ks) {
+    // A (Q): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15), row-half first.
+    u32 a[Traits::kMTiles][4];
+#pragma unroll
+    for (int m = 0; m < Traits::kMTiles; ++m) {
+      const int row = m * kMmaM + (matrix % 2) * kHalfTile + row8;
+      const int col = ks * kMmaK + (matrix / 2) * kHalfTile;
+      ldmatrix_x4(a[m], q_base + (row * Cfg::kSmemRowQK + col) * kElemBytes);
+    }
+    // B (K rows are the n axis): matrices (keys 0-7: k 0-7, k 8-15), (keys 8-15: k 0-7, k 8-15).
+#pragma unroll
+    for (int np = 0; np < Traits::kNTilesS / 2; ++np) {
+      const int key = np * 2 * kMmaN + (matrix / 2) * kHalfTile + row8;
+      const int col = ks * kMmaK + (matrix % 2) * kHalfTile;
+      u32 b[4];
+      ldmatrix_x4(b, k_base + (key * Cfg::kSmemRowQK + col) * kElemBytes);
+      const u32 b0[2] = {b[0], b[1]};
+      const u32 b1[2] = {b[2], b[3]};
+#pragma unroll
+      for (int m = 0; m < Traits::kMTiles; ++m) {
+        mma_m16n8k16<Cfg::kDType>(s[m][2 * np], a[m], b0);
+        mma_m16n8k16<Cfg::kDType>(s[m][2 * np + 1], a[m], b1);
+      }
+    }
+  }
+}
+
+// O += P V for this warp's keys; P arrives as C fragments and is repacked into A fragments.
+__device__ __forceinline__ void pv_gemm(const Smem &smem, int stage, const float (&p)[Traits::kMTiles][Traits::kNTilesS][4],
+                                        WarpState &st) {
+  const int lane = lane_id();
+  const int matrix = lane / kHalfTile;
+  const int row8 = lane % kHalfTile;
+  const u32 v_base = cvta_to_shared_u32(smem.v(stage) + warp_id() * Cfg::kWarpN * Cfg::kSmemRowV);
+#pragma unroll
+  for (int ks = 0; ks < Traits::kKStepsPV; ++ks) {
+    u32 a[Traits::kMTiles][4];
+#pragma unroll
+    for (int m = 0; m < Traits::kMTiles; ++m) {
+      a[m][0] = pack2_from_f32<Cfg::kDType>(p[m][2 * ks][0], p[m][2 * ks][1]);
+      a[m][1] = pack2_from_f32<Cfg::kDType>(p[m][2 * ks][2], p[m][2 * ks][3]);
+      a[m][2] = pack2_from_f32<Cfg::kDType>(p[m][2 * ks + 1][0], p[m][2 * ks + 1][1]);
+      a[m][3] = pack2_from_f32<Cfg::kDType>(p[m][2 * ks + 1][2], p[m][2 * ks + 1][3]);
+    }
+    // B (V, transposed on load): matrices (keys 0-7 | 8-15) x (dv 0-7 | 8-15), key-half first.
+#pragma unroll
+    for (int np = 0; np < Traits::kNTilesO / 2; ++np) {
+      const int key = ks * kMmaK + (matrix % 2) * kHalfTile + row8;
+      const int col = np * 2 * kMmaN + (matrix / 2) * kHalfTile;
+      u32 b[4];
+      ldmatrix_x4_trans(b, v_base + (key * Cfg::kSmemRowV + col) * kElemBytes);
+      const u32 b0[2] = {b[0], b[1]};
+      const u32 b1[2] = {b[2], b[3]};
+#pragma unroll
+      for (int m = 0; m < Traits::kMTiles; ++m) {
+        mma_m16n8k16<Cfg::kDType>(st.o[m][2 * np], a[m], b0);
+        mma_m16n8k16<Cfg::kDType>(st.o[m][2 * np + 1], a[m], b1);
+      }
+    }
+    if constexpr (Traits::kNTilesO % 2 == 1) { // head_dim_v = 8 mod 16: one n8 tile left
+      constexpr int kLast = Traits::kNTilesO - 1;
+      const int key = ks * kMmaK + (matrix % 2) * kHalfTile + row8; // lanes 0-15 address
+      u32 b[2];
+      ldmatrix_x2_trans(b, v_base + (key * Cfg::kSmemRowV + kLast * kMmaN) * kElemBytes);
+#pragma unroll
+      for (int m = 0; m < Traits::kMTiles; ++m)
+        mma_m16n8k16<Cfg::kDType>(st.o[m][kLast], a[m], b);
+    }
+  }
+}
+
+// Scales and masks S into base-2 logits, updates the running max/sum, rescales O, and leaves
+// P = 2^(logit - max) in `s`.
+__device__ __forceinline__ void online_softmax(const fj_attention_params &a, float (&s)[Traits::kMTiles][Traits::kNTilesS][4],
+                                               const RowRange (&ranges)[Traits::kMTiles][kRowsPerThreadTile],
+                                               int tile_key, WarpState &st) {
+  const int quad_col = 2 * (lane_id() % kQuadSize);
+  const int warp_key = tile_key + warp_id() * Cfg::kWarpN;
+#pragma unroll
+  for (int m = 0; m < Traits::kMTiles; ++m) {
+#pragma unroll
+    for (int h = 0; h < kRowsPerThreadTile; ++h) {
+      const RowRange range = ranges[m][h];
+      float tile_max = neg_inf();
+#pragma unroll
+      for (int n = 0; n < Traits::kNTilesS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float x = s[m][n][2 * h + e];
+          if constexpr (Cfg::kSoftcap)
+            x = tanh_accurate(x * a.scale * a.softcap_inv) * (a.softcap * kLog2e);
+          else
+            x *= a.scale_log2;
+          const int key = warp_key + n * kMmaN + quad_col + e;
+          x = key >= range.lo && key < range.hi ? x : neg_inf();
+          s[m][n][2 * h + e] = x;
+          tile_max = max_f32(tile_max, x);
+        }
+      }
+      tile_max = quad_reduce_max(tile_max);
+      const float new_max = max_f32(st.row_max[m][h], tile_max);
+      // A row that has seen no key yet keeps max = -inf; subtract 0 so that -inf - -inf never occurs.
+      const float shift = new_max == neg_inf() ? 0.f : new_max;
+      const float correction = ex2_approx(st.row_max[m][h] - shift);
+      st.row_max[m][h] = new_max;
+      float sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < Traits::kNTilesS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float prob = ex2_approx(s[m][n][2 * h + e] - shift);
+          s[m][n][2 * h + e] = prob;
+          sum += prob;
+        }
+      }
+      st.row_sum[m][h] = st.row_sum[m][h] * correction + sum;
+#pragma unroll
+      for (int n = 0; n < Traits::kNTilesO; ++n) {
+        st.o[m][n][2 * h] *= correction;
+        st.o[m][n][2 * h + 1] *= correction;
+      }
+    }
+  }
+}
+
+// ---- end of a piece: merge the warps, write O (or a partial state) and LSE -----------------------
+
+constexpr int kStatsPerRow = 2; // (max, sum)
+
+__device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Unit &u, const Smem &smem, WarpState &st) {
+  const fj_attention_params &a = p.attn;
+  const int lane = lane_id();
+  const int group_row = lane / kQuadSize;
+  const int quad_col = 2 * (lane % kQuadSize);
+  float *stats = smem.stats();
+  float *merge = smem.merge();
+  float *warp_merge = merge + warp_id() * Cfg::kBlockM * Cfg::kMergeRowFloats;
+
+  __syncthreads(); // every warp is done reading the ring, which `merge` aliases
+#pragma unroll
+  for (int m = 0; m < Traits::kMTiles; ++m) {
+#pragma unroll
+    for (int h = 0; h < kRowsPerThreadTile; ++h) {
+      const int row = m * kMmaM + h * kHalfTile + group_row;
+      const float sum = quad_reduce_sum(st.row_sum[m][h]);
+      if (lane % kQuadSize == 0) {
+        stats[(warp_id() * Cfg::kBlockM + row) * kStatsPerRow] = st.row_max[m][h];
+        stats[(warp_id() * Cfg::kBlockM + row) * kStatsPerRow + 1] = sum;
+      }
+#pragma unroll
+      for (int n = 0; n < Traits::kNTilesO; ++n) {
+        float *dst = warp_merge + row * Cfg::kMergeRowFloats + n * kMmaN + quad_col;
+        dst[0] = st.o[m][n][2 * h];
+        dst[1] = st.o[m][n][2 * h + 1];
+      }
+    }
+  }
+  __syncthreads();
+
+  // Threads sweep (row, 8-column chunk) pairs of the block; a row's weights are recomputed by each
+  // of its chunks' threads (kWarps exponentials), cheaper than another barrier.
+  constexpr int kChunksPerRow = Cfg::kHeadDimV / kMergeChunk;
+  for (int c = (int)threadIdx.x; c < u.rows_here * kChunksPerRow; c += Cfg::kThreads) {
+    const int row = c / kChunksPerRow;
+    const int col = (c % kChunksPerRow) * kMergeChunk;
+    float max_all = neg_inf();
+#pragma unroll
+    for (int w = 0; w < Traits::kWarps; ++w)
+      max_all = max_f32(max_all, stats[(w * Cfg::kBlockM + row) * kStatsPerRow]);
+    const bool empty = max_all == neg_inf();
+    float weight[Traits::kWarps];
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < Traits::kWarps; ++w) {
+      const float wmax = stats[(w * Cfg::kBlockM + row) * kStatsPerRow];
+      weight[w] = empty ? 0.f : ex2_approx(wmax - max_all);
+      total += weight[w] * stats[(w * Cfg::kBlockM + row) * kStatsPerRow + 1];
+    }
+    const float inv_total = total > 0.f ? rcp_approx(total) : 0.f;
+    float out[kMergeChunk];
+#pragma unroll
+    for (int i = 0; i < kMergeChunk; ++i) {
+      float acc = 0.f;
+#pragma unroll
+      for (int w = 0; w < Traits::kWarps; ++w)
+        acc += weight[w] * merge[(w * Cfg::kBlockM + row) * Cfg::kMergeRowFloats + col + i];
+      out[i] = acc * inv_total;
+    }
+    // Natural-log LSE of the row over this piece's keys: (max + log2 total) * ln 2.
+    const float lse = total > 0.f ? (max_all + lg2_approx(total)) * kLn2 : neg_inf();
+
+    const int packed = u.m_block * Cfg::kBlockM + row;
+    if (u.state < 0) {
+      const int token = packed / Cfg::kGqaGroup;
+      const int head = u.head_kv * Cfg::kGqaGroup + packed % Cfg::kGqaGroup;
+      u16 *dst = static_cast<u16 *>(const_cast<void *>(a.o.ptr)) + (i64)u.batch * a.o.batch_stride +
+                 (i64)token * a.o.row_stride + (i64)head * a.o.head_stride + col;
+      store_chunk16<Cfg::kDType, Cfg::kAligned16>(dst, out);
+      if (a.maybe_lse != nullptr && col == 0)
+        st_global_f32(a.maybe_lse + ((i64)u.batch * a.heads_q + head) * a.seqlen_q + token, lse);
+    } else {
+      float *dst = a.maybe_partial_o + ((i64)u.state * Cfg::kBlockM + row) * Cfg::kHeadDimV + col;
+#pragma unroll
+      for (int h = 0; h < kMergeChunk / kF32PerVec; ++h) {
+        const float v[kF32PerVec] = {out[h * kF32PerVec], out[h * kF32PerVec + 1], out[h * kF32PerVec + 2],
+                                     out[h * kF32PerVec + 3]};
+        st_global_v4_f32(dst + h * kF32PerVec, v);
+      }
+      if (col == 0)
+        st_global_f32(a.maybe_partial_lse + (i64)u.state * Cfg::kBlockM + row, lse);
+    }
+  }
+  __syncthreads(); // the next piece's copies overwrite `merge` and `stats`
+}
+
+// ---- one piece -----------------------------------------------------------------------------------
+
+__device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit &u, const Smem &smem) {
+  const fj_attention_params &a = p.attn;
+  const KvSource src = kv_source(a, u);
+  zero_qk_padding(smem); // the previous piece's merge scratch may have covered the K padding
+  const int num_tiles = (u.kv_end - u.kv_begin + Cfg::kBlockN - 1) / Cfg::kBlockN;
+
+  // Prologue: Q and the first kStages - 1 tiles; their page lookups go out together.
+  load_q(a, u, smem);
+  TilePages pages[Cfg::kStages - 1];
+#pragma unroll
+  for (int t = 0; t < Cfg::kStages - 1; ++t)
+    if (t < num_tiles)
+      pages[t] = src.lookup(a.paged, t);
+#pragma unroll
+  for (int t = 0; t < Cfg::kStages - 1; ++t) {
+    if (t < num_tiles)
+      src.issue(smem, t, t, pages[t]);
+    cp_async_commit_group(); // one group per tile, empty or not, keeps the wait count uniform
+  }
+  TilePages next = src.lookup(a.paged, Cfg::kStages - 1);
+
+  RowRange ranges[Traits::kMTiles][kRowsPerThreadTile];
+#pragma unroll
+  for (int m = 0; m < Traits::kMTiles; ++m)
+#pragma unroll
+    for (int h = 0; h < kRowsPerThreadTile; ++h)
+      ranges[m][h] = row_range(a, u, m * kMmaM + h * kHalfTile + lane_id() / kQuadSize);
+
+  WarpState st;
+  st.reset();
+  for (int t = 0; t < num_tiles; ++t) {
+    cp_async_wait_group<Cfg::kStages - 2>(); // tile t (and Q) has landed for this thread
+    __syncthreads();                         // ... and for every thread; stage t-1 is free again
+    const int ahead = t + Cfg::kStages - 1;
+    if (ahead < num_tiles) {
+      src.issue(smem, ahead % Cfg::kStages, ahead, next);
+      if (ahead + 1 < num_tiles)
+        next = src.lookup(a.paged, ahead + 1);
+    }
+    cp_async_commit_group();
+
+    const int stage = t % Cfg::kStages;
+    const int tile_key = u.kv_begin + t * Cfg::kBlockN;
+    float s[Traits::kMTiles][Traits::kNTilesS][4];
+    qk_gemm(smem, stage, s);
+    online_softmax(a, s, ranges, tile_key, st);
+    pv_gemm(smem, stage, s, st);
+  }
+  cp_async_wait_all(); // only empty groups remain, or Q when the piece has no tile
+  finish_piece(p, u, smem, st);
+}
+
+} // namespace fj::decode
+
+// kCtasPerSm CTAs share an SM (the plan sized their rings for it); the bound keeps ptxas inside the
+// register budget that allows it.
+extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfig::kCtasPerSm)
+    fj_decode_splitk(const __grid_constant__ fj_decode_params p) {
+  extern __shared__ __align__(128) char smem_raw[];
+  const fj::decode::Smem smem{smem_raw};
+  const int first = p.slot_begin[blockIdx.x];
+  const int last = p.slot_begin[blockIdx.x + 1];
+  for (int i = first; i < last; ++i) {
+    const fj::decode::Unit u = fj::decode::decode_unit(p, fj::decode::load_work(p.work + i));
+    fj::decode::run_piece(p, u, smem);
+  }
+}
+
+// Merges the partial states of split units: CTA x handles merges[x] (the grid is fixed; CTAs past
+// header->num_merges return). One warp per packed row.
+extern "C" __global__ void __launch_bounds__(KernelConfig::kCombineThreads)
+    fj_decode_combine(const __grid_constant__ fj_decode_params p) {
+  if ((int)blockIdx.x >= p.header->num_merges)
+    return;
+  constexpr int kWarps = KernelConfig::kCombineThreads / fj::kWarpSize;
+  const fj_decode_merge merge = p.merges[blockIdx.x];
+  const fj_attention_params &a = p.attn;
+  const fj_decode_work as_work{merge.unit, 0, 0, 0};
+  const fj::decode::Unit u = fj::decode::decode_unit(p, as_work);
+  constexpr fj::i64 kStateO = (fj::i64)KernelConfig::kBlockM * KernelConfig::kHeadDimV;
+  for (int row = fj::warp_id(); row < u.rows_here; row += kWarps) {
+    const int packed = u.m_block * KernelConfig::kBlockM + row;
+    const int token = packed / KernelConfig::kGqaGroup;
+    const int head = u.head_kv * KernelConfig::kGqaGroup + packed % KernelConfig::kGqaGroup;
+    fj::u16 *dst = static_cast<fj::u16 *>(const_cast<void *>(a.o.ptr)) + (fj::i64)u.batch * a.o.batch_stride +
+                   (fj::i64)token * a.o.row_stride + (fj::i64)head * a.o.head_stride;
+    float *lse = a.maybe_lse == nullptr ? nullptr : a.maybe_lse + ((fj::i64)u.batch * a.heads_q + head) * a.seqlen_q + token;
+    fj::merge_states_row<KernelConfig::kDType, KernelConfig::kHeadDimV, KernelConfig::kAligned16>(
+        a.maybe_partial_o + merge.first_state * kStateO + (fj::i64)row * KernelConfig::kHeadDimV, kStateO,
+        a.maybe_partial_lse + (fj::i64)merge.first_state * KernelConfig::kBlockM + row, KernelConfig::kBlockM,
+        merge.count, dst, lse);
+  }
+}

@@ -1,0 +1,493 @@
+// FlashAttention-2 forward (prefill) on mma.sync: runs on sm_80, sm_86, sm_89 and sm_90.
+//
+// One CTA computes kBlockM query rows of one (batch, head); each warp owns kRowsPerWarp = 16 rows
+// (one m16 MMA fragment), so softmax statistics never leave a warp. Key/value blocks of kBlockN
+// rows stream through kStages shared-memory buffers each, filled with cp.async (16-byte path) or
+// predicated element loads (unaligned path). Per key block:
+//   wait K_j -> S = Q K_j^T -> refill K buffer -> mask, online softmax -> wait V_j -> O += P V_j
+//   -> refill V buffer.
+// Commit groups are issued in the fixed order Q, K0, V0, K1, V1, ..., one (possibly empty) group
+// per load slot, so "K_j (or V_j) landed" is always cp.async.wait_group(2*kStages - 1).
+//
+// Every tile constant (tiles, warps, strides, offsets, padded head dim) comes from the plan
+// through KernelConfig; the kernel only checks them with static_asserts.
+#pragma once
+
+#include "kernel_params.h"
+#include "prim/cp_async.cuh"
+#include "prim/ldmatrix.cuh"
+#include "prim/math.cuh"
+#include "prim/mma.cuh"
+#include "prim/types.cuh"
+#include "prim/warp.cuh"
+
+namespace fj::fa2 {
+
+using Cfg = KernelConfig;
+
+// The m16n8k16 MMA shape and how a 16-bit row splits into 16-byte chunks.
+constexpr int kMmaM = 16;
+constexpr int kMmaN = 8;
+constexpr int kMmaK = 16;
+constexpr int kElemBytes = 2;
+constexpr int kChunkElems = kCpAsyncBytes / kElemBytes;
+
+constexpr int kChunksQK = Cfg::kHeadDimQK / kChunkElems; // 16-byte chunks per Q/K row
+constexpr int kChunksV = Cfg::kHeadDimV / kChunkElems;   // per V/O row
+constexpr int kTilesN = Cfg::kBlockN / kMmaN;            // S fragments per warp row block
+constexpr int kTilesDV = Cfg::kHeadDimV / kMmaN;         // O fragments (exactly head_dim_v)
+constexpr int kStepsQK = Cfg::kHeadDimQKPad / kMmaK;     // k-steps of Q K^T (zero-padded)
+constexpr int kStepsPV = Cfg::kBlockN / kMmaK;           // k-steps of P V
+// Groups that may still be in flight once the K or V block about to be used has landed.
+constexpr int kGroupsInFlight = 2 * Cfg::kStages - 1;
+
+static_assert(Cfg::kRowsPerWarp == kMmaM, "one m16 fragment per warp");
+static_assert(Cfg::kWarps * kWarpSize == Cfg::kThreads && Cfg::kWarps * Cfg::kRowsPerWarp == Cfg::kBlockM);
+static_assert(Cfg::kBlockN % kMmaK == 0, "key blocks are whole k-steps of P V");
+static_assert(Cfg::kHeadDimQK % kChunkElems == 0 && Cfg::kHeadDimV % kChunkElems == 0);
+static_assert(Cfg::kHeadDimQKPad % kMmaK == 0 && Cfg::kHeadDimQKPad >= Cfg::kHeadDimQK &&
+              Cfg::kHeadDimQKPad - Cfg::kHeadDimQK < kMmaK);
+static_assert(Cfg::kSmemStrideQ >= Cfg::kHeadDimQKPad && Cfg::kSmemStrideK >= Cfg::kHeadDimQKPad &&
+              Cfg::kSmemStrideV >= Cfg::kHeadDimV && Cfg::kSmemStrideO >= Cfg::kHeadDimV);
+static_assert(Cfg::kSmemStrideQ % kChunkElems == 0 && Cfg::kSmemStrideK % kChunkElems == 0 &&
+              Cfg::kSmemStrideV % kChunkElems == 0 && Cfg::kSmemStrideO % kChunkElems == 0);
+static_assert(Cfg::kHeadDimQKPad == Cfg::kHeadDimQK || Cfg::kHeadDimQKPad - Cfg::kHeadDimQK == kChunkElems,
+              "the K-dim padding is at most one chunk");
+static_assert(Cfg::kStages >= 1 && Cfg::kPageSize >= 0);
+
+// Page size as a divisor that is never 0 (contiguous KV never divides by it; the branch is only
+// discarded, not skipped, outside a template).
+constexpr int kPageRows = Cfg::kPageSize > 0 ? Cfg::kPageSize : 1;
+
+// The per-CTA view of the problem: lengths, the mask bounds and base pointers (head applied).
+struct Tile {
+  int batch, head, head_kv;
+  int m0;                  // first query row of this tile
+  int seqlen_q, seqlen_k;
+  int shift;               // seqlen_k - seqlen_q: bottom-right alignment of causal / window
+  int left, right;         // window reach to the left / right of the diagonal; < 0 = unbounded
+  i64 q_row0, k_row0;      // first packed row (varlen) of this sequence
+  const u16 *q, *k, *v;    // row 0 of this (batch, head); k/v = page 0 of the head when paged
+  u16 *o;
+};
+
+__device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
+__device__ __forceinline__ int min_i(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int max_i(int a, int b) { return a > b ? a : b; }
+
+// Start of key/value row `row` (relative to the sequence), through the block table when paged.
+__device__ __forceinline__ const u16 *kv_row(const fj_attention_params &p, const Tile &t, const u16 *base,
+                                             fj_i64 page_stride, fj_i64 row_stride, int row) {
+  if constexpr (Cfg::kPageSize > 0) {
+    const int page = p.paged.block_table[(i64)t.batch * p.paged.max_pages_per_seq + row / kPageRows];
+    return base + (i64)page * page_stride + (i64)(row % kPageRows) * row_stride;
+  } else {
+    return base + (i64)row * row_stride;
+  }
+}
+
+// Copies `Rows` rows of `Chunks` 16-byte chunks into shared memory (row stride `SmemStride`
+// elements). Rows at or past `valid_rows` land as zeros so that padding never turns into NaN.
+// `row_ptr(r)` gives the global start of row r (only called for valid rows).
+template <int Rows, int Chunks, int SmemStride, class RowPtr>
+__device__ __forceinline__ void load_tile(u16 *smem, int valid_rows, RowPtr row_ptr, const void *any_valid) {
+#pragma unroll 2
+  for (int idx = threadIdx.x; idx < Rows * Chunks; idx += Cfg::kThreads) {
+    const int row = idx / Chunks;
+    const int chunk = idx % Chunks;
+    u16 *dst = smem + row * SmemStride + chunk * kChunkElems;
+    const bool valid = row < valid_rows;
+    if constexpr (Cfg::kAligned16) {
+      const u16 *src = valid ? row_ptr(row) + chunk * kChunkElems : (const u16 *)any_valid;
+      cp_async_cg_16(cvta_to_shared_u32(dst), src, valid ? kCpAsyncBytes : 0);
+    } else {
+      // Element-aligned rows: eight predicated 16-bit loads, one 16-byte shared store.
+      u16 vals[kChunkElems];
+      const u16 *src = valid ? row_ptr(row) + chunk * kChunkElems : nullptr;
+#pragma unroll
+      for (int e = 0; e < kChunkElems; ++e)
+        vals[e] = valid ? src[e] : (u16)0;
+      u32x4 packed;
+      packed.x = (u32)vals[0] | ((u32)vals[1] << kBf16Shift);
+      packed.y = (u32)vals[2] | ((u32)vals[3] << kBf16Shift);
+      packed.z = (u32)vals[4] | ((u32)vals[5] << kBf16Shift);
+      packed.w = (u32)vals[6] | ((u32)vals[7] << kBf16Shift);
+      *(u32x4 *)dst = packed;
+    }
+  }
+}
+
+// Writes `Rows` rows (those below `valid_rows`) of `Chunks` chunks from shared memory to global.
+template <int Rows, int Chunks, int SmemStride>
+__device__ __forceinline__ void store_tile(const u16 *smem, int valid_rows, u16 *global, i64 row_stride) {
+#pragma unroll 2
+  for (int idx = threadIdx.x; idx < Rows * Chunks; idx += Cfg::kThreads) {
+    const int row = idx / Chunks;
+    const int chunk = idx % Chunks;
+    if (row >= valid_rows)
+      continue;
+    const u32x4 packed = *(const u32x4 *)(smem + row * SmemStride + chunk * kChunkElems);
+    u16 *dst = global + row * row_stride + chunk * kChunkElems;
+    if constexpr (Cfg::kAligned16) {
+      *(u32x4 *)dst = packed;
+    } else {
+      const u32 words[] = {packed.x, packed.y, packed.z, packed.w};
+#pragma unroll
+      for (int e = 0; e < kChunkElems; ++e)
+        dst[e] = (u16)(words[e / 2] >> ((e % 2) * kBf16Shift));
+    }
+  }
+}
+
+// Query tile -> shared memory (one commit group).
+__device__ __forceinline__ void load_q(const fj_attention_params &p, const Tile &t, u16 *smem_q) {
+  const u16 *q = t.q + (i64)t.m0 * p.q.row_stride;
+  load_tile<Cfg::kBlockM, kChunksQK, Cfg::kSmemStrideQ>(
+      smem_q, t.seqlen_q - t.m0, [&](int row) { return q + (i64)row * p.q.row_stride; }, t.q);
+  cp_async_commit_group();
+}
+
+// Key (IsV = false) or value block `n_block` -> shared buffer; always commits a group, empty when
+// the block is past the range, so the group arithmetic stays fixed.
+template <bool IsV>
+__device__ __forceinline__ void load_kv(const fj_attention_params &p, const Tile &t, u16 *smem, int n_block,
+                                        int n_end) {
+  if (n_block < n_end) {
+    const int n0 = n_block * Cfg::kBlockN;
+    const u16 *base = IsV ? t.v : t.k;
+    const fj_i64 row_stride = IsV ? p.v.row_stride : p.k.row_stride;
+    const fj_i64 page_stride = IsV ? p.paged.page_stride_v : p.paged.page_stride_k;
+    auto row_ptr = [&](int row) { return kv_row(p, t, base, page_stride, row_stride, n0 + row); };
+    if constexpr (IsV)
+      load_tile<Cfg::kBlockN, kChunksV, Cfg::kSmemStrideV>(smem, t.seqlen_k - n0, row_ptr, base);
+    else
+      load_tile<Cfg::kBlockN, kChunksQK, Cfg::kSmemStrideK>(smem, t.seqlen_k - n0, row_ptr, base);
+  }
+  cp_async_commit_group();
+}
+
+// Zeroes the columns between head_dim_qk and its 16-padding in Q and every K buffer: the MMA
+// reads them, and uninitialized shared memory may hold NaN bit patterns.
+__device__ __forceinline__ void zero_qk_padding(u16 *smem_q, u16 *smem_k) {
+  if constexpr (Cfg::kHeadDimQKPad > Cfg::kHeadDimQK) {
+    const u32x4 zero = {0, 0, 0, 0};
+    constexpr int kKRows = Cfg::kStages * Cfg::kBlockN;
+    for (int row = threadIdx.x; row < Cfg::kBlockM + kKRows; row += Cfg::kThreads) {
+      u16 *dst = row < Cfg::kBlockM ? smem_q + row * Cfg::kSmemStrideQ
+                                    : smem_k + (row - Cfg::kBlockM) * Cfg::kSmemStrideK;
+      *(u32x4 *)(dst + Cfg::kHeadDimQK) = zero;
+    }
+  }
+}
+
+// S = Q K^T for this warp's 16 rows and the kBlockN keys of one buffer.
+__device__ __forceinline__ void gemm_qk(float (&s)[kTilesN][4], const u16 *smem_q_warp, const u16 *smem_k) {
+  const int lane = lane_id();
+  // ldmatrix row pointers: A (Q) matrices go rows 0-7 / 8-15 then columns 0-7 / 8-15; each x4 of
+  // K covers two n8 key tiles (keys 0-7 then 8-15), columns 0-7 / 8-15 within each.
+  const u32 q_addr = cvta_to_shared_u32(smem_q_warp + (lane % 16) * Cfg::kSmemStrideQ + (lane / 16) * 8);
+  const u32 k_addr =
+      cvta_to_shared_u32(smem_k + ((lane % 8) + (lane / 16) * 8) * Cfg::kSmemStrideK + ((lane / 8) % 2) * 8);
+#pragma unroll
+  for (int j = 0; j < kTilesN; ++j)
+    s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < kStepsQK; ++kk) {
+    u32 a[4];
+    ldmatrix_x4(a, q_addr + kk * kMmaK * kElemBytes);
+#pragma unroll
+    for (int jj = 0; jj < kTilesN / 2; ++jj) {
+      u32 b[4];
+      ldmatrix_x4(b, k_addr + (jj * 2 * kMmaN * Cfg::kSmemStrideK + kk * kMmaK) * kElemBytes);
+      const u32 b_lo[2] = {b[0], b[1]};
+      const u32 b_hi[2] = {b[2], b[3]};
+      mma_m16n8k16<Cfg::kDType>(s[2 * jj], a, b_lo);
+      mma_m16n8k16<Cfg::kDType>(s[2 * jj + 1], a, b_hi);
+    }
+  }
+}
+
+// O += P V, with P taken from the S accumulators (the C layout of two n8 tiles is the A layout
+// of one k16 step) and V read transposed by ldmatrix.trans.
+__device__ __forceinline__ void gemm_pv(float (&o)[kTilesDV][4], const u32 (&pf)[kStepsPV][4], const u16 *smem_v) {
+  const int lane = lane_id();
+  const u32 v_addr =
+      cvta_to_shared_u32(smem_v + ((lane % 8) + ((lane / 8) % 2) * 8) * Cfg::kSmemStrideV + (lane / 16) * 8);
+#pragma unroll
+  for (int kk = 0; kk < kStepsPV; ++kk) {
+    const u32 row_offset = kk * kMmaK * Cfg::kSmemStrideV * kElemBytes;
+#pragma unroll
+    for (int jj = 0; jj < kTilesDV / 2; ++jj) {
+      u32 b[4];
+      ldmatrix_x4_trans(b, v_addr + row_offset + jj * 2 * kMmaN * kElemBytes);
+      const u32 b_lo[2] = {b[0], b[1]};
+      const u32 b_hi[2] = {b[2], b[3]};
+      mma_m16n8k16<Cfg::kDType>(o[2 * jj], pf[kk], b_lo);
+      mma_m16n8k16<Cfg::kDType>(o[2 * jj + 1], pf[kk], b_hi);
+    }
+    if constexpr (kTilesDV % 2 == 1) {
+      // head_dim_v = 8 (mod 16): the last n8 tile alone (lanes 0-15 address keys 0-15).
+      u32 b[2];
+      ldmatrix_x2_trans(b, v_addr + row_offset + (kTilesDV - 1) * kMmaN * kElemBytes);
+      mma_m16n8k16<Cfg::kDType>(o[kTilesDV - 1], pf[kk], b);
+    }
+  }
+}
+
+// Logits in log2 units: s * scale * log2(e), or with a softcap cap * tanh(s * scale / cap) * log2(e).
+__device__ __forceinline__ void scale_logits(float (&s)[kTilesN][4], const fj_attention_params &p) {
+#pragma unroll
+  for (int j = 0; j < kTilesN; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if constexpr (Cfg::kSoftcap)
+        s[j][e] = tanh_fast(s[j][e] * (p.scale * p.softcap_inv)) * (p.softcap * kLog2e);
+      else
+        s[j][e] *= p.scale_log2;
+    }
+}
+
+// Sets logits of keys past seqlen_k or outside the causal / window band to -inf. `row0` is the
+// query row of accumulator elements 0,1 (elements 2,3 are row0 + 8).
+__device__ __forceinline__ void mask_logits(float (&s)[kTilesN][4], const Tile &t, int row0, int n0) {
+  const int col_base = n0 + (lane_id() % kQuadSize) * 2;
+#pragma unroll
+  for (int j = 0; j < kTilesN; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = row0 + (e / 2) * 8;
+      const int col = col_base + j * kMmaN + (e % 2);
+      const int diag = row + t.shift;
+      bool masked = col >= t.seqlen_k;
+      if (t.right >= 0)
+        masked |= col > diag + t.right;
+      if (t.left >= 0)
+        masked |= col < diag - t.left;
+      if (masked)
+        s[j][e] = neg_inf();
+    }
+}
+
+// Online softmax over one key block: updates the running max / (thread-partial) sum of the two
+// rows this thread holds, rescales O, and turns S into P in place (log2 units -> probabilities).
+__device__ __forceinline__ void softmax_update(float (&s)[kTilesN][4], float (&o)[kTilesDV][4], float (&row_max)[2],
+                                               float (&row_sum)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float block_max = neg_inf();
+#pragma unroll
+    for (int j = 0; j < kTilesN; ++j)
+      block_max = max_f32(block_max, max_f32(s[j][2 * r], s[j][2 * r + 1]));
+    const float new_max = max_f32(row_max[r], quad_reduce_max(block_max));
+    // A row that has seen only masked keys keeps max -inf; exponentiate against 0 so that
+    // exp2(-inf - -inf) never produces NaN (every p is then exp2(-inf) = 0).
+    const float ref = new_max == neg_inf() ? 0.0f : new_max;
+    const float correction = ex2_approx(row_max[r] - ref);
+    row_max[r] = new_max;
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kTilesN; ++j) {
+      s[j][2 * r] = ex2_approx(s[j][2 * r] - ref);
+      s[j][2 * r + 1] = ex2_approx(s[j][2 * r + 1] - ref);
+      sum += s[j][2 * r] + s[j][2 * r + 1];
+    }
+    row_sum[r] = row_sum[r] * correction + sum;
+#pragma unroll
+    for (int d = 0; d < kTilesDV; ++d) {
+      o[d][2 * r] *= correction;
+      o[d][2 * r + 1] *= correction;
+    }
+  }
+}
+
+// P (fp32 accumulators) -> 16-bit A fragments of P V.
+__device__ __forceinline__ void pack_p(u32 (&pf)[kStepsPV][4], const float (&s)[kTilesN][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kStepsPV; ++kk) {
+    pf[kk][0] = pack2_from_f32<Cfg::kDType>(s[2 * kk][0], s[2 * kk][1]);
+    pf[kk][1] = pack2_from_f32<Cfg::kDType>(s[2 * kk][2], s[2 * kk][3]);
+    pf[kk][2] = pack2_from_f32<Cfg::kDType>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    pf[kk][3] = pack2_from_f32<Cfg::kDType>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  }
+}
+
+// LSE element of query row `row` (natural log), laid out [batch, heads_q, seqlen_q] or, varlen,
+// [heads_q, total_q].
+__device__ __forceinline__ float *lse_at(const fj_attention_params &p, const Tile &t, int row) {
+  if constexpr (Cfg::kVarlen)
+    return p.maybe_lse + (i64)t.head * p.total_q + t.q_row0 + row;
+  else
+    return p.maybe_lse + ((i64)t.batch * p.heads_q + t.head) * p.seqlen_q + row;
+}
+
+// A tile whose rows see no key at all: O = 0, LSE = -inf.
+__device__ __forceinline__ void write_empty_tile(const fj_attention_params &p, const Tile &t) {
+  const int rows = min_i(Cfg::kBlockM, t.seqlen_q - t.m0);
+  for (int idx = threadIdx.x; idx < rows * Cfg::kHeadDimV; idx += Cfg::kThreads) {
+    const int row = idx / Cfg::kHeadDimV;
+    t.o[(i64)(t.m0 + row) * p.o.row_stride + idx % Cfg::kHeadDimV] = 0;
+  }
+  if (p.maybe_lse != nullptr)
+    for (int row = threadIdx.x; row < rows; row += Cfg::kThreads)
+      *lse_at(p, t, t.m0 + row) = neg_inf();
+}
+
+// Builds the CTA's view; returns false when the tile lies past the end of its sequence (varlen
+// grids are sized for the longest one).
+__device__ __forceinline__ bool make_tile(const fj_attention_params &p, Tile *t) {
+  t->batch = blockIdx.z;
+  t->head = blockIdx.y;
+  t->head_kv = t->head / p.group;
+  t->m0 = blockIdx.x * Cfg::kBlockM;
+  if constexpr (Cfg::kVarlen) {
+    t->q_row0 = p.maybe_cu_seqlens_q[t->batch];
+    t->seqlen_q = p.maybe_cu_seqlens_q[t->batch + 1] - (int)t->q_row0;
+  } else {
+    t->q_row0 = 0;
+    t->seqlen_q = p.seqlen_q;
+  }
+  if (t->m0 >= t->seqlen_q)
+    return false;
+  const bool cu_k = Cfg::kVarlen && p.maybe_cu_seqlens_k != nullptr;
+  t->k_row0 = cu_k ? p.maybe_cu_seqlens_k[t->batch] : 0;
+  if (p.maybe_seqlens_k != nullptr)
+    t->seqlen_k = p.maybe_seqlens_k[t->batch];
+  else if (cu_k)
+    t->seqlen_k = p.maybe_cu_seqlens_k[t->batch + 1] - (int)t->k_row0;
+  else
+    t->seqlen_k = p.seqlen_k;
+  t->shift = t->seqlen_k - t->seqlen_q;
+  // Causal is the window (inf, 0); a user window intersects with it.
+  t->right = Cfg::kCausal ? 0 : -1;
+  t->left = -1;
+  if constexpr (Cfg::kLocal) {
+    if (p.window_right >= 0)
+      t->right = t->right < 0 ? p.window_right : min_i(t->right, p.window_right);
+    t->left = p.window_left;
+  }
+
+  const i64 q_off = Cfg::kVarlen ? t->q_row0 * p.q.row_stride : (i64)t->batch * p.q.batch_stride;
+  const i64 o_off = Cfg::kVarlen ? t->q_row0 * p.o.row_stride : (i64)t->batch * p.o.batch_stride;
+  t->q = (const u16 *)p.q.ptr + q_off + (i64)t->head * p.q.head_stride;
+  t->o = (u16 *)p.o.ptr + o_off + (i64)t->head * p.o.head_stride;
+  i64 k_off = 0, v_off = 0;
+  if constexpr (Cfg::kPageSize == 0) {
+    k_off = Cfg::kVarlen ? t->k_row0 * p.k.row_stride : (i64)t->batch * p.k.batch_stride;
+    v_off = Cfg::kVarlen ? t->k_row0 * p.v.row_stride : (i64)t->batch * p.v.batch_stride;
+  }
+  t->k = (const u16 *)p.k.ptr + k_off + (i64)t->head_kv * p.k.head_stride;
+  t->v = (const u16 *)p.v.ptr + v_off + (i64)t->head_kv * p.v.head_stride;
+  return true;
+}
+
+} // namespace fj::fa2
+
+extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
+    fj_fa2_prefill(const __grid_constant__ fj_attention_params p) {
+  using namespace fj;
+  using namespace fj::fa2;
+
+  Tile t;
+  if (!make_tile(p, &t))
+    return;
+
+  // Key blocks [n_begin, n_end) that intersect the band of some row of this tile.
+  const int m_last = min_i(t.m0 + Cfg::kBlockM, t.seqlen_q) - 1;
+  int key_end = t.seqlen_k;
+  if (t.right >= 0)
+    key_end = min_i(key_end, m_last + t.shift + t.right + 1);
+  const int key_begin = t.left >= 0 ? max_i(0, t.m0 + t.shift - t.left) : 0;
+  const int n_begin = key_begin / Cfg::kBlockN;
+  const int n_end = key_end > key_begin ? ceil_div(key_end, Cfg::kBlockN) : n_begin;
+  if (n_end <= n_begin) {
+    write_empty_tile(p, t);
+    return;
+  }
+
+  extern __shared__ __align__(16) u8 smem[];
+  u16 *smem_q = (u16 *)(smem + Cfg::kSmemOffsetQ);
+  u16 *smem_k = (u16 *)(smem + Cfg::kSmemOffsetK);
+  u16 *smem_v = (u16 *)(smem + Cfg::kSmemOffsetV);
+  u16 *smem_o = (u16 *)(smem + Cfg::kSmemOffsetO);
+  constexpr int kStageK = Cfg::kBlockN * Cfg::kSmemStrideK; // elements per K buffer
+  constexpr int kStageV = Cfg::kBlockN * Cfg::kSmemStrideV;
+
+  zero_qk_padding(smem_q, smem_k);
+  load_q(p, t, smem_q);
+#pragma unroll
+  for (int s = 0; s < Cfg::kStages; ++s) {
+    load_kv<false>(p, t, smem_k + s * kStageK, n_begin + s, n_end);
+    load_kv<true>(p, t, smem_v + s * kStageV, n_begin + s, n_end);
+  }
+
+  const int warp = warp_id();
+  const int lane = lane_id();
+  const u16 *smem_q_warp = smem_q + warp * Cfg::kRowsPerWarp * Cfg::kSmemStrideQ;
+  const int row0 = t.m0 + warp * Cfg::kRowsPerWarp + lane / kQuadSize; // query row of c0, c1
+
+  float o[kTilesDV][4];
+#pragma unroll
+  for (int d = 0; d < kTilesDV; ++d)
+    o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  float row_max[2] = {neg_inf(), neg_inf()};
+  float row_sum[2] = {0.0f, 0.0f};
+
+  for (int n_block = n_begin; n_block < n_end; ++n_block) {
+    const int stage = (n_block - n_begin) % Cfg::kStages;
+    const int n0 = n_block * Cfg::kBlockN;
+    u16 *k_buf = smem_k + stage * kStageK;
+    u16 *v_buf = smem_v + stage * kStageV;
+
+    cp_async_wait_group<kGroupsInFlight>();
+    __syncthreads(); // K_j (and Q) visible to every warp
+    float s[kTilesN][4];
+    gemm_qk(s, smem_q_warp, k_buf);
+    __syncthreads(); // every warp is done with this K buffer
+    load_kv<false>(p, t, k_buf, n_block + Cfg::kStages, n_end);
+
+    scale_logits(s, p);
+    // Only blocks that cross seqlen_k or an edge of the band pay for the mask.
+    const bool crosses_end = n0 + Cfg::kBlockN > t.seqlen_k;
+    const bool crosses_right = t.right >= 0 && n0 + Cfg::kBlockN - 1 > t.m0 + t.shift + t.right;
+    const bool crosses_left = t.left >= 0 && n0 < t.m0 + Cfg::kBlockM - 1 + t.shift - t.left;
+    if (crosses_end || crosses_right || crosses_left)
+      mask_logits(s, t, row0, n0);
+    softmax_update(s, o, row_max, row_sum);
+    u32 pf[kStepsPV][4];
+    pack_p(pf, s);
+
+    cp_async_wait_group<kGroupsInFlight>();
+    __syncthreads(); // V_j visible
+    gemm_pv(o, pf, v_buf);
+    __syncthreads(); // every warp is done with this V buffer
+    load_kv<true>(p, t, v_buf, n_block + Cfg::kStages, n_end);
+  }
+  cp_async_wait_all();
+
+  // Epilogue: normalize, stage O through shared memory for 16-byte row stores, write the LSE.
+  float inv_sum[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float sum = quad_reduce_sum(row_sum[r]);
+    inv_sum[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    if (p.maybe_lse != nullptr && lane % kQuadSize == 0) {
+      const int row = row0 + r * 8;
+      if (row < t.seqlen_q)
+        *lse_at(p, t, row) = sum > 0.0f ? (row_max[r] + lg2_approx(sum)) * kLn2 : neg_inf();
+    }
+  }
+  __syncthreads(); // the O staging area may overlap Q / K rows other warps still read
+  u16 *smem_o_warp = smem_o + warp * Cfg::kRowsPerWarp * Cfg::kSmemStrideO;
+  const int col = (lane % kQuadSize) * 2;
+#pragma unroll
+  for (int d = 0; d < kTilesDV; ++d)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = lane / kQuadSize + r * 8;
+      *(u32 *)(smem_o_warp + row * Cfg::kSmemStrideO + d * kMmaN + col) =
+          pack2_from_f32<Cfg::kDType>(o[d][2 * r] * inv_sum[r], o[d][2 * r + 1] * inv_sum[r]);
+    }
+  __syncthreads();
+  store_tile<Cfg::kBlockM, kChunksV, Cfg::kSmemStrideO>(smem_o, t.seqlen_q - t.m0,
+                                                        t.o + (i64)t.m0 * p.o.row_stride, p.o.row_stride);
+}

@@ -1,0 +1,206 @@
+// Consumer warpgroup of the fa3 kernel: 64 query rows of each tile. The main loop overlaps
+// inside the warpgroup: block j's S = Q K_j^T is issued together with O += P_{j-1} V_{j-1}; the
+// softmax of S_j runs while the PV GEMM is still on the tensor cores. With pingpong, the two
+// warpgroups take turns issuing their GEMMs (named barriers), so one's softmax hides under the
+// other's GEMMs. P never leaves registers: the f32 S accumulator re-viewed as 16-bit pairs is the
+// A fragment of the RS wgmma.
+#pragma once
+
+#include "kernels/fa3/epilogue.cuh"
+#include "kernels/fa3/scheduler.cuh"
+#include "kernels/fa3/smem.cuh"
+#include "kernels/fa3/softmax.cuh"
+#include "prim/mbarrier.cuh"
+#include "prim/named_barrier.cuh"
+#include "prim/wgmma.cuh"
+
+namespace fj::fa3 {
+
+constexpr int kKStepBytes = 32;       // 16 elements of a K-major row
+constexpr int kKStepRows = 16;        // 16 rows of an MN-major operand (V)
+constexpr int kSwizzleAtomBytes = 1024; // 8 rows x 128 B: stride between 8-row groups
+constexpr int kFragsPerKStep = 4;     // A fragment registers per k-step
+
+template <class C> struct Consumer {
+  static constexpr bool kBf16 = C::kDType == kDTypeBf16;
+  static constexpr int kKStepsPerPanel = C::kPanelCols / kKStepRows;
+  using MmaQK = Wgmma<C::kBlockN, kBf16, 0>;   // B = K, K-major
+  using MmaPV = Wgmma<C::kHeadDimV, kBf16, 1>; // B = V, MN-major (transposed)
+
+  const fj_fa3_params &params;
+  const Smem<C> &smem;
+  int wg;  // consumer warpgroup index (0-based)
+  int tid; // thread index inside the warpgroup
+
+  // Pingpong: wait for this warpgroup's turn on the tensor cores / hand the turn on.
+  __device__ __forceinline__ void turn_wait() const {
+    if constexpr (C::kPingpong)
+      named_barrier_sync(C::kBarrierPingpong + wg, 2 * kWarpgroupThreads);
+  }
+  __device__ __forceinline__ void turn_pass() const {
+    if constexpr (C::kPingpong)
+      named_barrier_arrive(C::kBarrierPingpong + (wg + 1) % C::kConsumerWarpgroups, 2 * kWarpgroupThreads);
+  }
+
+  __device__ __forceinline__ void release(u32 empty_bar) const {
+    if (tid == 0)
+      mbarrier_arrive(empty_bar); // one arrival per warpgroup (count = kConsumerWarpgroups)
+  }
+
+  __device__ __forceinline__ void issue_qk(float (&s)[C::kBlockN / 2], int stage) const {
+#pragma unroll
+    for (int k = 0; k < C::kKStepsQK; ++k) {
+      const int panel = k / kKStepsPerPanel;
+      const u32 step = (k % kKStepsPerPanel) * kKStepBytes;
+      const u64 a = wgmma_desc(smem.q_panel(panel) + wg * kWgmmaM * C::kSwizzleBytes + step, kChunkBytes,
+                               kSwizzleAtomBytes, C::kWgmmaSwizzle);
+      const u64 b = wgmma_desc(smem.k_panel(stage, panel) + step, kChunkBytes, kSwizzleAtomBytes, C::kWgmmaSwizzle);
+      MmaQK::ss(s, a, b, k > 0);
+    }
+    wgmma_commit_group();
+  }
+
+  __device__ __forceinline__ void issue_pv(float (&o)[C::kHeadDimV / 2], const u32 (&p)[C::kBlockN / 4], int stage) const {
+#pragma unroll
+    for (int k = 0; k < C::kKStepsPV; ++k) {
+      const u64 b = wgmma_desc(smem.v_stage(stage) + k * kKStepRows * C::kSwizzleBytes, C::kSmemPanelBytesKV,
+                               kSwizzleAtomBytes, C::kWgmmaSwizzle);
+      MmaPV::rs(o, p[k * kFragsPerKStep + 0], p[k * kFragsPerKStep + 1], p[k * kFragsPerKStep + 2],
+                p[k * kFragsPerKStep + 3], b, 1);
+    }
+    wgmma_commit_group();
+  }
+
+  // S (f32, now holding p) -> 16-bit pairs: the accumulator layout of columns 16k..16k+15 is
+  // exactly the m16n8k16 A fragment of k-step k.
+  __device__ __forceinline__ static void to_fragments(const float (&s)[C::kBlockN / 2], u32 (&p)[C::kBlockN / 4]) {
+#pragma unroll
+    for (int i = 0; i < C::kBlockN / 4; ++i)
+      p[i] = pack2_from_f32<C::kDType>(s[2 * i], s[2 * i + 1]);
+  }
+
+  __device__ __forceinline__ static void rescale_o(float (&o)[C::kHeadDimV / 2], const float (&scale)[kRowsPerThread]) {
+#pragma unroll
+    for (int j = 0; j < C::kHeadDimV / kColsPerGroup; ++j)
+#pragma unroll
+      for (int r = 0; r < kRowsPerThread; ++r) {
+        o[j * kAccPerGroup + r * 2] *= scale[r];
+        o[j * kAccPerGroup + r * 2 + 1] *= scale[r];
+      }
+  }
+
+  struct Logits {
+    float scale_log2, cap_pre, cap_post;
+  };
+
+  // Mask / soft cap / online softmax of the block in s.
+  __device__ __forceinline__ void softmax(float (&s)[C::kBlockN / 2], RowState<C> &st, float (&scale)[kRowsPerThread],
+                                          const Logits &lg, const Tile &t, const Window &w, int n) const {
+    if constexpr (C::kSoftcap)
+      apply_softcap<C>(s, lg.cap_pre, lg.cap_post);
+    if (block_needs_mask<C>(t, w, n)) {
+      const int row0 = t.m_block * C::kBlockM + wg * kWgmmaM + (tid / kWarpSize) * kRowsPerWarp + (tid % kWarpSize) / kQuadLanes;
+      const int col0 = n * C::kBlockN + 2 * (tid % kQuadLanes);
+      apply_mask<C>(s, row0, col0, t, w);
+    }
+    softmax_step<C>(s, st, lg.scale_log2, scale);
+  }
+
+  __device__ void run() {
+    const fj_attention_params &p = params.base;
+    Logits lg;
+    lg.scale_log2 = p.scale_log2;
+    lg.cap_pre = p.scale * p.softcap_inv;
+    lg.cap_post = C::kSoftcap ? p.softcap / p.scale : 0.0f;
+    const Epilogue<C> epilogue{params, smem, wg, tid};
+
+    float s[C::kBlockN / 2];
+    u32 frag[C::kBlockN / 4];
+    float o[C::kHeadDimV / 2];
+
+    if constexpr (C::kPingpong)
+      if (wg != 0)
+        turn_pass(); // let warpgroup 0 take the first turn
+    int block_index = 0;
+    u32 tile_parity = 0;
+    for (int index = blockIdx.x; index < params.num_tiles; index += gridDim.x) {
+      const Tile t = decode_tile<C>(params, index);
+      if (!t.has_rows)
+        continue;
+      if (t.n_max <= t.n_min) {
+        epilogue.write_empty(t);
+        continue;
+      }
+      const Window w = make_window<C>(p, t.seqlen_q, t.seqlen_k);
+      RowState<C> st;
+#pragma unroll
+      for (int r = 0; r < kRowsPerThread; ++r) {
+        st.max[r] = neg_inf();
+        st.sum[r] = 0.0f;
+      }
+      float scale[kRowsPerThread];
+#pragma unroll
+      for (int i = 0; i < C::kHeadDimV / 2; ++i)
+        o[i] = 0.0f;
+
+      // Prologue: S for the last (possibly partial / diagonal) block.
+      int n = t.n_max - 1;
+      RingSlot<C> cur = RingSlot<C>::at(block_index);
+      mbarrier_wait_parity(smem.q_full(), tile_parity);
+      mbarrier_wait_parity(smem.k_full(cur.stage), cur.phase);
+      turn_wait();
+      wgmma_fence();
+      issue_qk(s, cur.stage);
+      turn_pass();
+      wgmma_wait_group<0>();
+      wgmma_fence_operand(s);
+      release(smem.k_empty(cur.stage));
+      softmax(s, st, scale, lg, t, w, n);
+      to_fragments(s, frag);
+
+      for (--n; n >= t.n_min; --n) {
+        const RingSlot<C> prev = cur;
+        cur = RingSlot<C>::at(++block_index);
+        mbarrier_wait_parity(smem.k_full(cur.stage), cur.phase);
+        turn_wait();
+        wgmma_fence();
+        issue_qk(s, cur.stage);
+        mbarrier_wait_parity(smem.v_full(prev.stage), prev.phase);
+        wgmma_fence(); // the V wait sits between the two GEMMs: re-fence the PV operands
+        issue_pv(o, frag, prev.stage);
+        turn_pass();
+        wgmma_wait_group<1>(); // S_j ready; PV_{j-1} may still run
+        wgmma_fence_operand(s);
+        release(smem.k_empty(cur.stage));
+        softmax(s, st, scale, lg, t, w, n);
+        wgmma_wait_group<0>();
+        wgmma_fence_operand(o);
+        wgmma_fence_operand(frag);
+        release(smem.v_empty(prev.stage));
+        rescale_o(o, scale);
+        to_fragments(s, frag);
+      }
+
+      // Last PV.
+      mbarrier_wait_parity(smem.v_full(cur.stage), cur.phase);
+      turn_wait();
+      wgmma_fence();
+      issue_pv(o, frag, cur.stage);
+      turn_pass();
+      wgmma_wait_group<0>();
+      wgmma_fence_operand(o);
+      release(smem.v_empty(cur.stage));
+      ++block_index;
+
+      epilogue.run(t, o, st, lg.scale_log2);
+      tile_parity ^= 1;
+    }
+    if constexpr (C::kPingpong)
+      if (wg == 0)
+        turn_wait(); // absorb warpgroup 1's last hand-over so the barrier ends balanced
+    if (tid == 0)
+      tma_store_wait<0>(); // O stores complete before the CTA retires
+  }
+};
+
+} // namespace fj::fa3

@@ -1,0 +1,100 @@
+// Persistent tile scheduler of the fa3 kernel. The grid is sized to the SM count; CTA c takes
+// tiles c, c + gridDim.x, ... Producer and consumers walk the same sequence and decode the same
+// tile, so no hand-off is needed. Order: sections of `heads_per_section` (batch, head) pairs
+// whose K/V fit in L2; inside a section the m-block is the slow index, and under causal masking
+// it runs from the last (heaviest: sees the most keys) to the first.
+#pragma once
+
+#include "params_fa3.h"
+#include "prim/types.cuh"
+
+namespace fj::fa3 {
+
+struct Tile {
+  int batch, head, kv_head, m_block;
+  int seqlen_q, seqlen_k;
+  int q_row0, k_row0; // first row of this sequence in the TMA row coordinate (varlen: packed)
+  int batch_coord;    // TMA batch coordinate (0 for varlen: one packed "batch")
+  int n_min, n_max;   // KV blocks [n_min, n_max) hold a visible key; walked from n_max - 1 down
+  bool has_rows;      // m_block starts inside the sequence
+};
+
+// Key columns visible from query row `row` lie in [row + offset - left, row + offset + right].
+struct Window {
+  int offset; // seqlen_k - seqlen_q (bottom-right alignment)
+  int left, right;
+  bool has_left, has_right;
+};
+
+template <class C> __device__ __forceinline__ Window make_window(const fj_attention_params &p, int seqlen_q, int seqlen_k) {
+  Window w;
+  w.offset = seqlen_k - seqlen_q;
+  w.has_right = C::kCausal || (C::kLocal && p.window_right >= 0);
+  w.right = C::kCausal ? 0 : p.window_right; // causal = window (left, 0)
+  w.has_left = C::kLocal && p.window_left >= 0;
+  w.left = p.window_left;
+  return w;
+}
+
+template <class C> __device__ __forceinline__ Tile decode_tile(const fj_fa3_params &params, int index) {
+  const fj_attention_params &p = params.base;
+  const int m_blocks = p.num_m_blocks;
+  const int pairs = p.batch * p.heads_q;
+  const int section_pairs = params.heads_per_section;
+  const int section = index / (m_blocks * section_pairs);
+  const int rest = index - section * m_blocks * section_pairs;
+  const int pairs_here = min(section_pairs, pairs - section * section_pairs);
+  const int m_order = rest / pairs_here;
+  const int pair = section * section_pairs + (rest - m_order * pairs_here);
+
+  Tile t;
+  t.batch = pair / p.heads_q;
+  t.head = pair - t.batch * p.heads_q;
+  t.kv_head = t.head / p.group;
+  t.m_block = C::kCausal ? m_blocks - 1 - m_order : m_order;
+  if constexpr (C::kVarlen) {
+    t.q_row0 = p.maybe_cu_seqlens_q[t.batch];
+    t.k_row0 = p.maybe_cu_seqlens_k[t.batch];
+    t.seqlen_q = p.maybe_cu_seqlens_q[t.batch + 1] - t.q_row0;
+    t.seqlen_k = p.maybe_cu_seqlens_k[t.batch + 1] - t.k_row0;
+    t.batch_coord = 0;
+  } else {
+    t.q_row0 = 0;
+    t.k_row0 = 0;
+    t.seqlen_q = p.seqlen_q;
+    t.seqlen_k = p.seqlen_k;
+    t.batch_coord = t.batch;
+  }
+  const int row_lo = t.m_block * C::kBlockM;
+  t.has_rows = row_lo < t.seqlen_q;
+  const int row_hi = min(row_lo + C::kBlockM, t.seqlen_q) - 1;
+  const Window w = make_window<C>(p, t.seqlen_q, t.seqlen_k);
+  t.n_max = (t.seqlen_k + C::kBlockN - 1) / C::kBlockN;
+  t.n_min = 0;
+  if (w.has_right) {
+    const int last_col = row_hi + w.offset + w.right; // highest visible column of the tile
+    t.n_max = min(t.n_max, last_col < 0 ? 0 : last_col / C::kBlockN + 1);
+  }
+  if (w.has_left) {
+    const int first_col = row_lo + w.offset - w.left;
+    t.n_min = first_col <= 0 ? 0 : first_col / C::kBlockN;
+  }
+  return t;
+}
+
+// True when some element of block n may be invisible to some row of the tile: the seqlen_k
+// tail, the causal / window diagonal. Only these blocks pay for the element mask.
+template <class C> __device__ __forceinline__ bool block_needs_mask(const Tile &t, const Window &w, int n) {
+  const int col_lo = n * C::kBlockN;
+  const int col_hi = col_lo + C::kBlockN - 1;
+  const int row_lo = t.m_block * C::kBlockM;
+  const int row_hi = row_lo + C::kBlockM - 1;
+  bool mask = col_hi >= t.seqlen_k;
+  if (w.has_right)
+    mask = mask || col_hi > row_lo + w.offset + w.right;
+  if (w.has_left)
+    mask = mask || col_lo < row_hi + w.offset - w.left;
+  return mask;
+}
+
+} // namespace fj::fa3

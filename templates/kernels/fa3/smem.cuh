@@ -1,0 +1,54 @@
+// Shared-memory map of the fa3 kernel: every offset comes from the plan (KernelConfig); this file
+// only turns them into 32-bit shared addresses. Tiles are 1024-byte aligned (128B swizzle atom).
+#pragma once
+
+#include "prim/types.cuh"
+
+namespace fj::fa3 {
+
+template <class C> struct Smem {
+  // mbarriers, 8 bytes each, at kSmemOffsetBarriers: Q full/empty, then per stage K full, K
+  // empty, V full, V empty.
+  static constexpr u32 kBarrierBytes = 8;
+  static constexpr u32 kQFull = 0;
+  static constexpr u32 kQEmpty = 1;
+  static constexpr u32 kKFull = 2;
+  static constexpr u32 kKEmpty = kKFull + C::kStages;
+  static constexpr u32 kVFull = kKEmpty + C::kStages;
+  static constexpr u32 kVEmpty = kVFull + C::kStages;
+
+  u32 base; // aligned to C::kSmemAlign
+
+  __device__ __forceinline__ u32 barrier(u32 index) const {
+    return base + C::kSmemOffsetBarriers + index * kBarrierBytes;
+  }
+  __device__ __forceinline__ u32 q_full() const { return barrier(kQFull); }
+  __device__ __forceinline__ u32 q_empty() const { return barrier(kQEmpty); }
+  __device__ __forceinline__ u32 k_full(int stage) const { return barrier(kKFull + stage); }
+  __device__ __forceinline__ u32 k_empty(int stage) const { return barrier(kKEmpty + stage); }
+  __device__ __forceinline__ u32 v_full(int stage) const { return barrier(kVFull + stage); }
+  __device__ __forceinline__ u32 v_empty(int stage) const { return barrier(kVEmpty + stage); }
+
+  // Q (and O, which reuses Q's panels once the tile's last QK has run): panel-major, kBlockM rows.
+  __device__ __forceinline__ u32 q_panel(int panel) const {
+    return base + C::kSmemOffsetQ + panel * C::kSmemPanelBytesQ;
+  }
+  __device__ __forceinline__ u32 k_panel(int stage, int panel) const {
+    return base + C::kSmemOffsetK + stage * C::kSmemStageBytesK + panel * C::kSmemPanelBytesKV;
+  }
+  __device__ __forceinline__ u32 v_stage(int stage) const {
+    return base + C::kSmemOffsetV + stage * C::kSmemStageBytesV;
+  }
+};
+
+// Position of the ring slot used by the i-th KV block a CTA processes (same sequence on both
+// sides): the stage, and the parity of the phase in which that slot is filled.
+template <class C> struct RingSlot {
+  int stage;
+  u32 phase;
+  __device__ __forceinline__ static RingSlot at(int block_index) {
+    return {block_index % C::kStages, static_cast<u32>((block_index / C::kStages) & 1)};
+  }
+};
+
+} // namespace fj::fa3

@@ -1,0 +1,85 @@
+// Online softmax on a wgmma accumulator tile (64 x kBlockN per warpgroup). Each thread holds two
+// rows (lane/4 and lane/4 + 8 of its warp's 16) and, per 8-column group j, columns
+// 8j + 2(lane%4) + {0, 1}: s[4j + 0..1] belong to row 0, s[4j + 2..3] to row 1. A row is spread
+// over the 4 lanes of a quad, so the row max needs two xor-shuffles; the row sum stays
+// per-thread until the epilogue. Logits stay raw (unscaled) so exp2 is one FFMA + MUFU:
+// p = 2^(s * scale_log2 - m * scale_log2).
+#pragma once
+
+#include "kernels/fa3/scheduler.cuh"
+#include "prim/math.cuh"
+#include "prim/warp.cuh"
+
+namespace fj::fa3 {
+
+constexpr int kRowsPerThread = 2;
+constexpr int kAccPerGroup = 4;   // accumulator registers per 8-column group
+constexpr int kColsPerGroup = 8;
+constexpr int kRowHalf = 8;       // second row of a thread is 8 rows below the first
+
+template <class C> struct RowState {
+  float max[kRowsPerThread]; // running max of raw (or soft-capped) logits; -inf before any key
+  float sum[kRowsPerThread]; // this thread's share of sum(p), rescaled with the max
+};
+
+// Sets invisible logits to -inf. `row0` is the thread's first row in the sequence, `col0` the
+// column of s[0] (block start + 2 * (lane % 4)).
+template <class C>
+__device__ __forceinline__ void apply_mask(float (&s)[C::kBlockN / 2], int row0, int col0, const Tile &t, const Window &w) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    const int row = row0 + r * kRowHalf;
+    int col_end = t.seqlen_k; // exclusive
+    if (w.has_right)
+      col_end = min(col_end, row + w.offset + w.right + 1);
+    const int col_begin = w.has_left ? row + w.offset - w.left : 0;
+#pragma unroll
+    for (int j = 0; j < C::kBlockN / kColsPerGroup; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = col0 + j * kColsPerGroup + e;
+        if (col >= col_end || col < col_begin)
+          s[j * kAccPerGroup + r * 2 + e] = neg_inf();
+      }
+  }
+}
+
+// Soft cap in the raw-logit domain: s' = (cap / scale) * tanh(s * scale / cap), so that
+// s' * scale = cap * tanh(s * scale / cap), the capped logit.
+template <class C> __device__ __forceinline__ void apply_softcap(float (&s)[C::kBlockN / 2], float pre, float post) {
+#pragma unroll
+  for (int i = 0; i < C::kBlockN / 2; ++i)
+    s[i] = post * tanh_fast(s[i] * pre);
+}
+
+// One online-softmax step: updates the row max, returns the factor the old O and sum must be
+// multiplied by, turns s into p = exp2((s - max) * scale_log2) and adds it to the row sum.
+template <class C>
+__device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowState<C> &st, float scale_log2,
+                                             float (&rescale)[kRowsPerThread]) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    float block_max = st.max[r];
+#pragma unroll
+    for (int j = 0; j < C::kBlockN / kColsPerGroup; ++j)
+      block_max = max_f32(block_max, max_f32(s[j * kAccPerGroup + r * 2], s[j * kAccPerGroup + r * 2 + 1]));
+    block_max = quad_reduce_max(block_max);
+    // A row that has seen no key keeps max = -inf; use 0 so that exp2 gives 0, not NaN.
+    const float safe_max = block_max == neg_inf() ? 0.0f : block_max;
+    rescale[r] = ex2_approx((st.max[r] - safe_max) * scale_log2);
+    st.max[r] = block_max;
+    const float bias = -safe_max * scale_log2;
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < C::kBlockN / kColsPerGroup; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float &x = s[j * kAccPerGroup + r * 2 + e];
+        x = ex2_approx(x * scale_log2 + bias); // contracted to one FFMA
+        sum += x;
+      }
+    st.sum[r] = st.sum[r] * rescale[r] + sum;
+  }
+}
+
+} // namespace fj::fa3

@@ -1,0 +1,61 @@
+// FlashAttention-3-class forward kernel for Hopper (sm_90a), rendered with a KernelConfig from
+// compiler/plans/fa3_plan.cpp. Roles: warpgroup 0 = producer (one thread issues TMA for Q, K, V
+// into a kStages ring guarded by mbarriers), warpgroups 1..kConsumerWarpgroups = consumers (wgmma
+// S = QK^T from smem, online softmax, O += PV with P in registers, epilogue). setmaxnreg moves
+// registers from the producer to the consumers. Persistent: one CTA per SM walks the tiles.
+#pragma once
+
+#include "kernels/fa3/consumer.cuh"
+#include "kernels/fa3/producer.cuh"
+#include "kernels/fa3/smem.cuh"
+#include "params_fa3.h"
+#include "prim/fence.cuh"
+#include "prim/mbarrier.cuh"
+#include "prim/setmaxnreg.cuh"
+#include "prim/tma.cuh"
+#include "prim/types.cuh"
+
+extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
+    fj_fa3_prefill(const __grid_constant__ fj_fa3_params params) {
+  using C = KernelConfig;
+  using namespace fj;
+  using namespace fj::fa3;
+  static_assert(C::kThreads == kWarpgroupThreads * (1 + C::kConsumerWarpgroups), "one producer warpgroup");
+  static_assert(C::kBlockM == kWgmmaM * C::kConsumerWarpgroups, "64 rows per consumer warpgroup");
+
+  extern __shared__ u8 smem_raw[];
+  const u32 raw = cvta_to_shared_u32(smem_raw);
+  const Smem<C> smem{(raw + C::kSmemAlign - 1) & ~static_cast<u32>(C::kSmemAlign - 1)};
+
+  // Broadcast from lane 0 so the compiler knows the role is warp-uniform (otherwise ptxas treats
+  // the wgmma code as divergent and serializes it, warning C7520).
+  const int warpgroup = __shfl_sync(kFullMask, static_cast<int>(threadIdx.x / kWarpgroupThreads), 0);
+  if (threadIdx.x == 0) {
+    mbarrier_init(smem.q_full(), 1);
+    mbarrier_init(smem.q_empty(), C::kConsumerWarpgroups);
+    for (int stage = 0; stage < C::kStages; ++stage) {
+      mbarrier_init(smem.k_full(stage), 1);
+      mbarrier_init(smem.k_empty(stage), C::kConsumerWarpgroups);
+      mbarrier_init(smem.v_full(stage), 1);
+      mbarrier_init(smem.v_empty(stage), C::kConsumerWarpgroups);
+    }
+    fence_mbarrier_init();
+    tma_prefetch_descriptor(&params.tma_q);
+    tma_prefetch_descriptor(&params.tma_k);
+    tma_prefetch_descriptor(&params.tma_v);
+    tma_prefetch_descriptor(&params.tma_o);
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    setmaxnreg_dec<C::kRegsProducer>();
+    if (threadIdx.x == 0) {
+      Producer<C> producer{params, smem, l2_policy_evict_last(), l2_policy_evict_first()};
+      producer.run();
+    }
+  } else {
+    setmaxnreg_inc<C::kRegsConsumer>();
+    Consumer<C> consumer{params, smem, warpgroup - 1, static_cast<int>(threadIdx.x % kWarpgroupThreads)};
+    consumer.run();
+  }
+}

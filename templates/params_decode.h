@@ -1,0 +1,46 @@
+// Parameter block of the split-K decode kernel and its combine, shared byte for byte by the host
+// (compiler/splitk_schedule, runtime/) and the device templates. Plain C, fixed-width fields.
+//
+// Plan once, run many: the host schedule (compiler/splitk_schedule.hpp) writes a work list into
+// the integer region of a caller-provided workspace; both kernels read it through the pointers
+// below, so the launch grids never change with the sequence lengths (CUDA-graph friendly).
+#pragma once
+
+#include "kernel_params.h"
+
+// One unit of decode work: keys [kv_begin, kv_end) of one (sequence, kv head, m block).
+// Four int32 so a CTA fetches it with one 16-byte load.
+typedef struct fj_decode_work {
+  fj_i32 unit;     // (batch * heads_kv + head_kv) * m_blocks + m_block
+  fj_i32 kv_begin; // first key (absolute position in the sequence)
+  fj_i32 kv_end;   // one past the last key; kv_begin == kv_end: the unit sees no key
+  fj_i32 state;    // < 0: the unit is not split, write O directly; else its partial state slot
+} fj_decode_work;
+
+// One unit whose keys were split: its partial states are [first_state, first_state + count).
+typedef struct fj_decode_merge {
+  fj_i32 unit;
+  fj_i32 first_state;
+  fj_i32 count;
+  fj_i32 pad_;
+} fj_decode_merge;
+
+// Counters at the start of the integer region, written by the host schedule.
+typedef struct fj_decode_header {
+  fj_i32 num_work;
+  fj_i32 num_merges;
+  fj_i32 num_states;
+  fj_i32 pad_;
+} fj_decode_header;
+
+typedef struct fj_decode_params {
+  // q/k/v/o, lse, seqlens, paged KV, heads, window, scale, softcap; `maybe_partial_o/lse` point at
+  // the float region of the workspace: [states, block_m, head_dim_v] and [states, block_m].
+  fj_attention_params attn;
+  const fj_decode_header *header;
+  const fj_i32 *slot_begin;      // [grid + 1]: CTA c runs work[slot_begin[c] .. slot_begin[c + 1])
+  const fj_decode_work *work;    // [max_work]
+  const fj_decode_merge *merges; // [grid]: at most one split unit ends in each CTA's range
+  fj_i32 m_blocks;               // query tiles per (sequence, kv head)
+  fj_i32 pad_;
+} fj_decode_params;

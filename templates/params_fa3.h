@@ -1,0 +1,30 @@
+// Parameter block of the FlashAttention-3 kernel (fj_fa3_prefill), shared byte for byte by the
+// host (runtime/) and the device template. Plain C; passed by value as `const __grid_constant__`
+// so the tensor maps live in parameter space, where cp.async.bulk.tensor can read them.
+#pragma once
+
+#include "kernel_params.h"
+
+#if defined(__cplusplus)
+#define FJ_ALIGN64 alignas(64)
+#else
+#define FJ_ALIGN64 _Alignas(64)
+#endif
+
+// An encoded CUtensorMap (cuTensorMapEncodeTiled output): opaque, 128 bytes, 64-byte aligned.
+typedef struct fj_tensor_map {
+  FJ_ALIGN64 fj_u64 opaque[16];
+} fj_tensor_map;
+
+typedef struct fj_fa3_params {
+  fj_attention_params base;
+  // 4-D maps, innermost first: {dim, tokens, heads, batch}; varlen uses {dim, total, heads, 1}.
+  fj_tensor_map tma_q;
+  fj_tensor_map tma_k;
+  fj_tensor_map tma_v;
+  fj_tensor_map tma_o;
+  // Persistent schedule (runtime/tma_desc.cpp fills these): tiles = batch * heads_q * m_blocks,
+  // walked in sections of `heads_per_section` (batch, head) pairs so a section's K/V stays in L2.
+  fj_i32 num_tiles;
+  fj_i32 heads_per_section;
+} fj_fa3_params;

@@ -1,0 +1,90 @@
+// One attention problem on the GPU, end to end: random inputs (never zeros), NaN-poisoned outputs,
+// a launch through the public API, every element compared with the float64 reference. Used by
+// `flashjit check`/`bench` and by tests/gpu. Talks to the GPU through flashjit's own driver table.
+#pragma once
+
+#include "tests/reference/reference.hpp"
+
+#include <flashjit/flashjit.hpp>
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace flashjit::harness {
+
+// Makes device `ordinal`'s primary context current for the calling thread (released on destruction).
+class DeviceSession {
+public:
+  DeviceSession() = default;
+  ~DeviceSession();
+  DeviceSession(const DeviceSession &) = delete;
+  DeviceSession &operator=(const DeviceSession &) = delete;
+  Status open(int ordinal = 0);
+  bool open_ok() const { return context_ != nullptr; }
+  std::string name() const { return name_; }
+
+private:
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+  std::string name_;
+};
+
+// Owns a device allocation.
+class DeviceBuffer {
+public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer &&other) noexcept;
+  DeviceBuffer &operator=(DeviceBuffer &&other) noexcept;
+  Status allocate(size_t bytes);
+  Status upload(const void *host, size_t bytes);
+  Status download(void *host, size_t bytes) const;
+  Status fill_bytes(unsigned char value);
+  void *get() const { return reinterpret_cast<void *>(ptr_); }
+  size_t size() const { return bytes_; }
+
+private:
+  CUdeviceptr ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+struct CaseOptions {
+  ref::Problem problem;      // shapes, lengths (one per sequence), mask, softcap, scale
+  ref::Dtype dtype = ref::Dtype::bf16;
+  bool varlen = false;       // packed rows through cu_seqlens; else batch mode (equal lengths)
+  int page_size = 0;         // > 0: K/V through a shuffled block table
+  int row_padding = 0;       // extra elements between tokens (non-contiguous strides; odd -> unaligned path)
+  bool with_lse = true;
+  uint64_t seed = 1;
+};
+
+struct CaseResult {
+  Status status;              // launch status (the check is meaningful only when ok)
+  ref::CheckResult o;
+  ref::CheckResult lse;
+  std::string kernel;         // explain().kernel
+  bool pass() const { return status.ok() && o.pass && (lse.count == 0 || lse.pass); }
+  std::string summary() const;
+};
+
+// Runs and checks one case. `runtime` must belong to the current context's thread.
+CaseResult run_case(Runtime &runtime, const CaseOptions &options);
+
+struct BenchResult {
+  Status status;
+  double median_ms = 0;
+  double tflops = 0;  // 4 * sum(sq * sk) * heads * d (halved for causal)
+  std::string kernel;
+};
+
+// Times `forward` with driver events (warm-up, then the median of `iterations`), rotating among
+// enough input copies that L2 does not serve them. Inputs are random, never zeros.
+BenchResult bench_case(Runtime &runtime, const CaseOptions &options, int iterations);
+
+// FLOPs by the usual convention: sum over sequences of 2 * sq * sk * heads * (dqk + dv), halved for causal.
+double attention_flops(const ref::Problem &problem);
+
+} // namespace flashjit::harness
