@@ -55,9 +55,33 @@ PlanChoice choose_decode(const KernelSpec &spec) {
   return fallback;
 }
 
+PlanChoice choose_forced(const KernelSpec &spec, Variant forced) {
+  Plan plan;
+  std::string reason;
+  bool ok = false;
+  KernelSpec effective = spec;
+  switch (forced) {
+  case Variant::fa2:
+  case Variant::fa3:
+    effective.op = Op::prefill;
+    effective.gqa_group = 0;
+    effective.q_len = 0;
+    ok = forced == Variant::fa2 ? plan_fa2(effective, &plan, &reason) : plan_fa3(effective, &plan, &reason);
+    break;
+  case Variant::decode_splitk: ok = spec.op == Op::decode && plan_decode(spec, &plan, &reason); break;
+  case Variant::combine: ok = plan_combine(spec, &plan, &reason); break;
+  }
+  if (!ok)
+    return failed(spec, std::string("the requested variant ") + variant_name(forced) + " cannot run this spec" +
+                            (reason.empty() ? " (decode kernels need a decode-shaped problem)" : ": " + reason));
+  return planned(effective, plan, forced, "");
+}
+
 } // namespace
 
-PlanChoice choose_plan(const KernelSpec &spec) {
+PlanChoice choose_plan(const KernelSpec &spec, std::optional<Variant> forced) {
+  if (forced)
+    return choose_forced(spec, *forced);
   switch (spec.op) {
   case Op::prefill: return choose_prefill(spec);
   case Op::decode: return choose_decode(spec);

@@ -4,6 +4,7 @@
 
 #include "compiler/plan.hpp"
 
+#include <optional>
 #include <string>
 
 namespace flashjit {
@@ -24,6 +25,7 @@ struct PlanChoice {
 
 // Preferred variant per op and arch: prefill -> fa3 on sm90a, else fa2; decode -> decode_splitk.
 // When the preferred variant's planner declines, the next one is tried and the reason recorded.
-PlanChoice choose_plan(const KernelSpec &spec);
+// `forced` (if set) must run the spec, else the choice fails with that variant's reason.
+PlanChoice choose_plan(const KernelSpec &spec, std::optional<Variant> forced = std::nullopt);
 
 } // namespace flashjit

@@ -68,6 +68,7 @@ void flashjit_options_init(flashjit_options *options) {
   options->disk_cache = 1;
   options->jit = 1;
   options->strict = 0;
+  options->variant = FLASHJIT_VARIANT_AUTO;
 }
 
 const char *flashjit_last_error(void) { return last_error.c_str(); }

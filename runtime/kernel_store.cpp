@@ -71,6 +71,21 @@ StoreConfig store_config_from(const flashjit_options &options) {
   config.disk_cache = options.disk_cache != 0 && !env_off("FLASHJIT_CACHE");
   config.jit = options.jit != 0 && !env_off("FLASHJIT_JIT");
   config.strict = options.strict != 0 || env_on("FLASHJIT_STRICT");
+  switch (options.variant) {
+  case FLASHJIT_VARIANT_FA2: config.variant = Variant::fa2; break;
+  case FLASHJIT_VARIANT_FA3: config.variant = Variant::fa3; break;
+  case FLASHJIT_VARIANT_DECODE_SPLITK: config.variant = Variant::decode_splitk; break;
+  case FLASHJIT_VARIANT_AUTO: {
+    const std::string variant = env("FLASHJIT_VARIANT");
+    if (variant == "fa2")
+      config.variant = Variant::fa2;
+    else if (variant == "fa3")
+      config.variant = Variant::fa3;
+    else if (variant == "decode_splitk")
+      config.variant = Variant::decode_splitk;
+    break;
+  }
+  }
   config.cache_dir = options.cache_dir ? std::filesystem::path(options.cache_dir) : DiskCache::default_root();
   return config;
 }
@@ -92,7 +107,7 @@ KernelStore::KernelStore(StoreConfig config) : config_(std::move(config)) {
 }
 
 Status KernelStore::choose(const KernelSpec &spec, PlanChoice *choice) const {
-  *choice = choose_plan(spec);
+  *choice = choose_plan(spec, config_.variant);
   if (!choice->ok)
     return Status::error(FLASHJIT_UNSUPPORTED, choice->error);
   if (!choice->fallback_reason.empty() && config_.strict)

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <unordered_map>
 
@@ -22,11 +23,12 @@ struct StoreConfig {
   bool disk_cache = true;
   bool jit = true;
   bool strict = false;
+  std::optional<Variant> variant; // forced kernel family (options.variant / FLASHJIT_VARIANT)
   std::filesystem::path cache_dir;
 };
 
 // Settings from flashjit_options plus the environment (FLASHJIT_CACHE, FLASHJIT_CACHE_DIR, FLASHJIT_JIT,
-// FLASHJIT_BACKEND, FLASHJIT_STRICT). Explicit options win over the environment.
+// FLASHJIT_BACKEND, FLASHJIT_STRICT, FLASHJIT_VARIANT). Explicit options win over the environment.
 StoreConfig store_config_from(const flashjit_options &options);
 
 struct KernelRecord {

@@ -18,7 +18,8 @@ LogLevel log_level();
 void log(LogLevel level, std::string_view message);
 
 // Routes every message that passes the threshold to `sink` instead of stderr (tests use this to
-// count warnings). nullptr restores stderr.
+// count warnings). nullptr restores stderr. The sink runs under the logger's lock: it must not
+// call log() itself.
 void set_log_sink(std::function<void(LogLevel, std::string_view)> sink);
 
 // "error", "warn", ... as used in the prefix and in FLASHJIT_LOG.

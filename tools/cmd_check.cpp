@@ -11,7 +11,6 @@ namespace {
 struct GpuCommandOptions {
   ProblemOptions problem;
   int iterations = 30;
-  bool strict = false;
 };
 
 // Opens device 0 and builds the case, printing why not on failure.
@@ -33,15 +32,12 @@ bool open_case(const GpuCommandOptions &o, harness::DeviceSession *session, harn
 Action add_check(CLI::App &app) {
   auto options = std::make_shared<GpuCommandOptions>();
   options->problem.add_to(app);
-  app.add_flag("--strict", options->strict, "a fallback from the preferred kernel is an error");
   return [options] {
     harness::DeviceSession session;
     harness::CaseOptions c;
     if (!open_case(*options, &session, &c))
       return 2;
-    Options runtime_options;
-    runtime_options.strict = options->strict;
-    Runtime runtime(runtime_options);
+    Runtime runtime(options->problem.runtime_options());
     const harness::CaseResult result = harness::run_case(runtime, c);
     std::cout << "device: " << session.name() << "\nproblem: " << c.problem.describe() << " " << ref::dtype_name(c.dtype)
               << (c.page_size ? " page " + std::to_string(c.page_size) : "") << "\n"
@@ -61,7 +57,7 @@ Action add_bench(CLI::App &app) {
     harness::CaseOptions c;
     if (!open_case(*options, &session, &c))
       return 2;
-    Runtime runtime;
+    Runtime runtime(options->problem.runtime_options());
     const harness::BenchResult result = harness::bench_case(runtime, c, options->iterations);
     if (!result.status) {
       std::cerr << "flashjit: " << result.status.message << "\n";

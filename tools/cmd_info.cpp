@@ -102,7 +102,7 @@ Action add_explain(CLI::App &app) {
       p.num_pages = p.max_pages_per_seq * p.batch;
       p.cu_seqlens_k = nullptr;
     }
-    Runtime runtime;
+    Runtime runtime(options->runtime_options());
     Explanation e;
     if (Status s = runtime.explain(p, &e); !s) {
       std::cerr << "flashjit: " << s.message << "\n";

@@ -20,6 +20,22 @@ void ProblemOptions::add_to(CLI::App &app) {
   app.add_option("--page-size", page_size, "paged KV with this page size (shuffled block table)");
   app.add_option("--row-padding", row_padding, "extra elements between tokens (non-contiguous strides)");
   app.add_option("--seed", seed, "random seed of the inputs")->capture_default_str();
+  app.add_option("--variant", variant, "kernel family: auto | fa2 | fa3 | decode_splitk")
+      ->check(CLI::IsMember({"auto", "fa2", "fa3", "decode_splitk"}))
+      ->capture_default_str();
+  app.add_flag("--strict", strict, "a fallback from the preferred kernel is an error");
+}
+
+Options ProblemOptions::runtime_options() const {
+  Options options;
+  options.strict = strict ? 1 : 0;
+  if (variant == "fa2")
+    options.variant = FLASHJIT_VARIANT_FA2;
+  else if (variant == "fa3")
+    options.variant = FLASHJIT_VARIANT_FA3;
+  else if (variant == "decode_splitk")
+    options.variant = FLASHJIT_VARIANT_DECODE_SPLITK;
+  return options;
 }
 
 bool ProblemOptions::to_case(harness::CaseOptions *out, std::string *error) const {

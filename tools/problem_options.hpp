@@ -28,8 +28,12 @@ struct ProblemOptions {
   int page_size = 0;
   int row_padding = 0;
   uint64_t seed = 1;
+  std::string variant = "auto";
+  bool strict = false;
 
   void add_to(CLI::App &app);
+  // Runtime options these flags select (variant, strict).
+  Options runtime_options() const;
   // The harness case, or a message saying which option is inconsistent.
   bool to_case(harness::CaseOptions *out, std::string *error) const;
 };

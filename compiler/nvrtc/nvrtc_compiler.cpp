@@ -11,7 +11,7 @@ namespace flashjit {
 
 std::vector<std::string> nvrtc_options(const Arch &arch) {
   return {"--gpu-architecture=" + arch.nvrtc_target(), "-std=c++17", "--device-as-default-execution-space",
-          "--ptxas-options=-v", "-O3"};
+          "--ptxas-options=-v"};
 }
 
 namespace {

@@ -8,6 +8,7 @@
 // kBlockN is the largest multiple of 16 that fits both shared memory and the consumer register
 // budget (S + P + O accumulators), capped at 128 for causal/local (finer diagonal granularity).
 #include "compiler/planner.hpp"
+#include "compiler/plans/fa3_plan.hpp"
 
 #include <algorithm>
 #include <string>
@@ -32,7 +33,10 @@ constexpr int kMaxBlockNMasked = 128;   // causal / local
 constexpr int kMinHeadDim = 8;
 constexpr int kMaxHeadDim = 256;        // one wgmma N
 constexpr int kHeadDimGranule = 8;
-constexpr int kRowsPerTmaBox = 64;      // Q / O boxes cover one consumer warpgroup's rows
+constexpr int kRowsPerTmaBox = 64;
+constexpr int kMaxPingpongHeadDim = 128;
+// Exponentials per row block on the FMA pipe (every k-th 8-column group; 0 = all on MUFU).
+constexpr int kDefaultExp2PolyEvery = 0;      // Q / O boxes cover one consumer warpgroup's rows
 // Register split (setmaxnreg): 128 * (24 + 2 * 240) = 64,512 <= 64K registers per SM.
 constexpr int kRegsProducer = 24;
 constexpr int kRegsConsumer = 240;
@@ -49,7 +53,7 @@ int round_down(int value, int multiple) { return value / multiple * multiple; }
 
 } // namespace
 
-bool plan_fa3(const KernelSpec &spec, Plan *plan, std::string *why_not) {
+bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not) {
   auto refuse = [&](const std::string &reason) {
     if (why_not)
       *why_not = reason;
@@ -82,6 +86,11 @@ bool plan_fa3(const KernelSpec &spec, Plan *plan, std::string *why_not) {
   if (spec.causal || spec.local)
     block_n = std::min(block_n, kMaxBlockNMasked);
   block_n = round_down(block_n, kBlockNGranule);
+  if (tuning.block_n > 0) {
+    if (tuning.block_n % kBlockNGranule != 0 || tuning.block_n > std::min(n_by_smem, kMaxHeadDim))
+      return refuse("fa3: tuned kBlockN " + std::to_string(tuning.block_n) + " does not fit");
+    block_n = tuning.block_n;
+  }
   if (block_n < kBlockNGranule)
     return refuse("fa3: no kBlockN fits shared memory for d=" + std::to_string(spec.head_dim_qk));
 
@@ -106,7 +115,7 @@ bool plan_fa3(const KernelSpec &spec, Plan *plan, std::string *why_not) {
   plan->consumer_warpgroups = kConsumerWarpgroups;
   // Pingpong: the other warpgroup's softmax hides under this one's GEMMs. FA-3 turns it off for
   // d > 128 where the GEMMs alone are long enough and the barrier costs more than it hides.
-  plan->pingpong = spec.head_dim_qk <= 128;
+  plan->pingpong = tuning.pingpong >= 0 ? tuning.pingpong != 0 : spec.head_dim_qk <= kMaxPingpongHeadDim;
   plan->persistent = true;
 
   // kThreads and kSmemBytes are emitted by the generator from plan->threads / smem_bytes.
@@ -139,7 +148,12 @@ bool plan_fa3(const KernelSpec &spec, Plan *plan, std::string *why_not) {
   plan->add("kTxBytesV", v_stage_bytes);
   plan->add("kBarrierPingpong", kBarrierPingpong);
   plan->add("kBarrierEpilogue", kBarrierEpilogue);
+  plan->add("kExp2PolyEvery", tuning.exp2_poly_every >= 0 ? tuning.exp2_poly_every : kDefaultExp2PolyEvery);
   return true;
+}
+
+bool plan_fa3(const KernelSpec &spec, Plan *plan, std::string *why_not) {
+  return plan_fa3_tuned(spec, Fa3Tuning{}, plan, why_not);
 }
 
 } // namespace flashjit

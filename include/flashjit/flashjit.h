@@ -41,6 +41,14 @@ typedef enum flashjit_status {
 
 typedef enum flashjit_dtype { FLASHJIT_FP16 = 0, FLASHJIT_BF16 = 1 } flashjit_dtype;
 
+/* Kernel family; AUTO lets the planner choose (fa3 on sm_90a, fa2 elsewhere, decode_splitk for decode). */
+typedef enum flashjit_variant {
+  FLASHJIT_VARIANT_AUTO = 0,
+  FLASHJIT_VARIANT_FA2 = 1,
+  FLASHJIT_VARIANT_FA3 = 2,
+  FLASHJIT_VARIANT_DECODE_SPLITK = 3
+} flashjit_variant;
+
 typedef enum flashjit_backend {
   FLASHJIT_BACKEND_AUTO = 0,
   FLASHJIT_BACKEND_NVRTC = 1,
@@ -106,6 +114,7 @@ typedef struct flashjit_options {
   int32_t jit;             /* 1: compile on a miss (default; FLASHJIT_JIT=off turns it off) */
   int32_t strict;          /* 1: a fallback from the preferred kernel is an error */
   const char *cache_dir;   /* NULL: FLASHJIT_CACHE_DIR, $XDG_CACHE_HOME/flashjit, ~/.cache/flashjit */
+  flashjit_variant variant; /* AUTO (default); forcing one that cannot run the problem is an error */
 } flashjit_options;
 
 typedef struct flashjit_runtime_s *flashjit_runtime;

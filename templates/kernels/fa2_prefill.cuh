@@ -3,11 +3,13 @@
 // One CTA computes kBlockM query rows of one (batch, head); each warp owns kRowsPerWarp = 16 rows
 // (one m16 MMA fragment), so softmax statistics never leave a warp. Key/value blocks of kBlockN
 // rows stream through kStages shared-memory buffers each, filled with cp.async (16-byte path) or
-// predicated element loads (unaligned path). Per key block:
-//   wait K_j -> S = Q K_j^T -> refill K buffer -> mask, online softmax -> wait V_j -> O += P V_j
-//   -> refill V buffer.
-// Commit groups are issued in the fixed order Q, K0, V0, K1, V1, ..., one (possibly empty) group
-// per load slot, so "K_j (or V_j) landed" is always cp.async.wait_group(2*kStages - 1).
+// predicated element loads (unaligned path). Two schedules, chosen by kStages:
+//   kStages >= 2 (ring): wait K_j, V_j -> refill the buffers of block j-1 with block j+kStages-1
+//     -> S = Q K_j^T -> mask, online softmax -> O += P V_j. One barrier per block.
+//   kStages == 1 (one buffer each, for small shared memory): wait K_j -> S = Q K_j^T -> refill K
+//     -> softmax -> wait V_j -> O += P V_j -> refill V; each load overlaps half a block of math.
+// Commit groups go in the fixed order Q, K0, V0, K1, V1, ..., one (possibly empty) group per load,
+// so "block j landed" is always the same cp.async.wait_group count (kGroupsInFlight).
 //
 // Every tile constant (tiles, warps, strides, offsets, padded head dim) comes from the plan
 // through KernelConfig; the kernel only checks them with static_asserts.
@@ -38,8 +40,14 @@ constexpr int kTilesN = Cfg::kBlockN / kMmaN;            // S fragments per warp
 constexpr int kTilesDV = Cfg::kHeadDimV / kMmaN;         // O fragments (exactly head_dim_v)
 constexpr int kStepsQK = Cfg::kHeadDimQKPad / kMmaK;     // k-steps of Q K^T (zero-padded)
 constexpr int kStepsPV = Cfg::kBlockN / kMmaK;           // k-steps of P V
-// Groups that may still be in flight once the K or V block about to be used has landed.
-constexpr int kGroupsInFlight = 2 * Cfg::kStages - 1;
+// Ring schedule with kStages >= 2, else the interleaved single-buffer one (see the top).
+constexpr bool kRing = Cfg::kStages >= 2;
+// Blocks loaded before the loop: the ring keeps kStages - 1 blocks ahead of the one in use.
+constexpr int kPrologueBlocks = kRing ? Cfg::kStages - 1 : 1;
+// Groups still allowed in flight once the K (or V) block about to be used has landed: the ring
+// waits for K_j and V_j together behind kStages - 2 younger blocks; the single-buffer schedule
+// waits for K_j behind V_j, and for V_j behind the refill of K.
+constexpr int kGroupsInFlight = kRing ? 2 * (Cfg::kStages - 2) : 1;
 
 static_assert(Cfg::kRowsPerWarp == kMmaM, "one m16 fragment per warp");
 static_assert(Cfg::kWarps * kWarpSize == Cfg::kThreads && Cfg::kWarps * Cfg::kRowsPerWarp == Cfg::kBlockM);
@@ -311,6 +319,22 @@ __device__ __forceinline__ void pack_p(u32 (&pf)[kStepsPV][4], const float (&s)[
   }
 }
 
+// Scores of one key block -> probabilities: scale (or softcap), mask where the block needs it,
+// online softmax update of O and the row statistics, 16-bit P fragments.
+__device__ __forceinline__ void scores_to_p(u32 (&pf)[kStepsPV][4], float (&s)[kTilesN][4], float (&o)[kTilesDV][4],
+                                            float (&row_max)[2], float (&row_sum)[2], const fj_attention_params &p,
+                                            const Tile &t, int row0, int n0) {
+  scale_logits(s, p);
+  // Only blocks that cross seqlen_k or an edge of the band pay for the mask.
+  const bool crosses_end = n0 + Cfg::kBlockN > t.seqlen_k;
+  const bool crosses_right = t.right >= 0 && n0 + Cfg::kBlockN - 1 > t.m0 + t.shift + t.right;
+  const bool crosses_left = t.left >= 0 && n0 < t.m0 + Cfg::kBlockM - 1 + t.shift - t.left;
+  if (crosses_end || crosses_right || crosses_left)
+    mask_logits(s, t, row0, n0);
+  softmax_update(s, o, row_max, row_sum);
+  pack_p(pf, s);
+}
+
 // LSE element of query row `row` (natural log), laid out [batch, heads_q, seqlen_q] or, varlen,
 // [heads_q, total_q].
 __device__ __forceinline__ float *lse_at(const fj_attention_params &p, const Tile &t, int row) {
@@ -415,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   zero_qk_padding(smem_q, smem_k);
   load_q(p, t, smem_q);
 #pragma unroll
-  for (int s = 0; s < Cfg::kStages; ++s) {
+  for (int s = 0; s < kPrologueBlocks; ++s) {
     load_kv<false>(p, t, smem_k + s * kStageK, n_begin + s, n_end);
     load_kv<true>(p, t, smem_v + s * kStageV, n_begin + s, n_end);
   }
@@ -437,30 +461,31 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     const int n0 = n_block * Cfg::kBlockN;
     u16 *k_buf = smem_k + stage * kStageK;
     u16 *v_buf = smem_v + stage * kStageV;
-
-    cp_async_wait_group<kGroupsInFlight>();
-    __syncthreads(); // K_j (and Q) visible to every warp
     float s[kTilesN][4];
-    gemm_qk(s, smem_q_warp, k_buf);
-    __syncthreads(); // every warp is done with this K buffer
-    load_kv<false>(p, t, k_buf, n_block + Cfg::kStages, n_end);
-
-    scale_logits(s, p);
-    // Only blocks that cross seqlen_k or an edge of the band pay for the mask.
-    const bool crosses_end = n0 + Cfg::kBlockN > t.seqlen_k;
-    const bool crosses_right = t.right >= 0 && n0 + Cfg::kBlockN - 1 > t.m0 + t.shift + t.right;
-    const bool crosses_left = t.left >= 0 && n0 < t.m0 + Cfg::kBlockM - 1 + t.shift - t.left;
-    if (crosses_end || crosses_right || crosses_left)
-      mask_logits(s, t, row0, n0);
-    softmax_update(s, o, row_max, row_sum);
     u32 pf[kStepsPV][4];
-    pack_p(pf, s);
-
-    cp_async_wait_group<kGroupsInFlight>();
-    __syncthreads(); // V_j visible
-    gemm_pv(o, pf, v_buf);
-    __syncthreads(); // every warp is done with this V buffer
-    load_kv<true>(p, t, v_buf, n_block + Cfg::kStages, n_end);
+    if constexpr (kRing) {
+      cp_async_wait_group<kGroupsInFlight>();
+      __syncthreads(); // K_j, V_j visible; every warp is done with block j-1, whose buffers refill
+      const int ahead = n_block + Cfg::kStages - 1;
+      const int ahead_stage = (ahead - n_begin) % Cfg::kStages;
+      load_kv<false>(p, t, smem_k + ahead_stage * kStageK, ahead, n_end);
+      load_kv<true>(p, t, smem_v + ahead_stage * kStageV, ahead, n_end);
+      gemm_qk(s, smem_q_warp, k_buf);
+      scores_to_p(pf, s, o, row_max, row_sum, p, t, row0, n0);
+      gemm_pv(o, pf, v_buf);
+    } else {
+      cp_async_wait_group<kGroupsInFlight>();
+      __syncthreads(); // K_j (and Q) visible to every warp
+      gemm_qk(s, smem_q_warp, k_buf);
+      __syncthreads(); // every warp is done with the K buffer
+      load_kv<false>(p, t, k_buf, n_block + 1, n_end);
+      scores_to_p(pf, s, o, row_max, row_sum, p, t, row0, n0);
+      cp_async_wait_group<kGroupsInFlight>();
+      __syncthreads(); // V_j visible
+      gemm_pv(o, pf, v_buf);
+      __syncthreads(); // every warp is done with the V buffer
+      load_kv<true>(p, t, v_buf, n_block + 1, n_end);
+    }
   }
   cp_async_wait_all();
 

@@ -99,8 +99,8 @@ void tile_attention(const Problem &problem, std::span<const float> q, const KvVi
 }
 
 template <typename Real>
-State partial_attention(const Problem &problem, std::span<const float> q, const KvView &kv,
-                        const TiledOptions &options, int split, int num_splits) {
+State partial_attention(const Problem &problem, std::span<const float> q, const KvView &kv, const TiledOptions &options,
+                        int split, int num_splits) {
   const TileShape tile = options.tile;
   const auto cu_q = problem.cu_seqlens_q();
   State state;
@@ -158,7 +158,9 @@ template <typename Real> State merge(std::span<const State> states) {
 
 } // namespace
 
-int num_blocks(int length, int block) { return length <= 0 ? 0 : (length + block - 1) / block; }
+int num_blocks(int length, int block) {
+  return length <= 0 ? 0 : (length + block - 1) / block;
+}
 
 BlockRange key_block_range(const Mask &mask, int m_block, TileShape tile, int seqlen_q, int seqlen_k) {
   const int first_row = m_block * tile.block_m;

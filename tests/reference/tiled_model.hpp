@@ -38,8 +38,8 @@ int num_blocks(int length, int block);
 // and the last row the end:
 //   diagonal(i) = i + seqlen_k - seqlen_q
 //   first key   = window_left >= 0 ? max(0, diagonal(first row) - window_left) : 0
-//   end key     = min(seqlen_k, causal ? diagonal(last row) + 1, window_right >= 0 ? diagonal(last row) + window_right + 1)
-//   blocks      = [first key / block_n, ceil(end key / block_n))
+//   end key     = min(seqlen_k, causal ? diagonal(last row) + 1, window_right >= 0 ? diagonal(last row) + window_right
+//   + 1) blocks      = [first key / block_n, ceil(end key / block_n))
 BlockRange key_block_range(const Mask &mask, int m_block, TileShape tile, int seqlen_q, int seqlen_k);
 
 // False when every key slot of block (m_block, n_block) is visible to every row (< seqlen_q) of the

@@ -18,8 +18,12 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kExactTolerance = 1e-12; // two float64 evaluations of the same sums
 constexpr uint32_t kF16Count = 1u << 16;
 
-bool is_nan_bf16(uint16_t bits) { return (bits & 0x7F80u) == 0x7F80u && (bits & 0x007Fu) != 0; }
-bool is_nan_fp16(uint16_t bits) { return (bits & 0x7C00u) == 0x7C00u && (bits & 0x03FFu) != 0; }
+bool is_nan_bf16(uint16_t bits) {
+  return (bits & 0x7F80u) == 0x7F80u && (bits & 0x007Fu) != 0;
+}
+bool is_nan_fp16(uint16_t bits) {
+  return (bits & 0x7C00u) == 0x7C00u && (bits & 0x03FFu) != 0;
+}
 
 // ---------------------------------------------------------------------------------------------
 // 16-bit rounding
@@ -35,7 +39,7 @@ TEST(Reference16Bit, Bf16KnownBitPatterns) {
   EXPECT_EQ(float_to_bf16(-std::numeric_limits<float>::infinity()), 0xFF80);
   EXPECT_TRUE(is_nan_bf16(float_to_bf16(std::numeric_limits<float>::quiet_NaN())));
   EXPECT_TRUE(is_nan_bf16(float_to_bf16(std::bit_cast<float>(0x7F800001u)))); // signaling NaN stays NaN
-  EXPECT_EQ(float_to_bf16(std::numeric_limits<float>::max()), 0x7F80);          // rounds up to inf
+  EXPECT_EQ(float_to_bf16(std::numeric_limits<float>::max()), 0x7F80);        // rounds up to inf
   // Ties go to even: 1 + 2^-8 is halfway between 1 and 1 + 2^-7.
   EXPECT_EQ(float_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3F80);
   EXPECT_EQ(float_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3F82);
@@ -63,11 +67,11 @@ TEST(Reference16Bit, Fp16KnownBitPatterns) {
   EXPECT_EQ(float_to_fp16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02); // tie -> even
   // Subnormals, in units of 2^-24.
   EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -24)), 0x0001);
-  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -25)), 0x0000);      // half a unit: tie -> 0 (even)
-  EXPECT_EQ(float_to_fp16(std::ldexp(3.0f, -26)), 0x0001);      // 0.75 units
-  EXPECT_EQ(float_to_fp16(std::ldexp(3.0f, -25)), 0x0002);      // 1.5 units: tie -> 2
-  EXPECT_EQ(float_to_fp16(-std::ldexp(5.0f, -25)), 0x8002);     // 2.5 units: tie -> 2
-  EXPECT_EQ(float_to_fp16(std::ldexp(2047.0f, -25)), 0x0400);   // 1023.5 units: carries into the smallest normal
+  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -25)), 0x0000);    // half a unit: tie -> 0 (even)
+  EXPECT_EQ(float_to_fp16(std::ldexp(3.0f, -26)), 0x0001);    // 0.75 units
+  EXPECT_EQ(float_to_fp16(std::ldexp(3.0f, -25)), 0x0002);    // 1.5 units: tie -> 2
+  EXPECT_EQ(float_to_fp16(-std::ldexp(5.0f, -25)), 0x8002);   // 2.5 units: tie -> 2
+  EXPECT_EQ(float_to_fp16(std::ldexp(2047.0f, -25)), 0x0400); // 1023.5 units: carries into the smallest normal
   EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -14)), 0x0400);
   EXPECT_EQ(float_to_fp16(std::numeric_limits<float>::denorm_min()), 0x0000);
   EXPECT_EQ(fp16_to_float(0x0001), std::ldexp(1.0f, -24));
@@ -362,9 +366,9 @@ TEST(ReferenceAttention, VarlenEqualsSeparateSequences) {
       auto slice = [](const std::vector<float> &t, size_t row_size, int first, int rows) {
         return std::vector<float>(t.begin() + size_t(first) * row_size, t.begin() + size_t(first + rows) * row_size);
       };
-      const Output alone = attention_f64(one, slice(in.q, 4 * 24, cu_q[b], one.seqlens_q[0]),
-                                         slice(in.k, 2 * 24, cu_k[b], one.seqlens_k[0]),
-                                         slice(in.v, 2 * 8, cu_k[b], one.seqlens_k[0]));
+      const Output alone =
+          attention_f64(one, slice(in.q, 4 * 24, cu_q[b], one.seqlens_q[0]),
+                        slice(in.k, 2 * 24, cu_k[b], one.seqlens_k[0]), slice(in.v, 2 * 8, cu_k[b], one.seqlens_k[0]));
       for (size_t n = 0; n < alone.o.size(); ++n)
         ASSERT_EQ(out.o[size_t(cu_q[b]) * 4 * 8 + n], alone.o[n]) << "seq " << b;
       for (int h = 0; h < 4; ++h)
@@ -393,6 +397,42 @@ TEST(ReferenceAttention, LowPrecisionIsCloseButNotExact) {
     EXPECT_LT(max_abs_diff(exact.lse, low.lse), 1e-4) << dtype_name(dtype);
     for (double x : low.o)
       ASSERT_EQ(double(round_to(dtype, float(x))), x) << "O must be rounded to " << dtype_name(dtype);
+  }
+}
+
+// naive_lowprec spelled out step by step for one head: fp32 logits and softmax, P rounded to the
+// dtype, fp32 P·V, O rounded. Same operation order, so the results must agree bit for bit.
+TEST(ReferenceAttention, LowPrecisionRoundsPBeforePV) {
+  constexpr int kSeqQ = 6, kSeqK = 11, kDim = 16;
+  const Problem problem = single(kSeqQ, kSeqK, 1, 1, kDim, kDim);
+  for (Dtype dtype : {Dtype::fp16, Dtype::bf16}) {
+    Inputs in = random_inputs(problem, dtype, 650);
+    // Quarter steps in [-2, 2]: every dot product is exact in fp32 whatever order the reference sums in.
+    constexpr float kSteps = 4, kLimit = 2;
+    for (auto *tensor : {&in.q, &in.k})
+      for (float &x : *tensor)
+        x = std::clamp(std::round(x * kSteps) / kSteps, -kLimit, kLimit);
+    const Output low = attention_lowprec(problem, in.q, in.k, in.v, dtype);
+    const float scale = problem.softmax_scale();
+    for (int i = 0; i < kSeqQ; ++i) {
+      float logits[kSeqK], max = -std::numeric_limits<float>::infinity(), sum = 0;
+      for (int j = 0; j < kSeqK; ++j) {
+        float dot = 0;
+        for (int c = 0; c < kDim; ++c)
+          dot += in.q[i * kDim + c] * in.k[j * kDim + c];
+        logits[j] = dot * scale;
+        max = std::max(max, logits[j]);
+      }
+      for (int j = 0; j < kSeqK; ++j)
+        sum += std::exp(logits[j] - max);
+      for (int c = 0; c < kDim; ++c) {
+        float acc = 0;
+        for (int j = 0; j < kSeqK; ++j)
+          acc += round_to(dtype, std::exp(logits[j] - max) / sum) * in.v[j * kDim + c];
+        ASSERT_EQ(low.o[i * kDim + c], double(round_to(dtype, acc))) << dtype_name(dtype) << " row " << i;
+      }
+      ASSERT_EQ(low.lse[i], double(max + std::log(sum)));
+    }
   }
 }
 
@@ -482,8 +522,8 @@ TEST_F(CheckFixture, LseMinusInfMustMatchExactly) {
   }
   // And a finite reference LSE reported as -inf fails.
   auto ours = to_float(ref.lse);
-  const size_t finite = size_t(std::find_if(ref.lse.begin(), ref.lse.end(), [](double x) { return x != -kInf; }) -
-                               ref.lse.begin());
+  const size_t finite =
+      size_t(std::find_if(ref.lse.begin(), ref.lse.end(), [](double x) { return x != -kInf; }) - ref.lse.begin());
   ours[finite] = -std::numeric_limits<float>::infinity();
   EXPECT_FALSE(check_lse(ours, ref.lse, naive.lse).pass);
 }

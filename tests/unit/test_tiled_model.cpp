@@ -15,14 +15,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kFp64Tolerance = 1e-12; // same math, different summation order
 constexpr double kFp32Tolerance = 2e-5;  // fp32 accumulation over a few hundred keys
 
-const Mask kMasks[] = {{},
-                       {true, -1, -1},
-                       {false, 3, 2},
-                       {true, 5, -1},
-                       {false, -1, 0},
-                       {false, 0, 0},
-                       {true, 0, 7},
-                       {false, 11, -1}};
+const Mask kMasks[] = {{},           {true, -1, -1}, {false, 3, 2}, {true, 5, -1}, {false, -1, 0}, {false, 0, 0},
+                       {true, 0, 7}, {false, 11, -1}};
 const TileShape kTiles[] = {{4, 4}, {5, 3}, {3, 8}, {1, 1}, {16, 7}, {8, 16}};
 
 std::string mask_name(const Mask &mask) {
@@ -52,8 +46,8 @@ TEST(TiledBlocks, KeyBlockRangeIsExactlyTheBlocksWithVisibleKeys) {
                 << mask_name(mask) << " tile " << tile.block_m << "x" << tile.block_n << " sq " << sq << " sk " << sk
                 << " m_block " << m_block;
             if (!expected.empty()) {
-              ASSERT_EQ(range, expected) << mask_name(mask) << " tile " << tile.block_m << "x" << tile.block_n
-                                         << " sq " << sq << " sk " << sk << " m_block " << m_block;
+              ASSERT_EQ(range, expected) << mask_name(mask) << " tile " << tile.block_m << "x" << tile.block_n << " sq "
+                                         << sq << " sk " << sk << " m_block " << m_block;
             }
           }
 }
@@ -70,8 +64,8 @@ TEST(TiledBlocks, BlockNeedsMaskIsExact) {
                 for (int j = n_block * tile.block_n; j < (n_block + 1) * tile.block_n; ++j)
                   all_visible = all_visible && is_visible(mask, i, j, sq, sk);
               ASSERT_EQ(block_needs_mask(mask, m_block, n_block, tile, sq, sk), !all_visible)
-                  << mask_name(mask) << " tile " << tile.block_m << "x" << tile.block_n << " sq " << sq << " sk "
-                  << sk << " block " << m_block << "," << n_block;
+                  << mask_name(mask) << " tile " << tile.block_m << "x" << tile.block_n << " sq " << sq << " sk " << sk
+                  << " block " << m_block << "," << n_block;
             }
 }
 
@@ -154,8 +148,8 @@ TEST(TiledModel, MatchesReferenceForTilesNotDividingTheLengths) {
     const Inputs in = random_inputs(problem, Dtype::bf16, ++seed);
     const Output ref = attention_f64(problem, in.q, in.k, in.v);
     for (const TileShape tile : {TileShape{16, 7}, TileShape{64, 48}, TileShape{5, 3}, TileShape{128, 128}}) {
-      const std::string what = problem.describe() + " tile " + std::to_string(tile.block_m) + "x" +
-                               std::to_string(tile.block_n);
+      const std::string what =
+          problem.describe() + " tile " + std::to_string(tile.block_m) + "x" + std::to_string(tile.block_n);
       expect_close(tiled_attention(problem, in.q, in.k, in.v, {tile, Accum::fp64}), ref, kFp64Tolerance,
                    what + " fp64");
       expect_close(tiled_attention(problem, in.q, in.k, in.v, {tile, Accum::fp32}), ref, kFp32Tolerance,
@@ -208,10 +202,10 @@ TEST(TiledModel, SplitKWithOneToSevenSplitsMatchesReference) {
     for (int num_splits = 1; num_splits <= 7; ++num_splits) {
       const std::string what = problem.describe() + " splits " + std::to_string(num_splits);
       // Block 16 leaves some splits empty for the short sequences: their states are all -inf.
-      expect_close(tiled_attention_splitk(problem, in.q, kv, {{16, 16}, Accum::fp64}, num_splits), ref,
-                   kFp64Tolerance, what + " fp64");
-      expect_close(tiled_attention_splitk(problem, in.q, kv, {{16, 16}, Accum::fp32}, num_splits), ref,
-                   kFp32Tolerance, what + " fp32");
+      expect_close(tiled_attention_splitk(problem, in.q, kv, {{16, 16}, Accum::fp64}, num_splits), ref, kFp64Tolerance,
+                   what + " fp64");
+      expect_close(tiled_attention_splitk(problem, in.q, kv, {{16, 16}, Accum::fp32}, num_splits), ref, kFp32Tolerance,
+                   what + " fp32");
     }
   }
 }

@@ -123,7 +123,9 @@ template <class C> struct Consumer {
         turn_pass(); // let warpgroup 0 take the first turn
     int block_index = 0;
     u32 tile_parity = 0;
-    for (int index = blockIdx.x; index < params.num_tiles; index += gridDim.x) {
+    for (int wave = 0, index = snake_tile(0); wave * (int)gridDim.x < params.num_tiles; index = snake_tile(++wave)) {
+      if (index >= params.num_tiles)
+        continue;
       const Tile t = decode_tile<C>(params, index);
       if (!t.has_rows)
         continue;

@@ -162,6 +162,7 @@ template <class C> struct Epilogue {
           st_global_v4_b32(o_row_ptr(t, wg_row + row) + chunk * kChunkBytes, v);
         }
       }
+      fence_proxy_async_shared(); // our generic accesses before the next Q's TMA overwrite
       named_barrier_sync(epilogue_barrier, kWarpgroupThreads); // all smem reads done
       if (tid == 0)
         mbarrier_arrive(smem.q_empty());

@@ -52,7 +52,9 @@ template <class C> struct Producer {
   __device__ void run() {
     int block_index = 0; // KV blocks issued by this CTA so far (ring position)
     u32 tile_parity = 0; // flips per tile that loads Q
-    for (int index = blockIdx.x; index < params.num_tiles; index += gridDim.x) {
+    for (int wave = 0, index = snake_tile(0); wave * (int)gridDim.x < params.num_tiles; index = snake_tile(++wave)) {
+      if (index >= params.num_tiles)
+        continue;
       const Tile t = decode_tile<C>(params, index);
       if (!t.has_rows || t.n_max <= t.n_min)
         continue; // the consumers write O = 0 / LSE = -inf without touching smem

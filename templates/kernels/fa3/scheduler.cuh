@@ -1,6 +1,7 @@
-// Persistent tile scheduler of the fa3 kernel. The grid is sized to the SM count; CTA c takes
-// tiles c, c + gridDim.x, ... Producer and consumers walk the same sequence and decode the same
-// tile, so no hand-off is needed. Order: sections of `heads_per_section` (batch, head) pairs
+// Persistent tile scheduler of the fa3 kernel. The grid is sized to the SM count; in wave k CTA c
+// takes tile k * gridDim.x + c on even waves and k * gridDim.x + (gridDim.x - 1 - c) on odd ones
+// (a snake), so with tiles sorted by cost every CTA gets a mix of heavy and light ones.
+// Producer and consumers walk the same sequence and decode the same tile: no hand-off needed. Order: sections of `heads_per_section` (batch, head) pairs
 // whose K/V fit in L2; inside a section the m-block is the slow index, and under causal masking
 // it runs from the last (heaviest: sees the most keys) to the first.
 #pragma once
@@ -9,6 +10,12 @@
 #include "prim/types.cuh"
 
 namespace fj::fa3 {
+
+// Tile index of wave `wave` for this CTA (may be >= num_tiles on the last wave).
+__device__ __forceinline__ int snake_tile(int wave) {
+  const int lane_in_wave = (wave & 1) ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
+  return wave * static_cast<int>(gridDim.x) + lane_in_wave;
+}
 
 struct Tile {
   int batch, head, kv_head, m_block;

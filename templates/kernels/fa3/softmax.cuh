@@ -17,6 +17,26 @@ constexpr int kAccPerGroup = 4;   // accumulator registers per 8-column group
 constexpr int kColsPerGroup = 8;
 constexpr int kRowHalf = 8;       // second row of a thread is 8 rows below the first
 
+// 2^x on the FMA/ALU pipes, for x <= 0 (or -inf): x = j + f with j = round(x), f in [-0.5, 0.5];
+// 2^f by a degree-3 minimax polynomial (relative error 7.5e-5, below a 16-bit P's rounding), 2^j
+// by building the float's exponent. Used for a share of the exponentials (kExp2PolyEvery) so the
+// MUFU unit, which otherwise limits small head dims, and the FMA pipe share the work.
+__device__ __forceinline__ float exp2_poly3(float x) {
+  constexpr float kMinExponent = -127.0f;      // 2^-127 -> exponent field 0 -> scale 0 (exact)
+  constexpr float kRoundMagic = 12582912.0f;   // 1.5 * 2^23: adding it rounds to an integer
+  constexpr float kC0 = 0.9999280571937561f, kC1 = 0.6932609677314758f;
+  constexpr float kC2 = 0.2426111251115799f, kC3 = 0.0551716685295105f;
+  constexpr int kMantissaBits = 23;
+  constexpr int kExponentBias = 127;
+  x = max_f32(x, kMinExponent);
+  const float rounded = x + kRoundMagic;
+  const float f = x - (rounded - kRoundMagic);
+  const float poly = ((kC3 * f + kC2) * f + kC1) * f + kC0;
+  // The low mantissa bits of `rounded` hold j; shifted into the exponent field they give 2^j.
+  const int exponent = (__float_as_int(rounded) << kMantissaBits) + (kExponentBias << kMantissaBits);
+  return poly * __int_as_float(exponent);
+}
+
 template <class C> struct RowState {
   float max[kRowsPerThread]; // running max of raw (or soft-capped) logits; -inf before any key
   float sum[kRowsPerThread]; // this thread's share of sum(p), rescaled with the max
@@ -75,7 +95,9 @@ __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowStat
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float &x = s[j * kAccPerGroup + r * 2 + e];
-        x = ex2_approx(x * scale_log2 + bias); // contracted to one FFMA
+        const float arg = x * scale_log2 + bias; // contracted to one FFMA
+        constexpr int kEvery = C::kExp2PolyEvery;
+        x = (kEvery > 0 && j % kEvery == kEvery - 1) ? exp2_poly3(arg) : ex2_approx(arg);
         sum += x;
       }
     st.sum[r] = st.sum[r] * rescale[r] + sum;

@@ -1,0 +1,115 @@
+#include "runtime/tma_desc.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace flashjit {
+namespace {
+
+static_assert(sizeof(fj_tensor_map) == sizeof(CUtensorMap), "fj_tensor_map must hold a CUtensorMap");
+// The device needs 64-byte aligned maps (CUDA 13 declares CUtensorMap with 128; 64 suffices).
+constexpr size_t kTensorMapAlign = 64;
+static_assert(alignof(fj_tensor_map) >= kTensorMapAlign, "tensor maps must be 64-byte aligned");
+
+constexpr int kElemBytes = 2;           // fp16 / bf16
+constexpr int kMapRank = 4;             // {dim, tokens, heads, batch}
+constexpr uint64_t kTmaAddressAlign = 16;
+constexpr uint64_t kTmaStrideAlign = 16;
+// Share of L2 a section's K/V may fill: FA-3 uses 32 MB on a 50 MB L2.
+constexpr double kL2SectionShare = 0.6;
+
+bool fail(std::string *why_not, const std::string &reason) {
+  if (why_not)
+    *why_not = reason;
+  return false;
+}
+
+// One operand: rows of `dim` contiguous elements, `rows` tokens per sequence (or packed total).
+bool operand_map(const char *name, const fj_tensor_ref &ref, int dim, uint64_t rows, uint64_t heads, uint64_t batch,
+                 bool varlen, uint32_t box_cols, uint32_t box_rows, CUtensorMapDataType type, TensorMapArgs *out,
+                 std::string *why_not) {
+  const auto address = reinterpret_cast<uintptr_t>(ref.ptr);
+  if (address % kTmaAddressAlign != 0)
+    return fail(why_not, std::string(name) + ": base pointer is not 16-byte aligned (TMA)");
+  const uint64_t row_bytes = static_cast<uint64_t>(ref.row_stride) * kElemBytes;
+  const uint64_t head_bytes = static_cast<uint64_t>(ref.head_stride) * kElemBytes;
+  const uint64_t batch_bytes = varlen ? row_bytes * rows : static_cast<uint64_t>(ref.batch_stride) * kElemBytes;
+  for (uint64_t stride : {row_bytes, head_bytes, batch_bytes})
+    if (stride % kTmaStrideAlign != 0 || stride == 0)
+      return fail(why_not, std::string(name) + ": strides must be non-zero multiples of 16 bytes (TMA)");
+  out->data_type = type;
+  out->rank = kMapRank;
+  out->global_address = const_cast<void *>(ref.ptr);
+  const cuuint64_t dims[kMapRank] = {static_cast<cuuint64_t>(dim), rows, heads, varlen ? 1 : batch};
+  const cuuint64_t strides[kMapRank - 1] = {row_bytes, head_bytes, batch_bytes};
+  const cuuint32_t box[kMapRank] = {box_cols, box_rows, 1, 1};
+  std::copy(dims, dims + kMapRank, out->dims);
+  std::copy(strides, strides + kMapRank - 1, out->strides);
+  std::copy(box, box + kMapRank, out->box);
+  std::fill(out->element_strides, out->element_strides + kMapRank, 1);
+  out->interleave = CU_TENSOR_MAP_INTERLEAVE_NONE;
+  out->swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  out->l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  out->oob_fill = CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE; // zeros: padded QK columns contribute 0
+  return true;
+}
+
+} // namespace
+
+bool fa3_tensor_map_args(const KernelSpec &spec, const Plan &plan, const fj_attention_params &p, int total_k,
+                         Fa3TensorMaps *maps, std::string *why_not) {
+  const CUtensorMapDataType type =
+      spec.dtype == FLASHJIT_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const auto box_cols = static_cast<uint32_t>(plan.constant("kPanelCols"));
+  const auto box_rows_q = static_cast<uint32_t>(plan.constant("kTmaBoxRows"));
+  const auto box_rows_kv = static_cast<uint32_t>(plan.block_n);
+  const uint64_t q_rows = spec.varlen ? p.total_q : p.seqlen_q;
+  const uint64_t k_rows = spec.varlen ? total_k : p.seqlen_k;
+  return operand_map("q", p.q, spec.head_dim_qk, q_rows, p.heads_q, p.batch, spec.varlen, box_cols, box_rows_q, type,
+                     &maps->q, why_not) &&
+         operand_map("k", p.k, spec.head_dim_qk, k_rows, p.heads_kv, p.batch, spec.varlen, box_cols, box_rows_kv, type,
+                     &maps->k, why_not) &&
+         operand_map("v", p.v, spec.head_dim_v, k_rows, p.heads_kv, p.batch, spec.varlen, box_cols, box_rows_kv, type,
+                     &maps->v, why_not) &&
+         operand_map("o", p.o, spec.head_dim_v, q_rows, p.heads_q, p.batch, spec.varlen, box_cols, box_rows_q, type,
+                     &maps->o, why_not);
+}
+
+bool fa3_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int total_k, TensorMapEncodeTiledFn encode,
+                            fj_fa3_params *params, std::string *why_not) {
+  Fa3TensorMaps maps;
+  if (!fa3_tensor_map_args(spec, plan, params->base, total_k, &maps, why_not))
+    return false;
+  const std::pair<const TensorMapArgs *, fj_tensor_map *> all[] = {
+      {&maps.q, &params->tma_q}, {&maps.k, &params->tma_k}, {&maps.v, &params->tma_v}, {&maps.o, &params->tma_o}};
+  for (const auto &[args, dst] : all) {
+    const CUresult result = encode(reinterpret_cast<CUtensorMap *>(dst), args->data_type, args->rank,
+                                   args->global_address, args->dims, args->strides, args->box, args->element_strides,
+                                   args->interleave, args->swizzle, args->l2_promotion, args->oob_fill);
+    if (result != CUDA_SUCCESS)
+      return fail(why_not, "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(static_cast<int>(result)));
+  }
+  return true;
+}
+
+int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int l2_bytes, fj_fa3_params *params) {
+  fj_attention_params &p = params->base;
+  const int m_blocks = (p.seqlen_q + plan.block_m - 1) / plan.block_m; // varlen: seqlen_q is the max
+  const int pairs = p.batch * p.heads_q;
+  p.num_m_blocks = m_blocks;
+  params->num_tiles = m_blocks * pairs;
+  // K+V bytes of one (batch, head) pair; query heads of a GQA group share theirs.
+  const double pair_bytes = static_cast<double>(std::max(p.seqlen_k, 1)) * (spec.head_dim_qk + spec.head_dim_v) *
+                            kElemBytes / std::max(p.group, 1);
+  int section = 1;
+  while (section * 2 <= pairs && (section * 2) * pair_bytes <= kL2SectionShare * l2_bytes)
+    section *= 2;
+  // Causal: one section, so the whole grid runs heaviest-first (m-block descending). CTAs then
+  // walk their KV blocks in near lock-step, which keeps the shared K/V blocks in L2 anyway.
+  if (spec.causal)
+    section = pairs;
+  params->heads_per_section = std::max(section, 1);
+  return std::max(1, std::min(num_sms, params->num_tiles));
+}
+
+} // namespace flashjit

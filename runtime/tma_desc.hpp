@@ -1,0 +1,60 @@
+// TMA descriptors and persistent schedule of the fa3 kernel, computed on the host.
+//
+// fa3_tensor_map_args() is pure (no driver, no GPU): it turns an attention problem and its plan
+// into the arguments of the four cuTensorMapEncodeTiled calls (Q, K, V, O). The runtime encodes
+// them through the driver's function pointer (fa3_encode_tensor_maps), so tests can check every
+// dim, stride and box without a device.
+#pragma once
+
+#include "compiler/plan.hpp"
+#include "params_fa3.h"
+
+#include <cuda.h> // types only: CUtensorMap and its enums; the driver is reached through `encode`
+
+#include <string>
+
+namespace flashjit {
+
+constexpr int kTensorMapMaxRank = 5;
+
+// The arguments of one cuTensorMapEncodeTiled call (strides in bytes, innermost dim first).
+struct TensorMapArgs {
+  CUtensorMapDataType data_type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  cuuint32_t rank = 0;
+  void *global_address = nullptr;
+  cuuint64_t dims[kTensorMapMaxRank] = {};
+  cuuint64_t strides[kTensorMapMaxRank - 1] = {}; // stride of dims[1..rank-1]
+  cuuint32_t box[kTensorMapMaxRank] = {};
+  cuuint32_t element_strides[kTensorMapMaxRank] = {};
+  CUtensorMapInterleave interleave = CU_TENSOR_MAP_INTERLEAVE_NONE;
+  CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE;
+  CUtensorMapL2promotion l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
+  CUtensorMapFloatOOBfill oob_fill = CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE; // NONE = zeros
+};
+
+struct Fa3TensorMaps {
+  TensorMapArgs q, k, v, o;
+};
+
+// cuTensorMapEncodeTiled's signature (the runtime passes the driver's entry point).
+using TensorMapEncodeTiledFn = CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                            const cuuint64_t *, const cuuint32_t *, const cuuint32_t *,
+                                            CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                            CUtensorMapFloatOOBfill);
+
+// Maps are 4-D {dim, tokens, heads, batch}; varlen: {dim, total rows, heads, 1} over the packed
+// tensor (`total_k` = rows of packed K/V, which fj_attention_params does not carry). Boxes are
+// one 64-column panel (128 B, the swizzle span) x kBlockN rows (K, V) or kTmaBoxRows (Q, O).
+// False, with a reason, when TMA cannot address the layout (unaligned pointer or stride).
+bool fa3_tensor_map_args(const KernelSpec &spec, const Plan &plan, const fj_attention_params &params, int total_k,
+                         Fa3TensorMaps *maps, std::string *why_not);
+
+// Encodes all four maps into params->tma_{q,k,v,o}.
+bool fa3_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int total_k, TensorMapEncodeTiledFn encode,
+                            fj_fa3_params *params, std::string *why_not);
+
+// Fills num_m_blocks, num_tiles and heads_per_section; returns the persistent grid size
+// (min(SM count, tiles), at least 1). `l2_bytes` is the device's L2 size.
+int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int l2_bytes, fj_fa3_params *params);
+
+} // namespace flashjit

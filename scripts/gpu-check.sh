@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# GPU machine: run the GPU tests, example checks and (optionally) the benchmark; logs and JSON go to
+# the results directory given as $1 (default: gpu-results). Uses binaries from $FLASHJIT_BUILD_DIR
+# (default build-device, e.g. built elsewhere and carried) or builds them here when absent.
+#   scripts/gpu-check.sh RESULTS_DIR [--bench] [--sanitize] [--gtest-filter=PATTERN]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+results="${1:-gpu-results}"
+shift || true
+mkdir -p "$results"
+build_dir="${FLASHJIT_BUILD_DIR:-build-device}"
+bench=0
+sanitize=0
+filter="*"
+for arg in "$@"; do
+  case "$arg" in
+  --bench) bench=1 ;;
+  --sanitize) sanitize=1 ;;
+  --gtest-filter=*) filter="${arg#--gtest-filter=}" ;;
+  esac
+done
+
+if [ ! -x "$build_dir/flashjit" ]; then
+  echo "== building in $build_dir"
+  FLASHJIT_BUILD_DIR="$build_dir" bash scripts/build.sh 2>&1 | tail -20
+fi
+export LD_LIBRARY_PATH="$PWD/$build_dir:${LD_LIBRARY_PATH:-}"
+export FLASHJIT_CACHE_DIR="$PWD/$results/cache"
+export FLASHJIT_LOG="${FLASHJIT_LOG:-info}"
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$results/gpu.txt" 2>&1
+cat "$results/gpu.txt"
+"$build_dir/flashjit" info 2>&1 | tee "$results/info.txt"
+
+echo "== GPU tests"
+"$build_dir/tests/flashjit_gpu_tests" --gtest_filter="$filter" --gtest_output="json:$results/gpu-tests.json" \
+  > "$results/gpu-tests.log" 2>&1
+gpu_rc=$?
+grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran" "$results/gpu-tests.log" | tail -40
+grep -E "^(fa2|auto)_|FAIL" "$results/gpu-tests.log" | grep -v "^\[" | head -80 > "$results/gpu-cases.txt"
+
+echo "== CLI checks"
+{
+  "$build_dir/flashjit" check --batch 2 --seqlen-q 1000 --seqlen-k 1300 --heads-q 12 --heads-kv 2 --head-dim 80 --causal
+  "$build_dir/flashjit" check --varlen-q 1,513,77 --varlen-k 300,600,77 --heads-q 8 --head-dim 128 --dtype fp16
+} 2>&1 | tee "$results/cli-check.txt" | grep -E "PASS|FAIL|error"
+
+if [ "$sanitize" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  echo "== compute-sanitizer"
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --varlen-q 1,130,77 --varlen-k 64,200,77 --heads-q 4 \
+      --head-dim 128 --causal > "$results/sanitizer-$tool.txt" 2>&1
+    tail -3 "$results/sanitizer-$tool.txt"
+  done
+fi
+
+if [ "$bench" = 1 ]; then
+  echo "== benchmark"
+  python3 bench/compare.py --lib "$build_dir/libflashjit.so" --out "$results/bench.json" 2>&1 | tee "$results/bench.txt"
+fi
+exit $gpu_rc

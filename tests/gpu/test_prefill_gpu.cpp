@@ -1,0 +1,131 @@
+// Prefill on the GPU against the float64 reference (DESIGN.md pass rule), through the public API.
+// Every case runs with the planner's choice (fa3 on sm_90a where it applies, with logged fallbacks)
+// and with fa2 forced, so the sm_80 kernel is checked on Hopper too. Skips loudly without a GPU.
+#include "tests/harness/device_case.hpp"
+
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <memory>
+
+namespace flashjit {
+namespace {
+
+using harness::CaseOptions;
+
+struct PrefillCase {
+  std::string name;
+  CaseOptions options;
+};
+
+CaseOptions dense(int batch, int sq, int sk, int hq, int hkv, int dqk, int dv, ref::Dtype dtype) {
+  CaseOptions c;
+  c.problem = ref::Problem::dense(batch, sq, sk, hq, hkv, dqk, dv);
+  c.dtype = dtype;
+  return c;
+}
+
+CaseOptions varlen(std::vector<int> lq, std::vector<int> lk, int hq, int hkv, int d, ref::Dtype dtype) {
+  CaseOptions c;
+  c.problem.batch = static_cast<int>(lq.size());
+  c.problem.seqlens_q = std::move(lq);
+  c.problem.seqlens_k = std::move(lk);
+  c.problem.heads_q = hq;
+  c.problem.heads_kv = hkv;
+  c.problem.head_dim_qk = c.problem.head_dim_v = d;
+  c.dtype = dtype;
+  c.varlen = true;
+  return c;
+}
+
+std::vector<PrefillCase> cases() {
+  using ref::Dtype;
+  std::vector<PrefillCase> all;
+  auto add = [&](std::string name, CaseOptions c, auto &&tweak) {
+    tweak(c);
+    c.seed = all.size() + 11;
+    all.push_back({std::move(name), c});
+  };
+  auto none = [](CaseOptions &) {};
+  auto causal = [](CaseOptions &c) { c.problem.causal = true; };
+  add("d64_bf16_full", dense(2, 1000, 1000, 8, 8, 64, 64, Dtype::bf16), none);
+  add("d80_bf16_causal_sq_lt_sk_gqa6", dense(2, 700, 1300, 12, 2, 80, 80, Dtype::bf16), causal);
+  add("d128_fp16_causal_sq_gt_sk_masked_rows", dense(1, 1300, 1000, 4, 4, 128, 128, Dtype::fp16), causal);
+  add("d72_bf16_window", dense(2, 777, 777, 4, 2, 72, 72, Dtype::bf16), [](CaseOptions &c) {
+    c.problem.window_left = 100;
+    c.problem.window_right = 20;
+  });
+  add("d96_fp16_causal_window", dense(1, 1024, 1024, 4, 4, 96, 96, Dtype::fp16), [](CaseOptions &c) {
+    c.problem.causal = true;
+    c.problem.window_left = 200;
+  });
+  add("d256_fp16_softcap", dense(1, 513, 600, 4, 4, 256, 256, Dtype::fp16), [](CaseOptions &c) {
+    c.problem.softcap = 30;
+  });
+  add("d192v128_bf16_causal", dense(1, 640, 640, 4, 4, 192, 128, Dtype::bf16), causal);
+  add("d32_bf16_gqa7", dense(2, 300, 300, 14, 2, 32, 32, Dtype::bf16), none);
+  add("d104_bf16_custom_scale", dense(1, 400, 333, 4, 4, 104, 104, Dtype::bf16), [](CaseOptions &c) {
+    c.problem.scale = 0.3f;
+  });
+  add("d160_fp16_causal", dense(1, 555, 555, 4, 4, 160, 160, Dtype::fp16), causal);
+  add("d8_bf16_short", dense(3, 17, 9, 2, 1, 8, 8, Dtype::bf16), none);
+  add("d128_bf16_one_key", dense(1, 64, 1, 2, 2, 128, 128, Dtype::bf16), causal);
+  add("varlen_d128_with_len1_and_len0", varlen({1, 513, 77, 0}, {300, 600, 77, 5}, 8, 4, 128, Dtype::bf16), none);
+  add("varlen_d64_causal", varlen({1, 200, 129}, {1, 350, 64}, 6, 6, 64, Dtype::fp16), causal);
+  add("paged1_d128_causal", dense(2, 100, 333, 4, 2, 128, 128, Dtype::bf16), [](CaseOptions &c) {
+    c.problem.causal = true;
+    c.page_size = 1;
+  });
+  add("paged16_d80", dense(2, 257, 1000, 8, 8, 80, 80, Dtype::fp16), [](CaseOptions &c) { c.page_size = 16; });
+  add("paged7_d64_varlen", varlen({5, 300}, {40, 500}, 4, 1, 64, Dtype::bf16), [](CaseOptions &c) {
+    c.page_size = 7;
+    c.problem.causal = true;
+  });
+  add("strided_aligned_d64", dense(2, 300, 300, 4, 4, 64, 64, Dtype::bf16), [](CaseOptions &c) { c.row_padding = 24; });
+  add("strided_unaligned_d64", dense(2, 300, 300, 4, 4, 64, 64, Dtype::bf16), [](CaseOptions &c) { c.row_padding = 3; });
+  return all;
+}
+
+class PrefillGpu : public ::testing::TestWithParam<std::tuple<flashjit_variant, PrefillCase>> {
+protected:
+  static void SetUpTestSuite() {
+    session_ = std::make_unique<harness::DeviceSession>();
+    if (Status s = session_->open(0); !s) {
+      skip_reason_ = "no GPU: " + s.message;
+      std::cerr << "[  SKIPPED ] GPU tests: " << skip_reason_ << "\n";
+    }
+  }
+  static void TearDownTestSuite() { session_.reset(); }
+  static std::unique_ptr<harness::DeviceSession> session_;
+  static std::string skip_reason_;
+};
+std::unique_ptr<harness::DeviceSession> PrefillGpu::session_;
+std::string PrefillGpu::skip_reason_;
+
+TEST_P(PrefillGpu, MatchesFloat64Reference) {
+  if (!skip_reason_.empty())
+    GTEST_SKIP() << skip_reason_;
+  const auto &[variant, c] = GetParam();
+  Options options;
+  options.variant = variant;
+  Runtime runtime(options);
+  const harness::CaseResult result = harness::run_case(runtime, c.options);
+  std::cout << c.name << ": " << result.summary() << "\n";
+  EXPECT_TRUE(result.pass()) << result.summary();
+  // Same inputs again: a result that moves between runs is a race.
+  const harness::CaseResult again = harness::run_case(runtime, c.options);
+  EXPECT_EQ(again.o.max_err, result.o.max_err) << "output changed between identical runs";
+}
+
+std::string case_name(const ::testing::TestParamInfo<PrefillGpu::ParamType> &info) {
+  const char *variant = std::get<0>(info.param) == FLASHJIT_VARIANT_FA2 ? "fa2" : "auto";
+  return std::string(variant) + "_" + std::get<1>(info.param).name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Prefill, PrefillGpu,
+                         ::testing::Combine(::testing::Values(FLASHJIT_VARIANT_AUTO, FLASHJIT_VARIANT_FA2),
+                                            ::testing::ValuesIn(cases())),
+                         case_name);
+
+} // namespace
+} // namespace flashjit
