@@ -95,55 +95,67 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
   auto *work = reinterpret_cast<fj_decode_work *>(bytes + layout.work_offset);
   auto *merges = reinterpret_cast<fj_decode_merge *>(bytes + layout.merge_offset);
 
-  const int64_t per_cta = std::max<int64_t>(ceil_div(total, layout.grid), shape.min_tiles_per_cta);
-  int cta = 0;
-  int64_t budget = per_cta;
+  // Greedy fill of CTA runs of at most `per_cta` tiles. A unit that does not fit the current run is
+  // split there, unless the piece left in the run would be shorter than min_tiles_per_cta and the
+  // run already has work: then the unit starts the next run. Returns false when `grid` runs do not
+  // suffice (the skipped capacity pushed work past the last CTA).
   int num_work = 0, num_states = 0, num_merges = 0;
-  int64_t largest_run = 0, run = 0;
-  slot_begin[0] = 0;
-  auto next_cta = [&] {
-    largest_run = std::max(largest_run, run);
-    run = 0;
-    ++cta;
-    slot_begin[cta] = num_work;
-    budget = per_cta;
-  };
-
-  for (int u = 0; u < units; ++u) {
-    const int first_piece = num_work;
-    int64_t remaining = unit_tiles[u];
-    int key = unit_lo[u];
-    const int b = u / (shape.heads_kv * shape.m_blocks);
-    const int seq_len = problem.seqlens_k != nullptr ? problem.seqlens_k[b] : problem.seqlen_k;
-    do {
-      if (budget == 0 && cta + 1 < layout.grid)
-        next_cta();
-      // The last CTA takes whatever is left; per_cta * grid >= total makes that nothing extra.
-      const int64_t take = cta + 1 < layout.grid ? std::min(remaining, budget) : remaining;
-      const int end = static_cast<int>(std::min<int64_t>(key + take * shape.block_n, seq_len));
-      if (num_work >= layout.max_work)
-        return fail(error, "splitk: internal error: work list overflow");
-      work[num_work++] = fj_decode_work{u, key, end, -1};
-      key = end;
-      remaining -= take;
-      budget -= take;
-      run += take;
-    } while (remaining > 0);
-    const int pieces = num_work - first_piece;
-    if (pieces > 1) {
-      if (num_states + pieces > layout.max_states || num_merges >= layout.grid)
-        return fail(error, "splitk: internal error: partial state overflow");
-      merges[num_merges++] = fj_decode_merge{u, num_states, pieces, 0};
-      for (int i = first_piece; i < num_work; ++i)
-        work[i].state = num_states++;
+  int64_t largest_run = 0;
+  auto build = [&](int64_t per_cta) -> bool {
+    int cta = 0;
+    int64_t budget = per_cta, run = 0;
+    num_work = num_states = num_merges = 0;
+    largest_run = 0;
+    slot_begin[0] = 0;
+    auto next_cta = [&]() -> bool {
+      if (cta + 1 >= layout.grid)
+        return false;
+      largest_run = std::max(largest_run, run);
+      run = 0;
+      ++cta;
+      slot_begin[cta] = num_work;
+      budget = per_cta;
+      return true;
+    };
+    for (int u = 0; u < units; ++u) {
+      const int first_piece = num_work;
+      const int b = u / (shape.heads_kv * shape.m_blocks);
+      const int seq_len = problem.seqlens_k != nullptr ? problem.seqlens_k[b] : problem.seqlen_k;
+      int64_t remaining = unit_tiles[u];
+      int key = unit_lo[u];
+      do {
+        const bool tiny_piece = remaining > budget && budget < shape.min_tiles_per_cta && run > 0;
+        if (((budget == 0 && remaining > 0) || tiny_piece) && !next_cta())
+          return false;
+        const int64_t take = std::min(remaining, budget);
+        const int end = static_cast<int>(std::min<int64_t>(key + take * shape.block_n, seq_len));
+        if (num_work >= layout.max_work)
+          return false;
+        work[num_work++] = fj_decode_work{u, key, end, -1};
+        key = end;
+        remaining -= take;
+        budget -= take;
+        run += take;
+      } while (remaining > 0);
+      const int pieces = num_work - first_piece;
+      if (pieces > 1) {
+        if (num_states + pieces > layout.max_states || num_merges >= layout.grid)
+          return false;
+        merges[num_merges++] = fj_decode_merge{u, num_states, pieces, 0};
+        for (int i = first_piece; i < num_work; ++i)
+          work[i].state = num_states++;
+      }
     }
-  }
-  largest_run = std::max(largest_run, run);
-  while (cta + 1 <= layout.grid - 1) {
-    ++cta;
-    slot_begin[cta] = num_work;
-  }
-  slot_begin[layout.grid] = num_work;
+    largest_run = std::max(largest_run, run);
+    for (int c = cta + 1; c <= layout.grid; ++c)
+      slot_begin[c] = num_work;
+    return true;
+  };
+  // The smallest run length that fits: ceil(total / grid) almost always does; each step up costs
+  // one more tile on the critical path, so a linear search is also the balanced answer.
+  int64_t per_cta = std::max<int64_t>({ceil_div(total, layout.grid), shape.min_tiles_per_cta, 1});
+  while (!build(per_cta))
+    ++per_cta;
 
   header->num_work = num_work;
   header->num_merges = num_merges;
@@ -154,6 +166,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
     out->num_states = num_states;
     out->total_tiles = total;
     out->tiles_per_cta = largest_run;
+    out->run_limit = per_cta;
   }
   return true;
 }

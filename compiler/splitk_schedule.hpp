@@ -8,10 +8,12 @@
 //
 // Partition (stream-K over keys): units are (sequence, kv head, m block), laid out in that order,
 // each with ceil(keys it can see / block_n) tiles. The CTAs of the grid take equal, contiguous
-// runs of that tile sequence: per_cta = max(ceil(total / grid), min_tiles_per_cta). A unit that
-// straddles a boundary is split into pieces that write partial (O, LSE) states; a unit inside
-// one CTA's run writes O directly. Every tile of every unit is covered exactly once; no CTA gets
-// more than per_cta tiles; at most grid - 1 units are split and at most 2 * grid states exist.
+// runs of that tile sequence, at most per_cta tiles each, per_cta starting at
+// max(ceil(total / grid), min_tiles_per_cta). A unit that straddles a boundary is split into pieces
+// that write partial (O, LSE) states, except that a piece shorter than min_tiles_per_cta is not
+// cut off the end of a run that has work (the unit moves to the next run; per_cta grows by one
+// until everything fits). A unit inside one CTA's run writes O directly. Every tile of every unit
+// is covered exactly once; at most grid - 1 units are split and at most 2 * grid states exist.
 #pragma once
 
 #include <cstddef>
@@ -67,6 +69,7 @@ struct SplitKSchedule {
   int num_states = 0;
   int64_t total_tiles = 0;
   int64_t tiles_per_cta = 0; // the largest run any CTA got
+  int64_t run_limit = 0;     // the run length the partition was built with (>= tiles_per_cta)
 };
 
 // Keys [*lo, *hi) that some query row of a sequence of `kv_len` keys can see.

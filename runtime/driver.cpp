@@ -221,6 +221,7 @@ Status current_device(DeviceInfo *out) {
       {&info.cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR},
       {&info.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT},
       {&info.max_smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN},
+      {&info.l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE},
   };
   for (const auto &[value, attribute] : attributes) {
     if (CUresult r = cu->cuDeviceGetAttribute(value, attribute, device); r != CUDA_SUCCESS) {

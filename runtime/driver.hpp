@@ -82,6 +82,7 @@ struct DeviceInfo {
   int cc_major = 0;
   int cc_minor = 0;
   int sm_count = 0;
+  int l2_bytes = 0;       // L2 cache size
   int max_smem_optin = 0; // dynamic shared memory per block a kernel may opt in to, in bytes
   size_t total_mem = 0;
   int driver_version = 0; // e.g. 13000

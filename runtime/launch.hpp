@@ -9,6 +9,7 @@ namespace flashjit {
 
 struct LaunchContext {
   int sm_count = 0; // of the current device, for persistent grids and split counts
+  int l2_bytes = 0;
 };
 
 Status launch_fa2(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,

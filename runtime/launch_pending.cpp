@@ -4,10 +4,6 @@
 
 namespace flashjit {
 
-Status launch_fa3(const KernelRecord &kernel, const NormalizedProblem &, const LaunchContext &, CUstream) {
-  return Status::error(FLASHJIT_INTERNAL, kernel.name + ": the fa3 launcher is not part of this build");
-}
-
 Status launch_decode(const KernelRecord &kernel, const NormalizedProblem &, const LaunchContext &, CUstream) {
   return Status::error(FLASHJIT_INTERNAL, kernel.name + ": the decode launcher is not part of this build");
 }

@@ -33,6 +33,7 @@ struct Runtime::Impl {
       return s;
     *arch = Arch::from_compute_capability(device.cc_major, device.cc_minor);
     launch->sm_count = device.sm_count;
+    launch->l2_bytes = device.l2_bytes;
     return Status::success();
   }
 

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 results="${1:-gpu-results}"
 shift || true
 mkdir -p "$results"
+results="$(cd "$results" && pwd)"
 build_dir="${FLASHJIT_BUILD_DIR:-build-device}"
 bench=0
 sanitize=0
@@ -25,7 +26,7 @@ if [ ! -x "$build_dir/flashjit" ]; then
   FLASHJIT_BUILD_DIR="$build_dir" bash scripts/build.sh 2>&1 | tail -20
 fi
 export LD_LIBRARY_PATH="$PWD/$build_dir:${LD_LIBRARY_PATH:-}"
-export FLASHJIT_CACHE_DIR="$PWD/$results/cache"
+export FLASHJIT_CACHE_DIR="$results/cache"
 export FLASHJIT_LOG="${FLASHJIT_LOG:-info}"
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$results/gpu.txt" 2>&1

@@ -8,6 +8,7 @@
 #include "compiler/planner.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 namespace flashjit {
@@ -22,8 +23,9 @@ constexpr int kWarpKeys = 16;           // keys per warp per tile: one P.V k ste
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxQLen = 16;
 constexpr int kMaxPageSize = 512;
-// O accumulators per thread are kMTiles * head_dim_v / 2 floats; keep them within 128 registers.
-constexpr int kMaxAccumulatorFloats = 128;
+// O accumulators per thread are kMTiles * head_dim_v / 2 floats; beyond 64 of them (with S, the
+// softmax state and the copy addresses) ptxas starts to spill, so larger M takes more m blocks.
+constexpr int kMaxAccumulatorFloats = 64;
 constexpr int kMaxMTiles = 4;
 constexpr int kInFlightTargetBytes = 128 * 1024;
 constexpr int kMinStages = 2;
@@ -99,7 +101,7 @@ bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not) {
   struct Choice {
     int warps = 0, ctas = 0, stages = 0, smem = 0;
     long in_flight = 0;
-    int offset_kv = 0, stage_bytes = 0, v_in_stage = 0, offset_stats = 0, merge_row = 0;
+    int offset_kv = 0, stage_bytes = 0, v_in_stage = 0, offset_stats = 0, merge_row = 0, offset_pages = 0;
   } best;
   bool found_target = false;
   for (int warps : {4, 2}) {
@@ -113,7 +115,8 @@ bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not) {
     const int stats_bytes = align_up(warps * block_m * kStatsPerRow * int(sizeof(float)), kSmemAlign);
     for (int ctas = kMaxCtasPerSm; ctas >= 1; --ctas) {
       const int per_cta = std::min(sm_capacity / ctas - kSmemReservedPerCta, block_limit);
-      const int room = per_cta - q_bytes - stats_bytes;
+      const int pages_bytes = spec.page_size > 0 ? align_up(kMaxStages * block_n * int(sizeof(int32_t)), kSmemAlign) : 0;
+      const int room = per_cta - q_bytes - stats_bytes - pages_bytes;
       if (room <= 0)
         continue;
       const int stages = std::min(room / stage_bytes, kMaxStages);
@@ -123,9 +126,11 @@ bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not) {
       const bool meets = stages >= kPreferredMinStages && in_flight >= kInFlightTargetBytes;
       const bool better = meets ? !found_target : (!found_target && in_flight > best.in_flight);
       if (better) {
-        best = {warps, ctas, stages, 0, in_flight, q_bytes, stage_bytes, k_bytes, 0, merge_row};
+        best = {warps, ctas, stages, 0, in_flight, q_bytes, stage_bytes, k_bytes, 0, merge_row, 0};
         best.offset_stats = q_bytes + std::max(stages * stage_bytes, merge_bytes);
-        best.smem = best.offset_stats + stats_bytes;
+        best.offset_pages = best.offset_stats + stats_bytes;
+        const int ring_pages = spec.page_size > 0 ? align_up(stages * block_n * int(sizeof(int32_t)), kSmemAlign) : 0;
+        best.smem = best.offset_pages + ring_pages;
         found_target = meets;
       }
     }
@@ -160,6 +165,7 @@ bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not) {
   p.add("kSmemStageBytes", best.stage_bytes);
   p.add("kSmemOffsetVInStage", best.v_in_stage);
   p.add("kSmemOffsetStats", best.offset_stats);
+  p.add("kSmemOffsetPages", best.offset_pages);
   p.add("kMergeRowFloats", best.merge_row);
   p.add("kCombineThreads", kCombineThreads);
   p.add("kCombineGridPerSm", kCombineGridPerSm);

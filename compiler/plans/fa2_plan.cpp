@@ -15,14 +15,14 @@
 namespace flashjit {
 namespace {
 
-constexpr int kMinArch = 80;      // mma.sync m16n8k16 bf16, cp.async, ldmatrix
-constexpr int kDimAlign = 8;      // head dims are whole 16-byte chunks of 16-bit values
+constexpr int kMinArch = 80; // mma.sync m16n8k16 bf16, cp.async, ldmatrix
+constexpr int kDimAlign = 8; // head dims are whole 16-byte chunks of 16-bit values
 constexpr int kMaxHeadDim = 256;
-constexpr int kMmaK = 16;         // Q K^T reduces over head_dim_qk in steps of 16 (zero-padded)
-constexpr int kRowsPerWarp = 16;  // one m16 fragment per warp
+constexpr int kMmaK = 16;        // Q K^T reduces over head_dim_qk in steps of 16 (zero-padded)
+constexpr int kRowsPerWarp = 16; // one m16 fragment per warp
 constexpr int kWarpThreads = 32;
 constexpr int kElemBytes = 2;
-constexpr int kChunkElems = 8;    // 16 bytes
+constexpr int kChunkElems = 8; // 16 bytes
 constexpr int kSmallHeadDim = 64;
 constexpr int kMediumHeadDim = 128;
 
@@ -40,7 +40,9 @@ constexpr std::array<Tiles, 6> kMediumTiles{
 constexpr std::array<Tiles, 6> kLargeTiles{
     {{128, 64, 2}, {128, 64, 1}, {64, 64, 1}, {64, 32, 2}, {64, 32, 1}, {64, 16, 1}}};
 
-int round_up(int value, int multiple) { return (value + multiple - 1) / multiple * multiple; }
+int round_up(int value, int multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
 
 // Row stride in elements: an odd number of 16-byte chunks, at least `cols` wide.
 int smem_stride(int cols) {
@@ -88,7 +90,9 @@ bool pick(const std::array<Tiles, N> &candidates, int head_dim_qk_pad, int head_
   return false;
 }
 
-bool valid_head_dim(int dim) { return dim >= kDimAlign && dim <= kMaxHeadDim && dim % kDimAlign == 0; }
+bool valid_head_dim(int dim) {
+  return dim >= kDimAlign && dim <= kMaxHeadDim && dim % kDimAlign == 0;
+}
 
 } // namespace
 
@@ -102,8 +106,8 @@ bool plan_fa2(const KernelSpec &spec, Plan *plan, std::string *why_not) {
     return false;
   }
   if (!valid_head_dim(spec.head_dim_qk) || !valid_head_dim(spec.head_dim_v)) {
-    *why_not = "fa2 supports head dims that are multiples of 8 from 8 to 256, got " +
-               std::to_string(spec.head_dim_qk) + "/" + std::to_string(spec.head_dim_v);
+    *why_not = "fa2 supports head dims that are multiples of 8 from 8 to 256, got " + std::to_string(spec.head_dim_qk) +
+               "/" + std::to_string(spec.head_dim_v);
     return false;
   }
   if (spec.gqa_group != 0 || spec.q_len != 0) {

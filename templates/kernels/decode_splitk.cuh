@@ -73,6 +73,10 @@ struct Smem {
     return reinterpret_cast<u16 *>(base + Cfg::kSmemOffsetKV + stage * Cfg::kSmemStageBytes +
                                    Cfg::kSmemOffsetVInStage);
   }
+  // Paged KV: page of every row of the tile in `stage`.
+  __device__ i32 *pages(int stage) const {
+    return reinterpret_cast<i32 *>(base + Cfg::kSmemOffsetPages) + stage * Cfg::kBlockN;
+  }
   // Per-warp (max, sum) of every row, for the cross-warp merge.
   __device__ float *stats() const { return reinterpret_cast<float *>(base + Cfg::kSmemOffsetStats); }
   // Per-warp unnormalized O rows; aliases the KV ring, which is idle once a piece is done.
@@ -125,55 +129,28 @@ __device__ __forceinline__ void copy_chunk(u16 *dst, const u16 *src, bool valid)
   }
 }
 
-// Copies of one K or V tile: chunk c = it * kThreads + tid covers row c / kChunksPerRow.
-// For paged KV the page of every row a thread copies is looked up one tile ahead (`Pages`), so the
-// block-table read never sits between the ring and its next copy.
+// Copies of one K or V tile: chunk c = it * kThreads + tid covers row c / kChunksPerRow. `row_offset`
+// gives the element offset of a tile row (through the block table when paged).
 template <int Dim, int SmemRow> struct TileCopy {
   static constexpr int kChunksPerRow = Dim / kChunkElems;
   static constexpr int kChunks = Cfg::kBlockN * kChunksPerRow;
   static constexpr int kIters = (kChunks + Cfg::kThreads - 1) / Cfg::kThreads;
-  struct Pages {
-    i32 page[kIters];
-  };
+  // Fully unrolled, ptxas keeps every iteration's address live across the main loop; past 8
+  // iterations (head dim 256) that alone would push the kernel into spills.
+  static constexpr int kMaxUnroll = 8;
+  static constexpr int kUnroll = kIters < kMaxUnroll ? kIters : kMaxUnroll;
 
-  __device__ static int row_of(int it) { return (it * Cfg::kThreads + (int)threadIdx.x) / kChunksPerRow; }
-  __device__ static bool in_tile(int it) {
-    return kChunks % Cfg::kThreads == 0 || it * Cfg::kThreads + (int)threadIdx.x < kChunks;
-  }
-
-  __device__ static Pages lookup(const fj_paged_kv &paged, int batch, int tile_key, int kv_end) {
-    Pages pages{};
-    if constexpr (Traits::kPaged) {
-      const i32 *table = paged.block_table + (i64)batch * paged.max_pages_per_seq;
-#pragma unroll
-      for (int it = 0; it < kIters; ++it) {
-        const int key = tile_key + row_of(it);
-        pages.page[it] = in_tile(it) && key < kv_end ? ld_global_nc_s32(table + key / Cfg::kPageSize) : 0;
-      }
-    }
-    return pages;
-  }
-
-  // `base` already includes the kv head (and the batch for contiguous KV).
-  __device__ static void issue(u16 *smem, const u16 *base, i64 row_stride, i64 page_stride, const Pages &pages,
-                               int tile_key, int kv_end) {
-#pragma unroll
+  template <class RowOffset>
+  __device__ static void issue(u16 *smem, const u16 *base, int rows_valid, const RowOffset &row_offset) {
+#pragma unroll kUnroll
     for (int it = 0; it < kIters; ++it) {
-      if (!in_tile(it))
-        continue;
       const int c = it * Cfg::kThreads + (int)threadIdx.x;
+      if (kChunks % Cfg::kThreads != 0 && c >= kChunks)
+        break;
       const int row = c / kChunksPerRow;
       const int col = (c % kChunksPerRow) * kChunkElems;
-      const int key = tile_key + row;
-      const bool valid = key < kv_end;
-      const u16 *src = base;
-      if (valid) {
-        if constexpr (Traits::kPaged)
-          src = base + pages.page[it] * page_stride + (key % Cfg::kPageSize) * row_stride + col;
-        else
-          src = base + key * row_stride + col;
-      }
-      copy_chunk(smem + row * SmemRow + col, src, valid);
+      const bool valid = row < rows_valid;
+      copy_chunk(smem + row * SmemRow + col, valid ? base + row_offset(row) + col : base, valid);
     }
   }
 };
@@ -181,25 +158,49 @@ template <int Dim, int SmemRow> struct TileCopy {
 using KCopy = TileCopy<Cfg::kHeadDimQK, Cfg::kSmemRowQK>;
 using VCopy = TileCopy<Cfg::kHeadDimV, Cfg::kSmemRowV>;
 
-struct TilePages {
-  KCopy::Pages k;
-  VCopy::Pages v;
-};
-
-// Per-unit addressing of K and V.
+// Per-piece addressing of K and V. Paged KV: the page of every row of a tile sits in a small smem
+// ring (`pages`, one slot per stage). Thread r < kBlockN looks up row r of the tile one step ahead
+// of when it is stored and two steps ahead of its copies, so a block-table read never stalls the
+// ring; the loop's barrier orders the store before the copies that read it.
 struct KvSource {
   const u16 *k, *v;
   i64 k_row, v_row, k_page, v_page;
-  int batch, kv_begin, kv_end;
+  const i32 *table; // this sequence's block-table row
+  int kv_begin, kv_end;
 
-  __device__ TilePages lookup(const fj_paged_kv &paged, int tile) const {
-    const int key = kv_begin + tile * Cfg::kBlockN;
-    return {KCopy::lookup(paged, batch, key, kv_end), VCopy::lookup(paged, batch, key, kv_end)};
+  __device__ int tile_key(int tile) const { return kv_begin + tile * Cfg::kBlockN; }
+
+  // Page of row `threadIdx.x` of `tile` (0 past the end, or for threads past the tile).
+  __device__ i32 lookup(int tile) const {
+    if constexpr (Traits::kPaged) {
+      const int key = tile_key(tile) + (int)threadIdx.x;
+      if ((int)threadIdx.x < Cfg::kBlockN && key < kv_end)
+        return ld_global_nc_s32(table + key / Cfg::kPageSize);
+    }
+    return 0;
   }
-  __device__ void issue(const Smem &smem, int stage, int tile, const TilePages &pages) const {
-    const int key = kv_begin + tile * Cfg::kBlockN;
-    KCopy::issue(smem.k(stage), k, k_row, k_page, pages.k, key, kv_end);
-    VCopy::issue(smem.v(stage), v, v_row, v_page, pages.v, key, kv_end);
+  __device__ void store_pages(const Smem &smem, int tile, i32 page) const {
+    if constexpr (Traits::kPaged)
+      if ((int)threadIdx.x < Cfg::kBlockN)
+        smem.pages(tile % Cfg::kStages)[threadIdx.x] = page;
+  }
+
+  __device__ void issue(const Smem &smem, int tile) const {
+    const int key0 = tile_key(tile);
+    const int rows_valid = kv_end - key0;
+    const int stage = tile % Cfg::kStages;
+    if constexpr (Traits::kPaged) {
+      const i32 *pages = smem.pages(stage);
+      KCopy::issue(smem.k(stage), k, rows_valid, [&](int row) {
+        return pages[row] * k_page + ((key0 + row) % Cfg::kPageSize) * k_row;
+      });
+      VCopy::issue(smem.v(stage), v, rows_valid, [&](int row) {
+        return pages[row] * v_page + ((key0 + row) % Cfg::kPageSize) * v_row;
+      });
+    } else {
+      KCopy::issue(smem.k(stage), k + key0 * k_row, rows_valid, [&](int row) { return row * k_row; });
+      VCopy::issue(smem.v(stage), v + key0 * v_row, rows_valid, [&](int row) { return row * v_row; });
+    }
   }
 };
 
@@ -215,7 +216,7 @@ __device__ __forceinline__ KvSource kv_source(const fj_attention_params &a, cons
   s.v_row = a.v.row_stride;
   s.k_page = a.paged.page_stride_k;
   s.v_page = a.paged.page_stride_v;
-  s.batch = u.batch;
+  s.table = Traits::kPaged ? a.paged.block_table + (i64)u.batch * a.paged.max_pages_per_seq : nullptr;
   s.kv_begin = u.kv_begin;
   s.kv_end = u.kv_end;
   return s;
@@ -547,20 +548,26 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
   zero_qk_padding(smem); // the previous piece's merge scratch may have covered the K padding
   const int num_tiles = (u.kv_end - u.kv_begin + Cfg::kBlockN - 1) / Cfg::kBlockN;
 
-  // Prologue: Q and the first kStages - 1 tiles; their page lookups go out together.
-  load_q(a, u, smem);
-  TilePages pages[Cfg::kStages - 1];
+  // Prologue: pages of tiles 0 .. kStages-1 (their lookups go out together), then Q and the
+  // first kStages - 1 tiles, one commit group per tile.
+  if constexpr (Traits::kPaged) {
+    i32 first_pages[Cfg::kStages];
 #pragma unroll
-  for (int t = 0; t < Cfg::kStages - 1; ++t)
-    if (t < num_tiles)
-      pages[t] = src.lookup(a.paged, t);
+    for (int t = 0; t < Cfg::kStages; ++t)
+      first_pages[t] = src.lookup(t);
+#pragma unroll
+    for (int t = 0; t < Cfg::kStages; ++t)
+      src.store_pages(smem, t, first_pages[t]);
+    __syncthreads();
+  }
+  load_q(a, u, smem);
 #pragma unroll
   for (int t = 0; t < Cfg::kStages - 1; ++t) {
     if (t < num_tiles)
-      src.issue(smem, t, t, pages[t]);
+      src.issue(smem, t);
     cp_async_commit_group(); // one group per tile, empty or not, keeps the wait count uniform
   }
-  TilePages next = src.lookup(a.paged, Cfg::kStages - 1);
+  i32 next_page = src.lookup(Cfg::kStages); // stored at step 0, read by the copies at step 1
 
   RowRange ranges[Traits::kMTiles][kRowsPerThreadTile];
 #pragma unroll
@@ -575,12 +582,16 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
     cp_async_wait_group<Cfg::kStages - 2>(); // tile t (and Q) has landed for this thread
     __syncthreads();                         // ... and for every thread; stage t-1 is free again
     const int ahead = t + Cfg::kStages - 1;
-    if (ahead < num_tiles) {
-      src.issue(smem, ahead % Cfg::kStages, ahead, next);
-      if (ahead + 1 < num_tiles)
-        next = src.lookup(a.paged, ahead + 1);
-    }
+    if (ahead < num_tiles)
+      src.issue(smem, ahead);
     cp_async_commit_group();
+    if constexpr (Traits::kPaged) {
+      // Slot (t + kStages) % kStages is tile t's, whose copies went out kStages - 1 steps ago.
+      if (ahead + 1 < num_tiles) {
+        src.store_pages(smem, ahead + 1, next_page);
+        next_page = src.lookup(ahead + 2);
+      }
+    }
 
     const int stage = t % Cfg::kStages;
     const int tile_key = u.kv_begin + t * Cfg::kBlockN;

@@ -70,18 +70,24 @@ constexpr int kPageRows = Cfg::kPageSize > 0 ? Cfg::kPageSize : 1;
 // The per-CTA view of the problem: lengths, the mask bounds and base pointers (head applied).
 struct Tile {
   int batch, head, head_kv;
-  int m0;                  // first query row of this tile
+  int m0; // first query row of this tile
   int seqlen_q, seqlen_k;
-  int shift;               // seqlen_k - seqlen_q: bottom-right alignment of causal / window
-  int left, right;         // window reach to the left / right of the diagonal; < 0 = unbounded
-  i64 q_row0, k_row0;      // first packed row (varlen) of this sequence
-  const u16 *q, *k, *v;    // row 0 of this (batch, head); k/v = page 0 of the head when paged
+  int shift;            // seqlen_k - seqlen_q: bottom-right alignment of causal / window
+  int left, right;      // window reach to the left / right of the diagonal; < 0 = unbounded
+  i64 q_row0, k_row0;   // first packed row (varlen) of this sequence
+  const u16 *q, *k, *v; // row 0 of this (batch, head); k/v = page 0 of the head when paged
   u16 *o;
 };
 
-__device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
-__device__ __forceinline__ int min_i(int a, int b) { return a < b ? a : b; }
-__device__ __forceinline__ int max_i(int a, int b) { return a > b ? a : b; }
+__device__ __forceinline__ int ceil_div(int a, int b) {
+  return (a + b - 1) / b;
+}
+__device__ __forceinline__ int min_i(int a, int b) {
+  return a < b ? a : b;
+}
+__device__ __forceinline__ int max_i(int a, int b) {
+  return a > b ? a : b;
+}
 
 // Start of key/value row `row` (relative to the sequence), through the block table when paged.
 __device__ __forceinline__ const u16 *kv_row(const fj_attention_params &p, const Tile &t, const u16 *base,
@@ -181,8 +187,8 @@ __device__ __forceinline__ void zero_qk_padding(u16 *smem_q, u16 *smem_k) {
     const u32x4 zero = {0, 0, 0, 0};
     constexpr int kKRows = Cfg::kStages * Cfg::kBlockN;
     for (int row = threadIdx.x; row < Cfg::kBlockM + kKRows; row += Cfg::kThreads) {
-      u16 *dst = row < Cfg::kBlockM ? smem_q + row * Cfg::kSmemStrideQ
-                                    : smem_k + (row - Cfg::kBlockM) * Cfg::kSmemStrideK;
+      u16 *dst =
+          row < Cfg::kBlockM ? smem_q + row * Cfg::kSmemStrideQ : smem_k + (row - Cfg::kBlockM) * Cfg::kSmemStrideK;
       *(u32x4 *)(dst + Cfg::kHeadDimQK) = zero;
     }
   }
@@ -513,6 +519,6 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
           pack2_from_f32<Cfg::kDType>(o[d][2 * r] * inv_sum[r], o[d][2 * r + 1] * inv_sum[r]);
     }
   __syncthreads();
-  store_tile<Cfg::kBlockM, kChunksV, Cfg::kSmemStrideO>(smem_o, t.seqlen_q - t.m0,
-                                                        t.o + (i64)t.m0 * p.o.row_stride, p.o.row_stride);
+  store_tile<Cfg::kBlockM, kChunksV, Cfg::kSmemStrideO>(smem_o, t.seqlen_q - t.m0, t.o + (i64)t.m0 * p.o.row_stride,
+                                                        p.o.row_stride);
 }

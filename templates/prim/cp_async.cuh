@@ -11,12 +11,13 @@ constexpr int kCpAsyncBytes = 16;
 // cp.async.cg.shared.global [dst], [src], 16, src_size — copies src_size (0 or 16) bytes and
 // zero-fills the rest, so a row past the end of a sequence lands as zeros without a branch.
 __device__ __forceinline__ void cp_async_cg_16(u32 smem_addr, const void *global, int src_size) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr), "l"(global), "r"(src_size)
-               : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr), "l"(global), "r"(src_size) : "memory");
 }
 
 // cp.async.commit_group — closes the group of copies issued since the last commit.
-__device__ __forceinline__ void cp_async_commit_group() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit_group() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
 
 // cp.async.wait_group N — waits until at most N of this thread's groups are still in flight.
 template <int N> __device__ __forceinline__ void cp_async_wait_group() {
@@ -24,6 +25,8 @@ template <int N> __device__ __forceinline__ void cp_async_wait_group() {
 }
 
 // cp.async.wait_all — waits for every copy this thread issued.
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
 
 } // namespace fj

@@ -11,8 +11,12 @@ constexpr u32 kFullMask = 0xffffffffu;
 // mma.sync fragments spread a row over the 4 lanes of a quad (lanes 4g..4g+3).
 constexpr int kQuadSize = 4;
 
-__device__ __forceinline__ int lane_id() { return (int)(threadIdx.x % kWarpSize); }
-__device__ __forceinline__ int warp_id() { return (int)(threadIdx.x / kWarpSize); }
+__device__ __forceinline__ int lane_id() {
+  return (int)(threadIdx.x % kWarpSize);
+}
+__device__ __forceinline__ int warp_id() {
+  return (int)(threadIdx.x / kWarpSize);
+}
 
 // shfl.sync.bfly.b32 d, a, lane_mask, 0x1f, membermask — value from lane (lane ^ lane_mask).
 __device__ __forceinline__ float shfl_xor_sync(float value, int lane_mask, u32 member_mask = kFullMask) {
@@ -40,9 +44,17 @@ template <int Width = kWarpSize> __device__ __forceinline__ float group_reduce_s
 }
 
 // The two most common widths, named.
-__device__ __forceinline__ float quad_reduce_max(float value) { return group_reduce_max<kQuadSize>(value); }
-__device__ __forceinline__ float quad_reduce_sum(float value) { return group_reduce_sum<kQuadSize>(value); }
-__device__ __forceinline__ float warp_reduce_max(float value) { return group_reduce_max<kWarpSize>(value); }
-__device__ __forceinline__ float warp_reduce_sum(float value) { return group_reduce_sum<kWarpSize>(value); }
+__device__ __forceinline__ float quad_reduce_max(float value) {
+  return group_reduce_max<kQuadSize>(value);
+}
+__device__ __forceinline__ float quad_reduce_sum(float value) {
+  return group_reduce_sum<kQuadSize>(value);
+}
+__device__ __forceinline__ float warp_reduce_max(float value) {
+  return group_reduce_max<kWarpSize>(value);
+}
+__device__ __forceinline__ float warp_reduce_sum(float value) {
+  return group_reduce_sum<kWarpSize>(value);
+}
 
 } // namespace fj

@@ -38,6 +38,9 @@ CaseOptions varlen(std::vector<int> lq, std::vector<int> lk, int hq, int hkv, in
   return c;
 }
 
+// gtest prints parameters; the name says all that matters.
+void PrintTo(const PrefillCase &c, std::ostream *out) { *out << c.name; }
+
 std::vector<PrefillCase> cases() {
   using ref::Dtype;
   std::vector<PrefillCase> all;

@@ -1,0 +1,42 @@
+// Shared pieces of the compile tests: building a spec's kernel through the real pipeline (plan ->
+// generated source -> NVRTC -> cubin) and reading its SASS with cuobjdump.
+#pragma once
+
+#include "compiler/build.hpp"
+#include "compiler/planner.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace flashjit::testing {
+
+inline KernelSpec prefill_spec(Arch arch, int dqk, int dv, flashjit_dtype dtype, bool causal) {
+  KernelSpec spec;
+  spec.arch = arch;
+  spec.head_dim_qk = dqk;
+  spec.head_dim_v = dv;
+  spec.dtype = dtype;
+  spec.causal = causal;
+  return spec;
+}
+
+// Compiles `spec` with `variant` forced; fails the test with NVRTC's log otherwise.
+inline CompiledKernel compile_or_fail(const KernelSpec &spec, Variant variant) {
+  PlanChoice choice = choose_plan(spec, variant);
+  EXPECT_TRUE(choice.ok) << choice.error;
+  CompiledKernel kernel;
+  if (!choice.ok)
+    return kernel;
+  Status s = build_kernel(choice.spec, choice.plan, FLASHJIT_BACKEND_NVRTC, &kernel);
+  EXPECT_TRUE(s.ok()) << s.message;
+  return kernel;
+}
+
+// Path of cuobjdump: the toolkit's, else the one PyPI's nvidia-cuda-cuobjdump installs; "" if none.
+std::string find_cuobjdump();
+
+// SASS of a cubin (cuobjdump --dump-sass), or "" with *error set.
+std::string dump_sass(const std::vector<char> &cubin, std::string *error);
+
+} // namespace flashjit::testing

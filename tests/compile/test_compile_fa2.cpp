@@ -1,0 +1,74 @@
+// Every fa2 specialization compiles for every arch it serves, with no spills (no GPU needed).
+#include "tests/compile/compile_matrix.hpp"
+
+namespace flashjit {
+namespace {
+
+struct Fa2Case {
+  Arch arch;
+  int dqk, dv;
+  flashjit_dtype dtype;
+  bool causal;
+};
+
+void PrintTo(const Fa2Case &c, std::ostream *out) { *out << c.arch.name() << " d" << c.dqk << "v" << c.dv; }
+
+std::vector<Fa2Case> fa2_cases() {
+  std::vector<Fa2Case> cases;
+  const std::pair<int, int> dims[] = {{8, 8}, {32, 32}, {64, 64}, {72, 72}, {80, 80}, {96, 96}, {104, 104},
+                                      {128, 128}, {160, 160}, {192, 192}, {256, 256}, {192, 128}};
+  for (Arch arch : {Arch{80, false}, Arch{86, false}, Arch{89, false}, Arch{90, true}})
+    for (auto [dqk, dv] : dims)
+      for (flashjit_dtype dtype : {FLASHJIT_BF16, FLASHJIT_FP16})
+        cases.push_back({arch, dqk, dv, dtype, (dqk / 8) % 2 == 0});
+  return cases;
+}
+
+class Fa2Compile : public ::testing::TestWithParam<Fa2Case> {};
+
+TEST_P(Fa2Compile, CompilesWithoutSpills) {
+  const Fa2Case &c = GetParam();
+  KernelSpec spec = testing::prefill_spec(c.arch, c.dqk, c.dv, c.dtype, c.causal);
+  CompiledKernel kernel = testing::compile_or_fail(spec, Variant::fa2);
+  ASSERT_FALSE(kernel.cubin.empty());
+  EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name << "\n" << kernel.log;
+  EXPECT_EQ(kernel.resources.spill_load_bytes, 0) << kernel.name;
+  EXPECT_GT(kernel.resources.registers, 0) << "no ptxas report in the log:\n" << kernel.log;
+  EXPECT_NE(kernel.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos) << kernel.name;
+  EXPECT_NE(kernel.ptx.find("ldmatrix"), std::string::npos) << kernel.name;
+  EXPECT_NE(kernel.ptx.find("cp.async"), std::string::npos) << kernel.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllArchsAndHeadDims, Fa2Compile, ::testing::ValuesIn(fa2_cases()),
+                         [](const ::testing::TestParamInfo<Fa2Case> &info) {
+                           const Fa2Case &c = info.param;
+                           return c.arch.name() + "_d" + std::to_string(c.dqk) + "v" + std::to_string(c.dv) + "_" +
+                                  (c.dtype == FLASHJIT_FP16 ? "fp16" : "bf16") + (c.causal ? "_causal" : "");
+                         });
+
+TEST(Fa2CompileFeatures, WindowSoftcapVarlenPagedAndUnalignedCompile) {
+  for (int page : {0, 1, 16, 7}) {
+    KernelSpec spec = testing::prefill_spec(Arch{90, true}, 80, 80, FLASHJIT_BF16, true);
+    spec.local = spec.softcap = true;
+    spec.varlen = page == 0;
+    spec.page_size = page;
+    spec.align_bytes = page == 7 ? 2 : 16;
+    CompiledKernel kernel = testing::compile_or_fail(spec, Variant::fa2);
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name;
+  }
+}
+
+TEST(CompileErrors, NameTheKernelAndCarryTheLog) {
+  KernelSpec spec = testing::prefill_spec(Arch{80, false}, 64, 64, FLASHJIT_BF16, false);
+  PlanChoice choice = choose_plan(spec, Variant::fa2);
+  ASSERT_TRUE(choice.ok);
+  choice.plan.add("kNotAnIdentifier-", 1); // renders invalid C++
+  CompiledKernel kernel;
+  Status s = build_kernel(choice.spec, choice.plan, FLASHJIT_BACKEND_NVRTC, &kernel);
+  EXPECT_EQ(s.code, FLASHJIT_COMPILE_ERROR);
+  EXPECT_NE(s.message.find("prefill.fa2.sm80.d64v64.bf16.full"), std::string::npos) << s.message;
+  EXPECT_NE(s.message.find("error"), std::string::npos) << s.message;
+}
+
+} // namespace
+} // namespace flashjit

@@ -1,0 +1,141 @@
+// KernelSpec names and hashes, arch parsing, and the planner's choices and fallbacks.
+#include "compiler/codegen.hpp"
+#include "compiler/planner.hpp"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace flashjit {
+namespace {
+
+KernelSpec prefill(int d, bool causal, Arch arch = Arch{90, true}) {
+  KernelSpec spec;
+  spec.arch = arch;
+  spec.head_dim_qk = spec.head_dim_v = d;
+  spec.causal = causal;
+  return spec;
+}
+
+TEST(Arch, ParsesEveryAcceptedSpelling) {
+  EXPECT_EQ(Arch::parse("sm_90a")->name(), "sm90a");
+  EXPECT_EQ(Arch::parse("sm90")->name(), "sm90a"); // wgmma needs the arch-specific target
+  EXPECT_EQ(Arch::parse("80")->name(), "sm80");
+  EXPECT_EQ(Arch::parse("sm_86")->nvrtc_target(), "sm_86");
+  EXPECT_FALSE(Arch::parse("sm_75"));
+  EXPECT_FALSE(Arch::parse("sm_80a"));
+  EXPECT_FALSE(Arch::parse("banana"));
+  EXPECT_EQ(Arch::from_compute_capability(9, 0).name(), "sm90a");
+  EXPECT_EQ(Arch::from_compute_capability(8, 7).name(), "sm86");
+}
+
+TEST(KernelName, SpellsOutTheSpecAndPlan) {
+  KernelSpec spec = prefill(80, true);
+  Plan plan;
+  plan.variant = Variant::fa2;
+  plan.block_m = 128;
+  plan.block_n = 64;
+  plan.stages = 2;
+  EXPECT_EQ(kernel_name(spec, plan), "prefill.fa2.sm90a.d80v80.bf16.causal.m128n64s2.al16");
+  spec.local = spec.softcap = spec.varlen = true;
+  spec.page_size = 16;
+  spec.dtype = FLASHJIT_FP16;
+  spec.head_dim_v = 128;
+  EXPECT_EQ(kernel_name(spec, plan), "prefill.fa2.sm90a.d80v128.fp16.causal.window.softcap.varlen.page16.m128n64s2.al16");
+}
+
+TEST(KernelHash, IsStableAndSeparatesEveryField) {
+  Plan plan;
+  plan.block_m = 128;
+  const KernelSpec base = prefill(128, false);
+  // Stable across runs and builds: a fixed value for a fixed input.
+  EXPECT_EQ(kernel_hash(base, plan), kernel_hash(base, plan));
+  std::set<uint64_t> hashes;
+  std::vector<KernelSpec> specs(12, base);
+  specs[1].causal = true;
+  specs[2].dtype = FLASHJIT_FP16;
+  specs[3].head_dim_v = 64;
+  specs[4].arch = Arch{80, false};
+  specs[5].local = true;
+  specs[6].softcap = true;
+  specs[7].varlen = true;
+  specs[8].page_size = 1;
+  specs[9].align_bytes = 2;
+  specs[10].head_dim_qk = 120;
+  specs[11].op = Op::decode;
+  for (const KernelSpec &s : specs)
+    hashes.insert(kernel_hash(s, plan));
+  EXPECT_EQ(hashes.size(), specs.size());
+  Plan other = plan;
+  other.add("kSmemOffsetV", 4096);
+  EXPECT_NE(kernel_hash(base, plan), kernel_hash(base, other));
+}
+
+TEST(Planner, Fa2CoversEveryHeadDimOnEveryArchWithinSharedMemory) {
+  for (Arch arch : {Arch{80, false}, Arch{86, false}, Arch{89, false}, Arch{90, true}})
+    for (int d = 8; d <= 256; d += 8)
+      for (int dv : {d, 128})
+        for (bool causal : {false, true}) {
+          KernelSpec spec = prefill(d, causal, arch);
+          spec.head_dim_v = dv;
+          Plan plan;
+          std::string why;
+          ASSERT_TRUE(plan_fa2(spec, &plan, &why)) << arch.name() << " d" << d << ": " << why;
+          EXPECT_LE(plan.smem_bytes, max_shared_bytes_per_block(arch)) << kernel_name(spec, plan);
+          EXPECT_GT(plan.threads, 0);
+          EXPECT_EQ(plan.entry, "fj_fa2_prefill");
+        }
+}
+
+TEST(Planner, PrefersFa3OnHopperAndFa2Elsewhere) {
+  PlanChoice hopper = choose_plan(prefill(128, false));
+  ASSERT_TRUE(hopper.ok) << hopper.error;
+  EXPECT_EQ(hopper.preferred, Variant::fa3);
+  PlanChoice ampere = choose_plan(prefill(128, false, Arch{80, false}));
+  ASSERT_TRUE(ampere.ok);
+  EXPECT_EQ(ampere.plan.variant, Variant::fa2);
+  EXPECT_EQ(ampere.preferred, Variant::fa2);
+  EXPECT_TRUE(ampere.fallback_reason.empty());
+}
+
+TEST(Planner, RecordsWhyItFallsBackFromFa3) {
+  KernelSpec spec = prefill(128, false);
+  spec.align_bytes = 2; // TMA needs 16-byte aligned rows
+  PlanChoice choice = choose_plan(spec);
+  ASSERT_TRUE(choice.ok) << choice.error;
+  EXPECT_EQ(choice.preferred, Variant::fa3);
+  EXPECT_EQ(choice.plan.variant, Variant::fa2);
+  EXPECT_NE(choice.fallback_reason.find("fa3"), std::string::npos) << choice.fallback_reason;
+  spec = prefill(64, false);
+  spec.page_size = 16; // fa3 reads K/V by TMA, not through a block table
+  choice = choose_plan(spec);
+  ASSERT_TRUE(choice.ok);
+  EXPECT_EQ(choice.plan.variant, Variant::fa2);
+  EXPECT_FALSE(choice.fallback_reason.empty());
+}
+
+TEST(Planner, ForcedVariantThatCannotRunIsAnErrorNotAFallback) {
+  KernelSpec spec = prefill(64, false);
+  spec.align_bytes = 2;
+  PlanChoice choice = choose_plan(spec, Variant::fa3);
+  EXPECT_FALSE(choice.ok);
+  EXPECT_NE(choice.error.find("fa3"), std::string::npos);
+  choice = choose_plan(prefill(128, true), Variant::fa2);
+  ASSERT_TRUE(choice.ok);
+  EXPECT_EQ(choice.plan.variant, Variant::fa2);
+}
+
+TEST(Codegen, RendersEverySpecAndPlanConstant) {
+  KernelSpec spec = prefill(72, true);
+  PlanChoice choice = choose_plan(spec, Variant::fa2);
+  ASSERT_TRUE(choice.ok);
+  const std::string source = render_source(choice.spec, choice.plan);
+  EXPECT_NE(source.find("static constexpr int kHeadDimQK = 72;"), std::string::npos);
+  EXPECT_NE(source.find("static constexpr bool kCausal = true;"), std::string::npos);
+  EXPECT_NE(source.find("#include \"kernels/fa2_prefill.cuh\""), std::string::npos);
+  for (const PlanConstant &c : choice.plan.constants)
+    EXPECT_NE(source.find(" " + c.name + " = "), std::string::npos) << c.name;
+}
+
+} // namespace
+} // namespace flashjit

@@ -1,0 +1,239 @@
+// The split-K decode schedule (compiler/splitk_schedule): every visible key of every unit is
+// covered exactly once, no CTA gets more than its share, the counters and bounds hold, and the
+// layout refuses what it cannot hold.
+#include "compiler/splitk_schedule.hpp"
+#include "params_decode.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+namespace flashjit {
+namespace {
+
+struct Decoded {
+  fj_decode_header header;
+  std::vector<int32_t> slot_begin;
+  std::vector<fj_decode_work> work;
+  std::vector<fj_decode_merge> merges;
+};
+
+Decoded decode(const SplitKLayout &layout, const std::vector<char> &buffer) {
+  Decoded d;
+  d.header = *reinterpret_cast<const fj_decode_header *>(buffer.data() + layout.header_offset);
+  const auto *slots = reinterpret_cast<const int32_t *>(buffer.data() + layout.slot_offset);
+  d.slot_begin.assign(slots, slots + layout.grid + 1);
+  const auto *work = reinterpret_cast<const fj_decode_work *>(buffer.data() + layout.work_offset);
+  d.work.assign(work, work + d.header.num_work);
+  const auto *merges = reinterpret_cast<const fj_decode_merge *>(buffer.data() + layout.merge_offset);
+  d.merges.assign(merges, merges + d.header.num_merges);
+  return d;
+}
+
+// Checks every invariant the kernels rely on; returns the largest number of tiles in one CTA.
+int64_t check_schedule(const SplitKShape &shape, const std::vector<int32_t> &lens, int q_len, int window_left) {
+  SplitKLayout layout;
+  std::string error;
+  EXPECT_TRUE(splitk_layout(shape, &layout, &error)) << error;
+  std::vector<char> buffer(layout.int_bytes);
+  SplitKProblem problem;
+  problem.seqlens_k = lens.data();
+  problem.batch = static_cast<int>(lens.size());
+  problem.q_len = q_len;
+  problem.window_left = window_left;
+  SplitKSchedule schedule;
+  EXPECT_TRUE(splitk_schedule(shape, layout, problem, buffer.data(), buffer.size(), &schedule, &error)) << error;
+  const Decoded d = decode(layout, buffer);
+
+  EXPECT_EQ(d.header.num_work, schedule.num_work);
+  EXPECT_LE(d.header.num_work, layout.max_work);
+  EXPECT_LE(d.header.num_states, layout.max_states);
+  EXPECT_LE(d.header.num_merges, layout.grid);
+  EXPECT_EQ(d.slot_begin.front(), 0);
+  EXPECT_EQ(d.slot_begin.back(), d.header.num_work);
+  for (int c = 0; c < layout.grid; ++c)
+    EXPECT_LE(d.slot_begin[c], d.slot_begin[c + 1]);
+
+  // Coverage: for every unit, its pieces tile [lo, hi) exactly once, in order.
+  const int units = problem.batch * shape.heads_kv * shape.m_blocks;
+  std::vector<std::vector<fj_decode_work>> pieces(units);
+  for (const fj_decode_work &w : d.work) {
+    EXPECT_GE(w.unit, 0);
+    EXPECT_LT(w.unit, units);
+    EXPECT_LE(w.kv_begin, w.kv_end);
+    pieces[w.unit].push_back(w);
+  }
+  std::vector<int> state_used(d.header.num_states, 0);
+  for (int u = 0; u < units; ++u) {
+    const int b = u / (shape.heads_kv * shape.m_blocks);
+    int lo = 0, hi = 0;
+    splitk_visible_keys(lens[b], q_len, window_left, &lo, &hi);
+    EXPECT_FALSE(pieces[u].empty()) << "unit " << u << " has no piece (its O would never be written)";
+    if (pieces[u].empty())
+      continue;
+    int key = lo;
+    for (const fj_decode_work &w : pieces[u]) {
+      EXPECT_EQ(w.kv_begin, key) << "unit " << u;
+      EXPECT_EQ((w.kv_begin - lo) % shape.block_n, 0) << "pieces start on tile boundaries";
+      key = w.kv_end;
+    }
+    EXPECT_EQ(key, hi) << "unit " << u;
+    if (pieces[u].size() == 1) {
+      EXPECT_LT(pieces[u][0].state, 0) << "a whole unit writes O directly";
+    } else {
+      for (const fj_decode_work &w : pieces[u]) {
+        EXPECT_GE(w.state, 0);
+        EXPECT_LT(w.state, d.header.num_states);
+        if (w.state >= 0 && w.state < d.header.num_states)
+          ++state_used[w.state];
+      }
+    }
+  }
+  for (int used : state_used)
+    EXPECT_EQ(used, 1) << "each partial state slot belongs to exactly one piece";
+
+  // Merges: exactly the split units, with their contiguous state ranges.
+  int split_units = 0;
+  for (int u = 0; u < units; ++u)
+    split_units += pieces[u].size() > 1;
+  EXPECT_EQ(d.header.num_merges, split_units);
+  for (const fj_decode_merge &m : d.merges) {
+    EXPECT_GT(m.count, 1);
+    const auto &ps = pieces[m.unit];
+    EXPECT_EQ(static_cast<int>(ps.size()), m.count);
+    if (static_cast<int>(ps.size()) != m.count)
+      continue;
+    for (int i = 0; i < m.count; ++i)
+      EXPECT_EQ(ps[i].state, m.first_state + i);
+  }
+
+  // Balance: no CTA runs more than the run limit, which is at most a few tiles above the share.
+  int64_t total = 0, largest = 0;
+  for (int c = 0; c < layout.grid; ++c) {
+    int64_t run = 0;
+    for (int i = d.slot_begin[c]; i < d.slot_begin[c + 1]; ++i)
+      run += (d.work[i].kv_end - d.work[i].kv_begin + shape.block_n - 1) / shape.block_n;
+    largest = std::max(largest, run);
+    total += run;
+  }
+  EXPECT_EQ(total, schedule.total_tiles);
+  const int64_t share = std::max<int64_t>((total + layout.grid - 1) / layout.grid, shape.min_tiles_per_cta);
+  EXPECT_LE(largest, schedule.run_limit);
+  EXPECT_EQ(largest, schedule.tiles_per_cta);
+  EXPECT_LE(schedule.run_limit, share + shape.min_tiles_per_cta);
+  return largest;
+}
+
+SplitKShape h200_shape(int batch, int heads_kv = 8) {
+  SplitKShape shape;
+  shape.num_sms = 132;
+  shape.ctas_per_sm = 2;
+  shape.block_m = 16;
+  shape.block_n = 64;
+  shape.m_blocks = 1;
+  shape.head_dim_v = 128;
+  shape.heads_kv = heads_kv;
+  shape.max_batch = batch;
+  return shape;
+}
+
+TEST(SplitKSchedule, TargetShapesAreBalanced) {
+  struct Shape {
+    int batch, len;
+  };
+  for (Shape s : {Shape{1, 32768}, Shape{8, 8192}, Shape{64, 4096}, Shape{1, 131072}}) {
+    std::vector<int32_t> lens(s.batch, s.len);
+    const SplitKShape shape = h200_shape(s.batch);
+    const int64_t largest = check_schedule(shape, lens, 1, -1);
+    const int64_t total = int64_t{s.batch} * 8 * s.len / shape.block_n;
+    const double efficiency = double(total) / (double(largest) * shape.num_sms * shape.ctas_per_sm);
+    EXPECT_GT(efficiency, 0.95) << s.batch << "x" << s.len;
+  }
+}
+
+TEST(SplitKSchedule, RaggedLengthsAndEmptySequences) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int batch = 1 + rng() % 40;
+    std::vector<int32_t> lens(batch);
+    for (int32_t &len : lens)
+      len = rng() % 5 == 0 ? 0 : static_cast<int32_t>(rng() % 20000);
+    SplitKShape shape = h200_shape(batch, 1 + rng() % 8);
+    shape.m_blocks = 1 + rng() % 3;
+    shape.num_sms = 1 + rng() % 140;
+    shape.ctas_per_sm = 1 + rng() % 3;
+    const int q_len = 1 + rng() % 16;
+    const int window = rng() % 3 == 0 ? static_cast<int>(rng() % 3000) : -1;
+    check_schedule(shape, lens, q_len, window);
+  }
+}
+
+TEST(SplitKSchedule, TinyProblemIsNotSplit) {
+  // Three tiles per unit, min 4 tiles per CTA: nothing is worth splitting.
+  const std::vector<int32_t> lens = {150, 1, 0};
+  const SplitKShape shape = h200_shape(3, 2);
+  check_schedule(shape, lens, 1, -1);
+  SplitKLayout layout;
+  std::string error;
+  ASSERT_TRUE(splitk_layout(shape, &layout, &error));
+  std::vector<char> buffer(layout.int_bytes);
+  SplitKProblem problem;
+  problem.seqlens_k = lens.data();
+  problem.batch = 3;
+  SplitKSchedule schedule;
+  ASSERT_TRUE(splitk_schedule(shape, layout, problem, buffer.data(), buffer.size(), &schedule, &error));
+  EXPECT_EQ(schedule.num_merges, 0);
+  EXPECT_EQ(schedule.num_work, 6);
+}
+
+TEST(SplitKSchedule, WindowSkipsKeysNobodySees) {
+  int lo = -1, hi = -1;
+  splitk_visible_keys(1000, 4, 100, &lo, &hi);
+  EXPECT_EQ(lo, 1000 - 4 - 100);
+  EXPECT_EQ(hi, 1000);
+  splitk_visible_keys(50, 1, 100, &lo, &hi);
+  EXPECT_EQ(lo, 0);
+  splitk_visible_keys(0, 1, -1, &lo, &hi);
+  EXPECT_EQ(lo, 0);
+  EXPECT_EQ(hi, 0);
+}
+
+TEST(SplitKSchedule, GridAndWorkspaceDoNotDependOnLengths) {
+  const SplitKShape shape = h200_shape(16);
+  SplitKLayout a, b;
+  std::string error;
+  ASSERT_TRUE(splitk_layout(shape, &a, &error));
+  ASSERT_TRUE(splitk_layout(shape, &b, &error));
+  EXPECT_EQ(a.grid, 264);
+  EXPECT_EQ(a.total_bytes, b.total_bytes);
+  EXPECT_EQ(a.partial_o_offset % 256, 0u);
+  EXPECT_EQ(a.work_offset % 16, 0u);
+  EXPECT_GE(a.total_bytes, a.partial_o_offset + sizeof(float) * a.max_states * 16 * 128);
+}
+
+TEST(SplitKSchedule, RefusesWhatItCannotHold) {
+  const SplitKShape shape = h200_shape(2);
+  SplitKLayout layout;
+  std::string error;
+  ASSERT_TRUE(splitk_layout(shape, &layout, &error));
+  std::vector<int32_t> lens = {10, 20, 30};
+  SplitKProblem problem;
+  problem.seqlens_k = lens.data();
+  problem.batch = 3; // > max_batch
+  std::vector<char> buffer(layout.int_bytes);
+  EXPECT_FALSE(splitk_schedule(shape, layout, problem, buffer.data(), buffer.size(), nullptr, &error));
+  EXPECT_NE(error.find("max_batch"), std::string::npos);
+  problem.batch = 2;
+  EXPECT_FALSE(splitk_schedule(shape, layout, problem, buffer.data(), buffer.size() - 1, nullptr, &error));
+  EXPECT_NE(error.find("needed"), std::string::npos);
+  lens[1] = -5;
+  EXPECT_FALSE(splitk_schedule(shape, layout, problem, buffer.data(), buffer.size(), nullptr, &error));
+  SplitKShape bad = shape;
+  bad.num_sms = 0;
+  EXPECT_FALSE(splitk_layout(bad, &layout, &error));
+}
+
+} // namespace
+} // namespace flashjit

@@ -1,0 +1,176 @@
+// Every bad input is refused before anything is launched, with a message that names the parameter.
+// No GPU or driver is needed: validation runs first, on the host, and touches no device memory
+// (the pointers below are never dereferenced; several point at nothing).
+#include "runtime/problem.hpp"
+
+#include <flashjit/flashjit.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+namespace flashjit {
+namespace {
+
+constexpr uintptr_t kFakeDevicePointer = 0x7f0000000000ull; // 256-byte aligned, never dereferenced
+
+AttentionProblem good_problem() {
+  AttentionProblem p;
+  p.batch = 2;
+  p.seqlen_q = 100;
+  p.seqlen_k = 120;
+  p.heads_q = 8;
+  p.heads_kv = 2;
+  p.head_dim_qk = 80;
+  p.q = reinterpret_cast<void *>(kFakeDevicePointer);
+  p.k = reinterpret_cast<void *>(kFakeDevicePointer + (1 << 24));
+  p.v = reinterpret_cast<void *>(kFakeDevicePointer + (2 << 24));
+  p.o = reinterpret_cast<void *>(kFakeDevicePointer + (3 << 24));
+  return p;
+}
+
+struct BadInput {
+  const char *what;
+  std::function<void(AttentionProblem &)> spoil;
+  const char *must_mention;
+};
+
+class Validation : public ::testing::TestWithParam<BadInput> {};
+
+TEST(ValidationGood, AcceptsAndFillsDefaults) {
+  NormalizedProblem n;
+  const AttentionProblem p = good_problem();
+  Status s = validate_problem(&p, &n);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_EQ(n.p.head_dim_v, 80);
+  EXPECT_EQ(n.group, 4);
+  EXPECT_EQ(n.p.q_strides.head, 80);
+  EXPECT_EQ(n.p.q_strides.token, 8 * 80);
+  EXPECT_EQ(n.p.q_strides.batch, 100 * 8 * 80);
+  EXPECT_EQ(n.p.k_strides.batch, 120 * 2 * 80);
+  EXPECT_FLOAT_EQ(n.p.scale, 1.0f / std::sqrt(80.0f));
+  EXPECT_EQ(n.align_bytes, 16);
+}
+
+TEST(ValidationGood, OddStridesSelectTheElementAlignedPath) {
+  AttentionProblem p = good_problem();
+  p.q_strides = {100 * (8 * 80 + 3), 8 * 80 + 3, 80};
+  NormalizedProblem n;
+  ASSERT_TRUE(validate_problem(&p, &n).ok());
+  EXPECT_EQ(n.align_bytes, 2);
+}
+
+TEST_P(Validation, RefusesWithTheParameterNamed) {
+  AttentionProblem p = good_problem();
+  GetParam().spoil(p);
+  NormalizedProblem n;
+  Status s = validate_problem(&p, &n);
+  EXPECT_EQ(s.code, FLASHJIT_INVALID_ARGUMENT) << GetParam().what;
+  EXPECT_NE(s.message.find(GetParam().must_mention), std::string::npos)
+      << GetParam().what << ": message was \"" << s.message << "\"";
+}
+
+const int32_t kCuNonMonotone[] = {0, 50, 40, 100};
+const int32_t kCuWrongTotal[] = {0, 50, 60, 90};
+const int32_t kCuTooLong[] = {0, 150, 160, 170};
+const int32_t kTableOutOfRange[] = {0, 1, 2, 99, 4, 5, 6, 7};
+const int32_t kTableNegative[] = {0, 1, 2, 3, -1, 5, 6, 7};
+const int32_t kLensOk[] = {60, 60};
+const int32_t kLensTooLong[] = {60, 70};
+
+void make_paged(AttentionProblem &p) {
+  static const int32_t device_placeholder[8] = {};
+  p.block_table = device_placeholder;
+  p.seqlens_k = device_placeholder;
+  p.page_size = 16;
+  p.max_pages_per_seq = 4;
+  p.num_pages = 8;
+  p.seqlen_k = 60;
+  p.seqlens_k_host = kLensOk;
+}
+
+void make_varlen(AttentionProblem &p, const int32_t *cu_q) {
+  static const int32_t device_placeholder[4] = {};
+  p.batch = 3;
+  p.cu_seqlens_q = p.cu_seqlens_k = device_placeholder;
+  p.total_q = p.total_k = 100;
+  p.cu_seqlens_q_host = cu_q;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BadInputs, Validation,
+    ::testing::Values(
+        BadInput{"null q", [](AttentionProblem &p) { p.q = nullptr; }, "q: null"},
+        BadInput{"null o", [](AttentionProblem &p) { p.o = nullptr; }, "o: null"},
+        BadInput{"misaligned k", [](AttentionProblem &p) { p.k = reinterpret_cast<char *>(const_cast<void *>(p.k)) + 1; }, "k: pointer not aligned"},
+        BadInput{"misaligned lse", [](AttentionProblem &p) { p.lse = reinterpret_cast<float *>(kFakeDevicePointer + 2); }, "lse"},
+        BadInput{"head dim not multiple of 8", [](AttentionProblem &p) { p.head_dim_qk = 81; }, "head_dim_qk = 81"},
+        BadInput{"head dim too large", [](AttentionProblem &p) { p.head_dim_qk = 264; }, "head_dim_qk = 264"},
+        BadInput{"head dim v zero-ish", [](AttentionProblem &p) { p.head_dim_v = 4; }, "head_dim_v = 4"},
+        BadInput{"heads not a multiple", [](AttentionProblem &p) { p.heads_kv = 3; }, "heads_kv = 3"},
+        BadInput{"zero heads", [](AttentionProblem &p) { p.heads_q = 0; }, "heads_q/heads_kv"},
+        BadInput{"unsupported dtype", [](AttentionProblem &p) { p.dtype = static_cast<flashjit_dtype>(7); }, "dtype = 7"},
+        BadInput{"zero batch", [](AttentionProblem &p) { p.batch = 0; }, "batch = 0"},
+        BadInput{"negative length", [](AttentionProblem &p) { p.seqlen_k = -5; }, "seqlen_q/seqlen_k"},
+        BadInput{"overlapping heads", [](AttentionProblem &p) { p.q_strides = {100 * 640, 640, 40}; }, "q_strides.head = 40"},
+        BadInput{"overlapping tokens", [](AttentionProblem &p) { p.k_strides = {120 * 160, 100, 80}; }, "k_strides.token = 100"},
+        BadInput{"overlapping batches", [](AttentionProblem &p) { p.o_strides = {640, 640, 80}; }, "o_strides.batch = 640"},
+        BadInput{"negative stride", [](AttentionProblem &p) { p.v_strides = {-1, 160, 80}; }, "v_strides"},
+        BadInput{"negative softcap", [](AttentionProblem &p) { p.softcap = -1; }, "softcap"},
+        BadInput{"nan scale", [](AttentionProblem &p) { p.scale = std::nanf(""); }, "scale"},
+        BadInput{"bad window", [](AttentionProblem &p) { p.window_left = -7; }, "window_left"},
+        BadInput{"reserved flags", [](AttentionProblem &p) { p.flags = 1; }, "flags"},
+        BadInput{"old struct size", [](AttentionProblem &p) { p.struct_size = 8; }, "struct_size"},
+        BadInput{"only one cu_seqlens", [](AttentionProblem &p) { p.cu_seqlens_q = kCuWrongTotal; }, "cu_seqlens_q/cu_seqlens_k"},
+        BadInput{"non-monotone cu_seqlens", [](AttentionProblem &p) { make_varlen(p, kCuNonMonotone); }, "not monotone"},
+        BadInput{"cu_seqlens total", [](AttentionProblem &p) { make_varlen(p, kCuWrongTotal); }, "expected the total 100"},
+        BadInput{"cu_seqlens beyond max", [](AttentionProblem &p) { make_varlen(p, kCuTooLong); }, "more than the declared maximum"},
+        BadInput{"page size too large", [](AttentionProblem &p) { make_paged(p); p.page_size = 1024; }, "page_size = 1024"},
+        BadInput{"page size zero", [](AttentionProblem &p) { make_paged(p); p.page_size = 0; }, "page_size = 0"},
+        BadInput{"paged without lengths", [](AttentionProblem &p) { make_paged(p); p.seqlens_k = nullptr; }, "seqlens_k: null"},
+        BadInput{"table does not cover", [](AttentionProblem &p) { make_paged(p); p.seqlen_k = 65; }, "exceeds what the block table covers"},
+        BadInput{"length beyond table", [](AttentionProblem &p) { make_paged(p); p.seqlens_k_host = kLensTooLong; }, "seqlens_k[1] = 70"},
+        BadInput{"page index out of range", [](AttentionProblem &p) { make_paged(p); p.block_table_host = kTableOutOfRange; }, "block_table[0][3] = 99"},
+        BadInput{"negative page index", [](AttentionProblem &p) { make_paged(p); p.block_table_host = kTableNegative; }, "block_table[1][0] = -1"}),
+    [](const ::testing::TestParamInfo<BadInput> &info) {
+      std::string name = info.param.what;
+      for (char &c : name)
+        if (!std::isalnum(static_cast<unsigned char>(c)))
+          c = '_';
+      return name;
+    });
+
+TEST(ValidationCApi, BadInputReturnsAStatusAndAThreadLocalMessage) {
+  flashjit_runtime runtime = nullptr;
+  ASSERT_EQ(flashjit_runtime_create(nullptr, &runtime), FLASHJIT_OK);
+  AttentionProblem p = good_problem();
+  p.head_dim_qk = 12;
+  EXPECT_EQ(flashjit_forward(runtime, &p, nullptr), FLASHJIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashjit_last_error()).find("head_dim_qk = 12"), std::string::npos);
+  EXPECT_EQ(flashjit_forward(runtime, nullptr, nullptr), FLASHJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(flashjit_forward(nullptr, &p, nullptr), FLASHJIT_INVALID_ARGUMENT);
+  EXPECT_STREQ(flashjit_status_name(FLASHJIT_INVALID_ARGUMENT), "FLASHJIT_INVALID_ARGUMENT");
+  flashjit_runtime_destroy(runtime);
+}
+
+TEST(ValidationCApi, GoodInputWithoutADriverIsADriverErrorNotACrash) {
+  flashjit_runtime runtime = nullptr;
+  ASSERT_EQ(flashjit_runtime_create(nullptr, &runtime), FLASHJIT_OK);
+  AttentionProblem p = good_problem();
+  flashjit_status status = flashjit_forward(runtime, &p, nullptr);
+  if (status == FLASHJIT_DRIVER_ERROR)
+    EXPECT_FALSE(std::string(flashjit_last_error()).empty());
+  else
+    GTEST_SKIP() << "a driver is present; covered by tests/gpu";
+  // explain works without a GPU: it plans for sm90a and says so.
+  char text[2048];
+  size_t length = 0;
+  ASSERT_EQ(flashjit_explain(runtime, &p, text, sizeof(text), &length), FLASHJIT_OK) << flashjit_last_error();
+  EXPECT_NE(std::string(text).find("prefill."), std::string::npos) << text;
+  EXPECT_EQ(std::string(text).size(), length);
+  flashjit_runtime_destroy(runtime);
+}
+
+} // namespace
+} // namespace flashjit
