@@ -29,14 +29,17 @@ constexpr int kBarrierBytes = 128;      // mbarriers (8 B each) at the end of sm
 constexpr int kKStep = 16;              // wgmma K for 16-bit inputs
 constexpr int kBlockNGranule = 16;      // PV reduces over kBlockN in k-steps of 16
 constexpr int kMaxBlockN = 192;
+constexpr int kMaxBlockNSmallDim = 224; // dv <= 64: fewer, longer iterations measured +3% at d64
+constexpr int kSmallHeadDim = 64;
 constexpr int kMaxBlockNMasked = 128;   // causal / local
 constexpr int kMinHeadDim = 8;
 constexpr int kMaxHeadDim = 256;        // one wgmma N
 constexpr int kHeadDimGranule = 8;
 constexpr int kRowsPerTmaBox = 64;
 constexpr int kMaxPingpongHeadDim = 128;
-// Exponentials per row block on the FMA pipe (every k-th 8-column group; 0 = all on MUFU).
-constexpr int kDefaultExp2PolyEvery = 0;      // Q / O boxes cover one consumer warpgroup's rows
+// Exponentials on the FMA pipe (every k-th 8-column group; 0 = all on MUFU). Only d <= 64 is
+// MUFU-bound enough to gain (+2.4% at d64 with k = 4); at d96/d128 it costs 3-4%.
+constexpr int kExp2PolyEverySmallDim = 4;      // Q / O boxes cover one consumer warpgroup's rows
 // Register split (setmaxnreg): 128 * (24 + 2 * 240) = 64,512 <= 64K registers per SM.
 constexpr int kRegsProducer = 24;
 constexpr int kRegsConsumer = 240;
@@ -82,7 +85,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   // S: n/2, P: n/4 registers per thread.
   constexpr int kAccRegsNumer = 4, kAccRegsDenom = 3;
   const int n_by_regs = (kAccumulatorRegBudget - spec.head_dim_v / 2) * kAccRegsNumer / kAccRegsDenom;
-  int block_n = std::min({n_by_smem, n_by_regs, kMaxBlockN});
+  const bool small_dim = spec.head_dim_qk <= kSmallHeadDim && spec.head_dim_v <= kSmallHeadDim;
+  int block_n = std::min({n_by_smem, n_by_regs, small_dim ? kMaxBlockNSmallDim : kMaxBlockN});
   if (spec.causal || spec.local)
     block_n = std::min(block_n, kMaxBlockNMasked);
   block_n = round_down(block_n, kBlockNGranule);
@@ -113,9 +117,11 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->threads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
   plan->smem_bytes = smem_bytes;
   plan->consumer_warpgroups = kConsumerWarpgroups;
-  // Pingpong: the other warpgroup's softmax hides under this one's GEMMs. FA-3 turns it off for
-  // d > 128 where the GEMMs alone are long enough and the barrier costs more than it hides.
-  plan->pingpong = tuning.pingpong >= 0 ? tuning.pingpong != 0 : spec.head_dim_qk <= kMaxPingpongHeadDim;
+  // Pingpong: the other warpgroup's softmax hides under this one's GEMMs (-15% without it at
+  // d64..d128). Measured on H200: off is better for non-causal d192/d256 (+1.4% / +1.9%), on is
+  // better for causal d256 (+3%), where the masked diagonal blocks make the GEMMs uneven.
+  plan->pingpong = tuning.pingpong >= 0 ? tuning.pingpong != 0
+                                        : (spec.head_dim_qk <= kMaxPingpongHeadDim || spec.causal);
   plan->persistent = true;
 
   // kThreads and kSmemBytes are emitted by the generator from plan->threads / smem_bytes.
@@ -148,7 +154,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add("kTxBytesV", v_stage_bytes);
   plan->add("kBarrierPingpong", kBarrierPingpong);
   plan->add("kBarrierEpilogue", kBarrierEpilogue);
-  plan->add("kExp2PolyEvery", tuning.exp2_poly_every >= 0 ? tuning.exp2_poly_every : kDefaultExp2PolyEvery);
+  plan->add("kExp2PolyEvery", tuning.exp2_poly_every >= 0 ? tuning.exp2_poly_every
+                                                          : (small_dim ? kExp2PolyEverySmallDim : 0));
   return true;
 }
 
