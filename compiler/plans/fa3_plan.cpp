@@ -37,9 +37,10 @@ constexpr int kMaxHeadDim = 256;        // one wgmma N
 constexpr int kHeadDimGranule = 8;
 constexpr int kRowsPerTmaBox = 64;
 constexpr int kMaxPingpongHeadDim = 128;
-// Exponentials on the FMA pipe (every k-th 8-column group; 0 = all on MUFU). Only d <= 64 is
-// MUFU-bound enough to gain (+2.4% at d64 with k = 4); at d96/d128 it costs 3-4%.
-constexpr int kExp2PolyEverySmallDim = 4;      // Q / O boxes cover one consumer warpgroup's rows
+// Exponentials on the FMA pipe (every k-th 8-column group; 0 = all on MUFU). Measured on H200:
+// +2.4% at d64 with N=192 (k = 4) but none on top of N=224 (441 vs 445 TFLOP/s), -3..-4% at
+// d96/d128, so it is off by default and left as a tuning knob.
+constexpr int kExp2PolyEverySmallDim = 0;      // Q / O boxes cover one consumer warpgroup's rows
 // Register split (setmaxnreg): 128 * (24 + 2 * 240) = 64,512 <= 64K registers per SM.
 constexpr int kRegsProducer = 24;
 constexpr int kRegsConsumer = 240;

@@ -17,15 +17,19 @@
 
 namespace fj {
 
-// One warp merges one row; every lane owns chunks of kMergeChunk consecutive columns, so an
-// aligned output chunk is one 16-byte store of eight 16-bit values.
-constexpr int kMergeChunk = 8;
+// One warp merges one row. Every lane owns groups of kF32PerVec consecutive columns (one float4
+// load per state); states go kBatch at a time, all of a batch's loads issued before any is
+// used, so a merge of n states costs about n / kBatch memory latencies, not n.
 constexpr int kF32PerVec = 4;
+constexpr int kMergeLoadsInFlight = 8; // float4 loads per lane per batch
+// finish_piece (decode) writes eight columns per thread: one 16-byte store of 16-bit values.
+constexpr int kMergeChunk = 8;
 
 template <int HeadDimV> struct MergeShape {
   static_assert(HeadDimV % kMergeChunk == 0, "head_dim_v must be a multiple of 8");
-  static constexpr int kChunks = HeadDimV / kMergeChunk;
-  static constexpr int kChunksPerLane = (kChunks + kWarpSize - 1) / kWarpSize;
+  static constexpr int kVecs = HeadDimV / kF32PerVec;
+  static constexpr int kVecsPerLane = (kVecs + kWarpSize - 1) / kWarpSize;
+  static constexpr int kBatch = kMergeLoadsInFlight / kVecsPerLane; // states per batch
 };
 
 // Largest LSE over `count` states (lanes stride over the states, then a warp reduction).
@@ -36,7 +40,7 @@ __device__ __forceinline__ float states_max_lse(const float *lse, i64 stride, in
   return warp_reduce_max(best);
 }
 
-// sum_i 2^((LSE_i - max) * log2 e); 0 when max = -inf (the caller then writes the empty row).
+// sum_i 2^((LSE_i - max) * log2 e); the caller skips it when max = -inf.
 __device__ __forceinline__ float states_sum_exp(const float *lse, i64 stride, int count, float max_lse) {
   float sum = 0.f;
   for (int s = lane_id(); s < count; s += kWarpSize)
@@ -44,17 +48,21 @@ __device__ __forceinline__ float states_sum_exp(const float *lse, i64 stride, in
   return warp_reduce_sum(sum);
 }
 
-// Writes eight fp32 values as 16-bit elements, 16 bytes at once when the row is 16-byte aligned.
-template <int DType, bool Aligned16> __device__ __forceinline__ void store_chunk16(void *out, const float (&v)[kMergeChunk]) {
+// Writes N fp32 values as 16-bit elements: one vector store when the row is 16-byte aligned.
+template <int DType, bool Aligned16, int N> __device__ __forceinline__ void store_16bit(void *out, const float (&v)[N]) {
+  static_assert(N == 4 || N == 8, "8- or 16-byte stores");
   if constexpr (Aligned16) {
-    u32 packed[kMergeChunk / 2];
+    u32 packed[N / 2];
 #pragma unroll
-    for (int i = 0; i < kMergeChunk / 2; ++i)
+    for (int i = 0; i < N / 2; ++i)
       packed[i] = pack2_from_f32<DType>(v[2 * i], v[2 * i + 1]);
-    st_global_v4_b32(out, packed);
+    if constexpr (N == 8)
+      st_global_v4_b32(out, packed);
+    else
+      st_global_v2_b32(out, packed);
   } else {
 #pragma unroll
-    for (int i = 0; i < kMergeChunk; ++i)
+    for (int i = 0; i < N; ++i)
       st_global_b16(static_cast<u16 *>(out) + i, from_f32<DType>(v[i]));
   }
 }
@@ -70,35 +78,37 @@ __device__ __forceinline__ void merge_states_row(const float *o_states, i64 o_st
   const float sum = empty ? 0.f : states_sum_exp(lse_states, lse_stride, count, max_lse);
   const float inv_sum = empty ? 0.f : rcp_approx(sum);
 
-  float acc[Shape::kChunksPerLane][kMergeChunk] = {};
-  if (!empty) {
-    for (int s = 0; s < count; ++s) {
-      const float lse = ld_global_nc_f32(lse_states + s * lse_stride);
-      const float weight = ex2_approx((lse - max_lse) * kLog2e) * inv_sum;
-      if (weight == 0.f) // an empty state, or one too small to matter: its O may be anything
-        continue;
+  // Loads are unconditional (indices clamped to the last state / column, their weight or store
+  // dropped) so that a batch issues as one burst without branches.
+  float acc[Shape::kVecsPerLane][kF32PerVec] = {};
+  for (int first = 0; !empty && first < count; first += Shape::kBatch) {
+    float lse[Shape::kBatch];
 #pragma unroll
-      for (int c = 0; c < Shape::kChunksPerLane; ++c) {
-        const int chunk = lane_id() + c * kWarpSize;
-        if (chunk < Shape::kChunks) {
-          const float *src = o_states + s * o_stride + chunk * kMergeChunk;
+    for (int b = 0; b < Shape::kBatch; ++b)
+      lse[b] = ld_global_nc_f32(lse_states + min(first + b, count - 1) * lse_stride);
+    float v[Shape::kBatch][Shape::kVecsPerLane][kF32PerVec];
 #pragma unroll
-          for (int h = 0; h < kMergeChunk / kF32PerVec; ++h) {
-            float v[kF32PerVec];
-            ld_global_nc_v4_f32(v, src + h * kF32PerVec);
+    for (int b = 0; b < Shape::kBatch; ++b)
 #pragma unroll
-            for (int i = 0; i < kF32PerVec; ++i)
-              acc[c][h * kF32PerVec + i] += weight * v[i];
-          }
-        }
+      for (int c = 0; c < Shape::kVecsPerLane; ++c) {
+        const int vec = min(lane_id() + c * kWarpSize, Shape::kVecs - 1);
+        ld_global_nc_v4_f32(v[b][c], o_states + min(first + b, count - 1) * o_stride + vec * kF32PerVec);
       }
+#pragma unroll
+    for (int b = 0; b < Shape::kBatch; ++b) {
+      const float weight = first + b < count ? ex2_approx((lse[b] - max_lse) * kLog2e) * inv_sum : 0.f;
+#pragma unroll
+      for (int c = 0; c < Shape::kVecsPerLane; ++c)
+#pragma unroll
+        for (int i = 0; i < kF32PerVec; ++i) // an empty state weighs 0 and its O may be anything
+          acc[c][i] += weight > 0.f ? weight * v[b][c][i] : 0.f;
     }
   }
 #pragma unroll
-  for (int c = 0; c < Shape::kChunksPerLane; ++c) {
-    const int chunk = lane_id() + c * kWarpSize;
-    if (chunk < Shape::kChunks)
-      store_chunk16<DType, Aligned16>(static_cast<u16 *>(out_row) + chunk * kMergeChunk, acc[c]);
+  for (int c = 0; c < Shape::kVecsPerLane; ++c) {
+    const int vec = lane_id() + c * kWarpSize;
+    if (vec < Shape::kVecs)
+      store_16bit<DType, Aligned16>(static_cast<u16 *>(out_row) + vec * kF32PerVec, acc[c]);
   }
   if (maybe_out_lse != nullptr && lane_id() == 0)
     st_global_f32(maybe_out_lse, empty ? neg_inf() : max_lse + lg2_approx(sum) * kLn2);

@@ -16,6 +16,7 @@
 #include "kernels/combine.cuh"
 #include "params_decode.h"
 #include "prim/cp_async.cuh"
+#include "prim/griddep.cuh"
 #include "prim/ld_global.cuh"
 #include "prim/ldmatrix.cuh"
 #include "prim/math.cuh"
@@ -522,7 +523,7 @@ __device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Un
       const int head = u.head_kv * Cfg::kGqaGroup + packed % Cfg::kGqaGroup;
       u16 *dst = static_cast<u16 *>(const_cast<void *>(a.o.ptr)) + (i64)u.batch * a.o.batch_stride +
                  (i64)token * a.o.row_stride + (i64)head * a.o.head_stride + col;
-      store_chunk16<Cfg::kDType, Cfg::kAligned16>(dst, out);
+      store_16bit<Cfg::kDType, Cfg::kAligned16>(dst, out);
       if (a.maybe_lse != nullptr && col == 0)
         st_global_f32(a.maybe_lse + ((i64)u.batch * a.heads_q + head) * a.seqlen_q + token, lse);
     } else {
@@ -612,6 +613,8 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfi
     fj_decode_splitk(const __grid_constant__ fj_decode_params p) {
   extern __shared__ __align__(128) char smem_raw[];
   const fj::decode::Smem smem{smem_raw};
+  if constexpr (KernelConfig::kArch >= 90) // the combine grid may get resident now and wait (PDL)
+    fj::griddepcontrol_launch_dependents();
   const int first = p.slot_begin[blockIdx.x];
   const int last = p.slot_begin[blockIdx.x + 1];
   for (int i = first; i < last; ++i) {
@@ -621,9 +624,12 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfi
 }
 
 // Merges the partial states of split units: CTA x handles merges[x] (the grid is fixed; CTAs past
-// header->num_merges return). One warp per packed row.
+// header->num_merges return). One warp per packed row. Launch it right after fj_decode_splitk, on
+// sm_90 with programmatic stream serialization (PDL) so its launch hides behind the decode.
 extern "C" __global__ void __launch_bounds__(KernelConfig::kCombineThreads)
     fj_decode_combine(const __grid_constant__ fj_decode_params p) {
+  if constexpr (KernelConfig::kArch >= 90) // launched with PDL: wait for the decode grid's partials
+    fj::griddepcontrol_wait();
   if ((int)blockIdx.x >= p.header->num_merges)
     return;
   constexpr int kWarps = KernelConfig::kCombineThreads / fj::kWarpSize;

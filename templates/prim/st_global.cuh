@@ -12,6 +12,11 @@ __device__ __forceinline__ void st_global_v4_b32(void *address, const u32 (&valu
                : "memory");
 }
 
+// st.global.v2.b32 [a], {b0, b1} — 8 bytes (four 16-bit values); a must be 8-byte aligned.
+__device__ __forceinline__ void st_global_v2_b32(void *address, const u32 (&value)[2]) {
+  asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(address), "r"(value[0]), "r"(value[1]) : "memory");
+}
+
 // st.global.v4.f32 [a], {b0..b3} — a must be 16-byte aligned.
 __device__ __forceinline__ void st_global_v4_f32(float *address, const float (&value)[4]) {
   asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(address), "f"(value[0]), "f"(value[1]),

@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark on the GPU machine: flashjit (through its C ABI) against PyTorch SDPA's
+flash (FA-2) and cuDNN backends, on the same tensors, in the same process.
+
+Prefill rows report TFLOP/s (4*B*H*Sq*Sk*D, halved for causal); decode rows report TB/s of KV read.
+Timing: CUDA events around each launch, warm-up first, median of --iters runs, inputs rotated among
+enough copies that L2 (50 MB) does not serve them. Each row also checks flashjit against cuDNN's output.
+"""
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+# (head_dim, seqlen, causal) rows of TARGETS.md; tokens B*S = 16384, heads*head_dim = 2048.
+PREFILL_ROWS = [(64, 4096, False), (64, 16384, True), (80, 4096, False), (80, 16384, True), (96, 4096, False),
+                (128, 1024, False), (128, 4096, False), (128, 16384, True), (192, 4096, False), (256, 4096, False),
+                (256, 16384, True)]
+# (batch, kv_len) rows; Hq = 32, Hkv = 8, d = 128, one query token.
+DECODE_ROWS = [(1, 32768), (8, 8192), (64, 4096), (1, 131072)]
+
+
+class Strides(ctypes.Structure):
+    _fields_ = [("batch", ctypes.c_int64), ("token", ctypes.c_int64), ("head", ctypes.c_int64)]
+
+
+class Problem(ctypes.Structure):
+    """Mirror of flashjit_problem in include/flashjit/flashjit.h (initialised by flashjit_problem_init)."""
+    _fields_ = [("struct_size", ctypes.c_uint32), ("dtype", ctypes.c_int), ("batch", ctypes.c_int32),
+                ("seqlen_q", ctypes.c_int32), ("seqlen_k", ctypes.c_int32), ("heads_q", ctypes.c_int32),
+                ("heads_kv", ctypes.c_int32), ("head_dim_qk", ctypes.c_int32), ("head_dim_v", ctypes.c_int32),
+                ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("o", ctypes.c_void_p),
+                ("lse", ctypes.c_void_p), ("q_strides", Strides), ("k_strides", Strides), ("v_strides", Strides),
+                ("o_strides", Strides), ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
+                ("total_q", ctypes.c_int32), ("total_k", ctypes.c_int32), ("cu_seqlens_q_host", ctypes.c_void_p),
+                ("cu_seqlens_k_host", ctypes.c_void_p), ("causal", ctypes.c_int32), ("window_left", ctypes.c_int32),
+                ("window_right", ctypes.c_int32), ("softcap", ctypes.c_float), ("scale", ctypes.c_float),
+                ("block_table", ctypes.c_void_p), ("seqlens_k", ctypes.c_void_p), ("seqlens_k_host", ctypes.c_void_p),
+                ("block_table_host", ctypes.c_void_p), ("page_size", ctypes.c_int32),
+                ("max_pages_per_seq", ctypes.c_int32), ("num_pages", ctypes.c_int32), ("workspace", ctypes.c_void_p),
+                ("workspace_bytes", ctypes.c_size_t), ("flags", ctypes.c_uint64)]
+
+
+class FlashJit:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        self.lib.flashjit_last_error.restype = ctypes.c_char_p
+        self.lib.flashjit_explain.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem), ctypes.c_char_p,
+                                              ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]
+        self.lib.flashjit_forward.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem), ctypes.c_void_p]
+        self.lib.flashjit_prepare.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem)]
+        self.runtime = ctypes.c_void_p()
+        self.check(self.lib.flashjit_runtime_create(None, ctypes.byref(self.runtime)))
+        assert ctypes.sizeof(Problem) >= 8
+
+    def check(self, status):
+        if status != 0:
+            raise RuntimeError("flashjit: " + self.lib.flashjit_last_error().decode())
+
+    def problem(self, q, k, v, o, causal, lse=None):
+        """q/k/v/o are [B, S, H, D] (any strides with a contiguous last dim)."""
+        p = Problem()
+        self.lib.flashjit_problem_init(ctypes.byref(p))
+        assert p.struct_size == ctypes.sizeof(Problem), "bench/compare.py Problem is out of date with flashjit.h"
+        p.dtype = 1 if q.dtype == torch.bfloat16 else 0
+        p.batch, p.seqlen_q, p.heads_q, p.head_dim_qk = q.shape
+        p.seqlen_k, p.heads_kv, p.head_dim_v = k.shape[1], k.shape[2], v.shape[3]
+        for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
+            setattr(p, name, t.data_ptr())
+            setattr(p, name + "_strides", Strides(t.stride(0), t.stride(1), t.stride(2)))
+        p.causal = 1 if causal else 0
+        if lse is not None:
+            p.lse = lse.data_ptr()
+        return p
+
+    def explain(self, p):
+        buf = ctypes.create_string_buffer(4096)
+        self.check(self.lib.flashjit_explain(self.runtime, ctypes.byref(p), buf, 4096, None))
+        return buf.value.decode()
+
+    def forward(self, p):
+        self.check(self.lib.flashjit_forward(self.runtime, ctypes.byref(p),
+                                             ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)))
+
+
+def median_ms(fns, iters):
+    for f in fns[:3]:
+        f()
+    torch.cuda.synchronize()
+    times = []
+    for i in range(iters):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fns[i % len(fns)]()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
+
+
+def copies_for(bytes_per_copy):
+    return max(2, min(8, int(2 * 64e6 // max(bytes_per_copy, 1)) + 1))
+
+
+def prefill_row(fj, d, s, causal, dtype, iters):
+    tokens, width = 16384, 2048
+    b, h = tokens // s, max(1, round(width / d))
+    n = copies_for(3 * b * s * h * d * 2)
+    sets = []
+    for _ in range(n):
+        q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(3))
+        sets.append((q, k, v, torch.empty_like(q)))
+    flops = 4 * b * h * s * s * d / (2 if causal else 1)
+    result = {"op": "prefill", "dtype": str(dtype).split(".")[-1], "head_dim": d, "seqlen": s, "batch": b,
+              "heads": h, "causal": causal}
+    problems = [fj.problem(q, k, v, o, causal) for q, k, v, o in sets]
+    try:
+        fj.check(fj.lib.flashjit_prepare(fj.runtime, ctypes.byref(problems[0])))
+        result["kernel"] = fj.explain(problems[0]).splitlines()[0].split()[-1]
+        result["flashjit_ms"] = median_ms([lambda p=p: fj.forward(p) for p in problems], iters)
+    except RuntimeError as e:
+        result["kernel"] = "error: " + str(e)[:200]
+        return result
+    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            with sdpa_kernel(backend):
+                fns = [lambda q=q, k=k, v=v: F.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal) for q, k, v, _ in sets]
+                result[name + "_ms"] = median_ms(fns, iters)
+                if name == "cudnn":
+                    q, k, v, o = sets[0]
+                    if "flashjit_ms" in result:
+                        fj.forward(problems[0])
+                    ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                         is_causal=causal).transpose(1, 2)
+                    torch.cuda.synchronize()
+                    result["max_abs_diff_vs_cudnn"] = (o.float() - ref.float()).abs().max().item()
+        except Exception as e:  # a backend that refuses the shape
+            result[name + "_error"] = str(e).splitlines()[0][:200]
+    for name in ("flashjit", "flash", "cudnn"):
+        if name + "_ms" in result:
+            result[name + "_tflops"] = flops / (result[name + "_ms"] * 1e-3) / 1e12
+    if "cudnn_tflops" in result and "flashjit_tflops" in result:
+        result["ratio_vs_cudnn"] = result["flashjit_tflops"] / result["cudnn_tflops"]
+    return result
+
+
+def decode_row(fj, batch, kv_len, dtype, iters):
+    hq, hkv, d = 32, 8, 128
+    kv_bytes = 2 * batch * kv_len * hkv * d * 2
+    n = copies_for(kv_bytes)
+    sets = []
+    for _ in range(n):
+        q = torch.randn(batch, 1, hq, d, device="cuda", dtype=dtype)
+        k, v = (torch.randn(batch, kv_len, hkv, d, device="cuda", dtype=dtype) for _ in range(2))
+        sets.append((q, k, v, torch.empty_like(q)))
+    result = {"op": "decode", "dtype": str(dtype).split(".")[-1], "batch": batch, "kv_len": kv_len, "heads_q": hq,
+              "heads_kv": hkv, "head_dim": d}
+    problems = [fj.problem(q, k, v, o, False) for q, k, v, o in sets]
+    try:
+        fj.check(fj.lib.flashjit_prepare(fj.runtime, ctypes.byref(problems[0])))
+        result["kernel"] = fj.explain(problems[0]).splitlines()[0].split()[-1]
+        result["flashjit_ms"] = median_ms([lambda p=p: fj.forward(p) for p in problems], iters)
+    except RuntimeError as e:
+        result["kernel"] = "error"
+        result["flashjit_error"] = str(e)[:300]
+    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            with sdpa_kernel(backend):
+                fns = [lambda q=q, k=k, v=v: F.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), enable_gqa=True) for q, k, v, _ in sets]
+                result[name + "_ms"] = median_ms(fns, iters)
+        except Exception as e:
+            result[name + "_error"] = str(e).splitlines()[0][:200]
+    for name in ("flashjit", "flash", "cudnn"):
+        if name + "_ms" in result:
+            result[name + "_tbps"] = kv_bytes / (result[name + "_ms"] * 1e-3) / 1e12
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--lib", default="build/libflashjit.so")
+    ap.add_argument("--out", default="bench.json")
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--dtypes", default="bf16,fp16")
+    ap.add_argument("--ops", default="prefill,decode")
+    args = ap.parse_args()
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")  # makes the primary context current for flashjit
+    fj = FlashJit(args.lib)
+    rows = []
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    for dname in args.dtypes.split(","):
+        dtype = dtypes[dname]
+        if "prefill" in args.ops:
+            for d, s, causal in PREFILL_ROWS:
+                r = prefill_row(fj, d, s, causal, dtype, args.iters)
+                rows.append(r)
+                print(f"prefill {dname} d{d} S{s} {'causal' if causal else 'full  '}: flashjit "
+                      f"{r.get('flashjit_tflops', 0):6.1f}  flash {r.get('flash_tflops', 0):6.1f}  cudnn "
+                      f"{r.get('cudnn_tflops', 0):6.1f} TFLOP/s  x{r.get('ratio_vs_cudnn', 0):.2f}  "
+                      f"diff {r.get('max_abs_diff_vs_cudnn', -1):.3g}  {r['kernel']}", flush=True)
+        if "decode" in args.ops and dname == "bf16":
+            for batch, kv in DECODE_ROWS:
+                r = decode_row(fj, batch, kv, dtype, args.iters)
+                rows.append(r)
+                print(f"decode {dname} {batch}x{kv}: flashjit {r.get('flashjit_tbps', 0):.2f}  flash "
+                      f"{r.get('flash_tbps', 0):.2f}  cudnn {r.get('cudnn_tbps', 0):.2f} TB/s  {r['kernel']}",
+                      flush=True)
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "cudnn": torch.backends.cudnn.version(), "commit": os.environ.get("FLASHJIT_COMMIT", "")}
+    with open(args.out, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+// Host-only tests of the fa3 TMA descriptor arguments, persistent schedule and plan (no GPU).
+#include "compiler/planner.hpp"
+#include "runtime/tma_desc.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+namespace flashjit {
+namespace {
+
+constexpr int kElem = 2;
+constexpr int kSwizzleAtom = 1024;
+
+KernelSpec fa3_spec(int dqk, int dv, bool causal = false, bool varlen = false) {
+  KernelSpec spec;
+  spec.arch = Arch{90, true};
+  spec.dtype = FLASHJIT_BF16;
+  spec.head_dim_qk = dqk;
+  spec.head_dim_v = dv;
+  spec.causal = causal;
+  spec.varlen = varlen;
+  return spec;
+}
+
+Plan fa3_plan(const KernelSpec &spec) {
+  Plan plan;
+  std::string why;
+  EXPECT_TRUE(plan_fa3(spec, &plan, &why)) << why;
+  return plan;
+}
+
+// Contiguous [batch, tokens, heads, dim] operands at 16-byte aligned fake addresses.
+fj_attention_params batch_params(int batch, int sq, int sk, int hq, int hkv, int dqk, int dv) {
+  fj_attention_params p;
+  std::memset(&p, 0, sizeof p);
+  p.q = {reinterpret_cast<const void *>(0x10000), (fj_i64)sq * hq * dqk, (fj_i64)hq * dqk, dqk};
+  p.k = {reinterpret_cast<const void *>(0x20000), (fj_i64)sk * hkv * dqk, (fj_i64)hkv * dqk, dqk};
+  p.v = {reinterpret_cast<const void *>(0x30000), (fj_i64)sk * hkv * dv, (fj_i64)hkv * dv, dv};
+  p.o = {reinterpret_cast<const void *>(0x40000), (fj_i64)sq * hq * dv, (fj_i64)hq * dv, dv};
+  p.batch = batch;
+  p.seqlen_q = sq;
+  p.seqlen_k = sk;
+  p.heads_q = hq;
+  p.heads_kv = hkv;
+  p.group = hq / hkv;
+  return p;
+}
+
+TEST(Fa3TmaDesc, BatchModeD128) {
+  const KernelSpec spec = fa3_spec(128, 128);
+  const Plan plan = fa3_plan(spec);
+  const fj_attention_params p = batch_params(2, 1000, 777, 8, 2, 128, 128);
+  Fa3TensorMaps maps;
+  std::string why;
+  ASSERT_TRUE(fa3_tensor_map_args(spec, plan, p, 0, &maps, &why)) << why;
+  EXPECT_EQ(maps.q.rank, 4u);
+  EXPECT_EQ(maps.q.data_type, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+  EXPECT_EQ(maps.q.dims[0], 128u);
+  EXPECT_EQ(maps.q.dims[1], 1000u);
+  EXPECT_EQ(maps.q.dims[2], 8u);
+  EXPECT_EQ(maps.q.dims[3], 2u);
+  EXPECT_EQ(maps.q.strides[0], 8u * 128 * kElem);
+  EXPECT_EQ(maps.q.strides[1], 128u * kElem);
+  EXPECT_EQ(maps.q.strides[2], 1000u * 8 * 128 * kElem);
+  EXPECT_EQ(maps.q.box[0], 64u); // one 128-byte swizzle panel
+  EXPECT_EQ(maps.q.box[1], static_cast<uint32_t>(plan.constant("kTmaBoxRows")));
+  EXPECT_EQ(maps.q.box[2], 1u);
+  EXPECT_EQ(maps.q.swizzle, CU_TENSOR_MAP_SWIZZLE_128B);
+  EXPECT_EQ(maps.q.oob_fill, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  EXPECT_EQ(maps.k.dims[1], 777u);
+  EXPECT_EQ(maps.k.dims[2], 2u);
+  EXPECT_EQ(maps.k.box[1], static_cast<uint32_t>(plan.block_n));
+  EXPECT_EQ(maps.v.box[1], static_cast<uint32_t>(plan.block_n));
+  EXPECT_EQ(maps.o.dims[1], 1000u);
+  EXPECT_EQ(maps.o.global_address, p.o.ptr);
+  for (const TensorMapArgs *m : {&maps.q, &maps.k, &maps.v, &maps.o})
+    for (int i = 0; i < 4; ++i)
+      EXPECT_EQ(m->element_strides[i], 1u);
+}
+
+TEST(Fa3TmaDesc, OddHeadDimKeepsRealExtentAndDifferentV) {
+  // qk 192 / v 128: each map carries its own real extent.
+  const KernelSpec spec = fa3_spec(192, 128);
+  const Plan plan = fa3_plan(spec);
+  fj_attention_params p = batch_params(1, 64, 64, 4, 4, 192, 128);
+  Fa3TensorMaps maps;
+  ASSERT_TRUE(fa3_tensor_map_args(spec, plan, p, 0, &maps, nullptr));
+  EXPECT_EQ(maps.q.dims[0], 192u);
+  EXPECT_EQ(maps.k.dims[0], 192u);
+  EXPECT_EQ(maps.v.dims[0], 128u);
+  EXPECT_EQ(maps.o.dims[0], 128u);
+
+  // d80: the box is a whole 64-column panel; columns past 80 are out of bounds -> zero-filled.
+  const KernelSpec spec80 = fa3_spec(80, 80);
+  const Plan plan80 = fa3_plan(spec80);
+  p = batch_params(1, 64, 64, 4, 4, 80, 80);
+  ASSERT_TRUE(fa3_tensor_map_args(spec80, plan80, p, 0, &maps, nullptr));
+  EXPECT_EQ(maps.q.dims[0], 80u);
+  EXPECT_EQ(maps.q.box[0], 64u);
+  EXPECT_EQ(plan80.constant("kPanelsQK"), 2);
+  EXPECT_EQ(plan80.constant("kKStepsQK"), 5); // the reduction pads only to 80 = 5 x 16
+}
+
+TEST(Fa3TmaDesc, VarlenUsesPackedRows) {
+  const KernelSpec spec = fa3_spec(64, 64, false, true);
+  const Plan plan = fa3_plan(spec);
+  fj_attention_params p = batch_params(3, 300, 400, 4, 1, 64, 64);
+  p.total_q = 555;
+  Fa3TensorMaps maps;
+  ASSERT_TRUE(fa3_tensor_map_args(spec, plan, p, 999, &maps, nullptr));
+  EXPECT_EQ(maps.q.dims[1], 555u);
+  EXPECT_EQ(maps.q.dims[3], 1u);
+  EXPECT_EQ(maps.k.dims[1], 999u);
+  EXPECT_EQ(maps.k.dims[2], 1u);
+  EXPECT_EQ(maps.v.dims[3], 1u);
+  EXPECT_EQ(maps.o.dims[1], 555u);
+}
+
+TEST(Fa3TmaDesc, RejectsUnalignedLayouts) {
+  const KernelSpec spec = fa3_spec(128, 128);
+  const Plan plan = fa3_plan(spec);
+  fj_attention_params p = batch_params(1, 64, 64, 1, 1, 128, 128);
+  Fa3TensorMaps maps;
+  std::string why;
+  p.k.row_stride = 130; // 260 bytes: not a multiple of 16
+  EXPECT_FALSE(fa3_tensor_map_args(spec, plan, p, 0, &maps, &why));
+  EXPECT_NE(why.find("k:"), std::string::npos);
+  p = batch_params(1, 64, 64, 1, 1, 128, 128);
+  p.v.ptr = reinterpret_cast<const void *>(0x30008);
+  EXPECT_FALSE(fa3_tensor_map_args(spec, plan, p, 0, &maps, &why));
+  EXPECT_NE(why.find("v:"), std::string::npos);
+}
+
+std::vector<TensorMapArgs> g_encoded;
+CUresult fake_encode(CUtensorMap *, CUtensorMapDataType type, cuuint32_t rank, void *address, const cuuint64_t *dims,
+                     const cuuint64_t *strides, const cuuint32_t *box, const cuuint32_t *, CUtensorMapInterleave,
+                     CUtensorMapSwizzle swizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
+  TensorMapArgs a;
+  a.data_type = type;
+  a.rank = rank;
+  a.global_address = address;
+  std::copy(dims, dims + rank, a.dims);
+  std::copy(strides, strides + rank - 1, a.strides);
+  std::copy(box, box + rank, a.box);
+  a.swizzle = swizzle;
+  g_encoded.push_back(a);
+  return CUDA_SUCCESS;
+}
+CUresult failing_encode(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
+                        const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                        CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+TEST(Fa3TmaDesc, EncodesFourMapsThroughTheDriverPointer) {
+  const KernelSpec spec = fa3_spec(128, 128);
+  const Plan plan = fa3_plan(spec);
+  fj_fa3_params params;
+  std::memset(&params, 0, sizeof params);
+  params.base = batch_params(1, 128, 128, 2, 2, 128, 128);
+  g_encoded.clear();
+  std::string why;
+  ASSERT_TRUE(fa3_encode_tensor_maps(spec, plan, 0, fake_encode, &params, &why)) << why;
+  ASSERT_EQ(g_encoded.size(), 4u);
+  EXPECT_EQ(g_encoded[0].global_address, params.base.q.ptr);
+  EXPECT_EQ(g_encoded[3].global_address, params.base.o.ptr);
+  EXPECT_FALSE(fa3_encode_tensor_maps(spec, plan, 0, failing_encode, &params, &why));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(&params.tma_q) % 64, 0u);
+}
+
+TEST(Fa3Schedule, TilesSectionsAndGrid) {
+  const KernelSpec spec = fa3_spec(128, 128);
+  const Plan plan = fa3_plan(spec);
+  fj_fa3_params params;
+  std::memset(&params, 0, sizeof params);
+  params.base = batch_params(4, 4096, 4096, 16, 16, 128, 128);
+  const int grid = fa3_fill_schedule(spec, plan, 132, 50 * 1024 * 1024, &params);
+  EXPECT_EQ(params.base.num_m_blocks, 32);
+  EXPECT_EQ(params.num_tiles, 32 * 64);
+  EXPECT_EQ(grid, 132);
+  // 4096 x 256 x 2 B = 2 MiB per head: a power-of-two section within 60% of L2.
+  EXPECT_EQ(params.heads_per_section, 8);
+  const KernelSpec causal = fa3_spec(128, 128, true);
+  fa3_fill_schedule(causal, fa3_plan(causal), 132, 50 * 1024 * 1024, &params);
+  EXPECT_EQ(params.heads_per_section, 64); // causal: one section, heaviest tiles first
+  params.base = batch_params(1, 100, 100, 1, 1, 128, 128);
+  EXPECT_EQ(fa3_fill_schedule(spec, plan, 132, 50 * 1024 * 1024, &params), 1);
+}
+
+TEST(Fa3Plan, EveryHeadDimFitsAndIsAligned) {
+  for (int dqk = 8; dqk <= 256; dqk += 8)
+    for (int dv : {dqk, 128, 64})
+      for (bool causal : {false, true}) {
+        const KernelSpec spec = fa3_spec(dqk, dv, causal);
+        Plan plan;
+        std::string why;
+        ASSERT_TRUE(plan_fa3(spec, &plan, &why)) << dqk << "/" << dv << ": " << why;
+        EXPECT_EQ(plan.variant, Variant::fa3);
+        EXPECT_EQ(plan.entry, "fj_fa3_prefill");
+        EXPECT_LE(plan.smem_bytes, max_shared_bytes_per_block(spec.arch));
+        EXPECT_EQ(plan.block_n % 16, 0);
+        EXPECT_LE(plan.block_n, 256);
+        EXPECT_EQ(plan.constant("kKStepsQK"), (dqk + 15) / 16);
+        EXPECT_EQ(plan.constant("kKStepsPV"), plan.block_n / 16);
+        for (const char *offset : {"kSmemOffsetQ", "kSmemOffsetK", "kSmemOffsetV", "kSmemStageBytesK", "kSmemStageBytesV"})
+          EXPECT_EQ(plan.constant(offset) % kSwizzleAtom, 0) << offset;
+        EXPECT_EQ(plan.threads, 128 * (1 + plan.consumer_warpgroups));
+        EXPECT_EQ(plan.constant("kRegsProducer") + plan.consumer_warpgroups * plan.constant("kRegsConsumer") <= 512, true);
+      }
+  Plan plan;
+  std::string why;
+  KernelSpec bad = fa3_spec(128, 128);
+  bad.arch = Arch{80, false};
+  EXPECT_FALSE(plan_fa3(bad, &plan, &why));
+  bad = fa3_spec(128, 128);
+  bad.align_bytes = 2;
+  EXPECT_FALSE(plan_fa3(bad, &plan, &why));
+}
+
+} // namespace
+} // namespace flashjit
