@@ -13,9 +13,13 @@ namespace {
 constexpr size_t kIntAlign = 16;
 constexpr size_t kFloatAlign = 256;
 
-size_t align_up(size_t value, size_t alignment) { return (value + alignment - 1) / alignment * alignment; }
+size_t align_up(size_t value, size_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 bool fail(std::string *error, std::string message) {
   if (error != nullptr)

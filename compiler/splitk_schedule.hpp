@@ -25,14 +25,14 @@ namespace flashjit {
 // What fixes the grid and the workspace: known before the first step.
 struct SplitKShape {
   int num_sms = 0;
-  int ctas_per_sm = 1;        // plan constant kCtasPerSm (CTAs that share an SM)
-  int block_m = 16;           // plan constant kBlockM (rows of a partial state)
-  int block_n = 64;           // plan constant kBlockN (keys per tile: the splitting unit)
-  int m_blocks = 1;           // plan constant kMBlocks
+  int ctas_per_sm = 1; // plan constant kCtasPerSm (CTAs that share an SM)
+  int block_m = 16;    // plan constant kBlockM (rows of a partial state)
+  int block_n = 64;    // plan constant kBlockN (keys per tile: the splitting unit)
+  int m_blocks = 1;    // plan constant kMBlocks
   int head_dim_v = 128;
   int heads_kv = 1;
-  int max_batch = 1;          // the largest batch any later schedule may use
-  int min_tiles_per_cta = 4;  // do not split below this many tiles per CTA (the combine costs more)
+  int max_batch = 1;         // the largest batch any later schedule may use
+  int min_tiles_per_cta = 4; // do not split below this many tiles per CTA (the combine costs more)
 };
 
 // Byte offsets in the workspace. The integer region [0, int_bytes) is what the host schedule
@@ -59,8 +59,8 @@ struct SplitKProblem {
   const int32_t *seqlens_k = nullptr; // host [batch]; null: every sequence has `seqlen_k` keys
   int seqlen_k = 0;
   int batch = 0;
-  int q_len = 1;         // query tokens per sequence (runtime seqlen_q)
-  int window_left = -1;  // < 0: unbounded; keys before (kv_len - q_len - window_left) are skipped
+  int q_len = 1;        // query tokens per sequence (runtime seqlen_q)
+  int window_left = -1; // < 0: unbounded; keys before (kv_len - q_len - window_left) are skipped
 };
 
 struct SplitKSchedule {

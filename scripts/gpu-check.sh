@@ -26,7 +26,7 @@ if [ ! -x "$build_dir/flashjit" ]; then
   FLASHJIT_BUILD_DIR="$build_dir" bash scripts/build.sh 2>&1 | tail -20
 fi
 export LD_LIBRARY_PATH="$PWD/$build_dir:${LD_LIBRARY_PATH:-}"
-export FLASHJIT_CACHE_DIR="$results/cache"
+export FLASHJIT_CACHE_DIR="${FLASHJIT_CACHE_DIR:-/tmp/flashjit-gpu-check-cache}"
 export FLASHJIT_LOG="${FLASHJIT_LOG:-info}"
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$results/gpu.txt" 2>&1
@@ -53,6 +53,12 @@ if [ "$sanitize" = 1 ] && command -v compute-sanitizer >/dev/null; then
       --head-dim 128 --causal > "$results/sanitizer-$tool.txt" 2>&1
     tail -3 "$results/sanitizer-$tool.txt"
   done
+fi
+
+if [ "$bench" = 1 ] && [ -x "$build_dir/flashjit_host_bench" ]; then
+  echo "== host overhead"
+  "$build_dir/flashjit_host_bench" --benchmark_out="$results/host.json" --benchmark_out_format=json 2>&1 |
+    tee "$results/host.txt" | grep -E "forward_hot|prepare_disk|validate"
 fi
 
 if [ "$bench" = 1 ]; then

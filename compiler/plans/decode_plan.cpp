@@ -18,8 +18,8 @@ constexpr int kWarpSize = 32;
 constexpr int kMmaM = 16;
 constexpr int kMmaK = 16;
 constexpr int kElemBytes = 2;
-constexpr int kChunkElems = 8;          // one 16-byte copy
-constexpr int kWarpKeys = 16;           // keys per warp per tile: one P.V k step
+constexpr int kChunkElems = 8; // one 16-byte copy
+constexpr int kWarpKeys = 16;  // keys per warp per tile: one P.V k step
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxQLen = 16;
 constexpr int kMaxPageSize = 512;
@@ -34,12 +34,14 @@ constexpr int kMaxStages = 6;
 constexpr int kMaxCtasPerSm = 4;
 constexpr int kSmemReservedPerCta = 1024; // the driver keeps 1 KB of every CTA's shared memory
 constexpr int kSmemAlign = 128;
-constexpr int kMergePadFloats = 4;        // merge rows are padded so the 8 rows of a fragment spread over banks
-constexpr int kStatsPerRow = 2;           // (max, sum)
+constexpr int kMergePadFloats = 4; // merge rows are padded so the 8 rows of a fragment spread over banks
+constexpr int kStatsPerRow = 2;    // (max, sum)
 constexpr int kCombineThreads = 128;
 constexpr int kCombineGridPerSm = 2;
 
-int align_up(int value, int alignment) { return (value + alignment - 1) / alignment * alignment; }
+int align_up(int value, int alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
 
 // Shared memory of one SM available to resident CTAs.
 int smem_per_sm(const Arch &arch) {
@@ -115,7 +117,8 @@ bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not) {
     const int stats_bytes = align_up(warps * block_m * kStatsPerRow * int(sizeof(float)), kSmemAlign);
     for (int ctas = kMaxCtasPerSm; ctas >= 1; --ctas) {
       const int per_cta = std::min(sm_capacity / ctas - kSmemReservedPerCta, block_limit);
-      const int pages_bytes = spec.page_size > 0 ? align_up(kMaxStages * block_n * int(sizeof(int32_t)), kSmemAlign) : 0;
+      const int pages_bytes =
+          spec.page_size > 0 ? align_up(kMaxStages * block_n * int(sizeof(int32_t)), kSmemAlign) : 0;
       const int room = per_cta - q_bytes - stats_bytes - pages_bytes;
       if (room <= 0)
         continue;

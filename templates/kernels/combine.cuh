@@ -49,7 +49,8 @@ __device__ __forceinline__ float states_sum_exp(const float *lse, i64 stride, in
 }
 
 // Writes N fp32 values as 16-bit elements: one vector store when the row is 16-byte aligned.
-template <int DType, bool Aligned16, int N> __device__ __forceinline__ void store_16bit(void *out, const float (&v)[N]) {
+template <int DType, bool Aligned16, int N>
+__device__ __forceinline__ void store_16bit(void *out, const float (&v)[N]) {
   static_assert(N == 4 || N == 8, "8- or 16-byte stores");
   if constexpr (Aligned16) {
     u32 packed[N / 2];
@@ -123,8 +124,8 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kCombineThreads)
   const int warps_in_grid = (int)gridDim.x * kWarps;
   for (int row = (int)blockIdx.x * kWarps + fj::warp_id(); row < p.rows; row += warps_in_grid) {
     fj::merge_states_row<KernelConfig::kDType, KernelConfig::kHeadDimV, KernelConfig::kAligned16>(
-        p.partial_o + (fj::i64)row * KernelConfig::kHeadDimV, p.state_stride_o, p.partial_lse + row,
-        p.state_stride_lse, p.num_states, static_cast<fj::u16 *>(p.o) + row * p.o_row_stride,
+        p.partial_o + (fj::i64)row * KernelConfig::kHeadDimV, p.state_stride_o, p.partial_lse + row, p.state_stride_lse,
+        p.num_states, static_cast<fj::u16 *>(p.o) + row * p.o_row_stride,
         p.maybe_lse == nullptr ? nullptr : p.maybe_lse + row);
   }
 }

@@ -42,10 +42,10 @@ constexpr int kHalfTile = 8;
 struct Traits {
   static constexpr int kWarps = Cfg::kThreads / kWarpSize;
   static constexpr int kMTiles = Cfg::kBlockM / kMmaM;
-  static constexpr int kNTilesS = Cfg::kWarpN / kMmaN;      // S columns (keys) per warp, in n8 tiles
-  static constexpr int kKStepsPV = Cfg::kWarpN / kMmaK;     // P.V k steps per warp
+  static constexpr int kNTilesS = Cfg::kWarpN / kMmaN;  // S columns (keys) per warp, in n8 tiles
+  static constexpr int kKStepsPV = Cfg::kWarpN / kMmaK; // P.V k steps per warp
   static constexpr int kKStepsQK = Cfg::kHeadDimQKMma / kMmaK;
-  static constexpr int kNTilesO = Cfg::kHeadDimV / kMmaN;   // O columns in n8 tiles
+  static constexpr int kNTilesO = Cfg::kHeadDimV / kMmaN; // O columns in n8 tiles
   static constexpr int kChunksQK = Cfg::kHeadDimQK / kChunkElems;
   static constexpr int kChunksV = Cfg::kHeadDimV / kChunkElems;
   static constexpr int kRows = Cfg::kGqaGroup * Cfg::kQLen; // packed query rows of a unit
@@ -71,8 +71,7 @@ struct Smem {
     return reinterpret_cast<u16 *>(base + Cfg::kSmemOffsetKV + stage * Cfg::kSmemStageBytes);
   }
   __device__ u16 *v(int stage) const {
-    return reinterpret_cast<u16 *>(base + Cfg::kSmemOffsetKV + stage * Cfg::kSmemStageBytes +
-                                   Cfg::kSmemOffsetVInStage);
+    return reinterpret_cast<u16 *>(base + Cfg::kSmemOffsetKV + stage * Cfg::kSmemStageBytes + Cfg::kSmemOffsetVInStage);
   }
   // Paged KV: page of every row of the tile in `stage`.
   __device__ i32 *pages(int stage) const {
@@ -102,8 +101,7 @@ __device__ __forceinline__ Unit decode_unit(const fj_decode_params &p, const fj_
   u.kv_begin = w.kv_begin;
   u.kv_end = w.kv_end;
   u.state = w.state;
-  u.kv_len = p.attn.maybe_seqlens_k != nullptr ? ld_global_nc_s32(p.attn.maybe_seqlens_k + u.batch)
-                                               : p.attn.seqlen_k;
+  u.kv_len = p.attn.maybe_seqlens_k != nullptr ? ld_global_nc_s32(p.attn.maybe_seqlens_k + u.batch) : p.attn.seqlen_k;
   const int rows = Cfg::kGqaGroup * p.attn.seqlen_q;
   const int first = u.m_block * Cfg::kBlockM;
   u.rows_here = rows - first < Cfg::kBlockM ? rows - first : Cfg::kBlockM;
@@ -192,12 +190,10 @@ struct KvSource {
     const int stage = tile % Cfg::kStages;
     if constexpr (Traits::kPaged) {
       const i32 *pages = smem.pages(stage);
-      KCopy::issue(smem.k(stage), k, rows_valid, [&](int row) {
-        return pages[row] * k_page + ((key0 + row) % Cfg::kPageSize) * k_row;
-      });
-      VCopy::issue(smem.v(stage), v, rows_valid, [&](int row) {
-        return pages[row] * v_page + ((key0 + row) % Cfg::kPageSize) * v_row;
-      });
+      KCopy::issue(smem.k(stage), k, rows_valid,
+                   [&](int row) { return pages[row] * k_page + ((key0 + row) % Cfg::kPageSize) * k_row; });
+      VCopy::issue(smem.v(stage), v, rows_valid,
+                   [&](int row) { return pages[row] * v_page + ((key0 + row) % Cfg::kPageSize) * v_row; });
     } else {
       KCopy::issue(smem.k(stage), k + key0 * k_row, rows_valid, [&](int row) { return row * k_row; });
       VCopy::issue(smem.v(stage), v + key0 * v_row, rows_valid, [&](int row) { return row * v_row; });
@@ -354,8 +350,8 @@ __device__ __forceinline__ void qk_gemm(const Smem &smem, int stage, float (&s)[
 }
 
 // O += P V for this warp's keys; P arrives as C fragments and is repacked into A fragments.
-__device__ __forceinline__ void pv_gemm(const Smem &smem, int stage, const float (&p)[Traits::kMTiles][Traits::kNTilesS][4],
-                                        WarpState &st) {
+__device__ __forceinline__ void pv_gemm(const Smem &smem, int stage,
+                                        const float (&p)[Traits::kMTiles][Traits::kNTilesS][4], WarpState &st) {
   const int lane = lane_id();
   const int matrix = lane / kHalfTile;
   const int row8 = lane % kHalfTile;
@@ -399,7 +395,8 @@ __device__ __forceinline__ void pv_gemm(const Smem &smem, int stage, const float
 
 // Scales and masks S into base-2 logits, updates the running max/sum, rescales O, and leaves
 // P = 2^(logit - max) in `s`.
-__device__ __forceinline__ void online_softmax(const fj_attention_params &a, float (&s)[Traits::kMTiles][Traits::kNTilesS][4],
+__device__ __forceinline__ void online_softmax(const fj_attention_params &a,
+                                               float (&s)[Traits::kMTiles][Traits::kNTilesS][4],
                                                const RowRange (&ranges)[Traits::kMTiles][kRowsPerThreadTile],
                                                int tile_key, WarpState &st) {
   const int quad_col = 2 * (lane_id() % kQuadSize);
@@ -455,7 +452,8 @@ __device__ __forceinline__ void online_softmax(const fj_attention_params &a, flo
 
 constexpr int kStatsPerRow = 2; // (max, sum)
 
-__device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Unit &u, const Smem &smem, WarpState &st) {
+__device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Unit &u, const Smem &smem,
+                                             WarpState &st) {
   const fj_attention_params &a = p.attn;
   const int lane = lane_id();
   const int group_row = lane / kQuadSize;
@@ -644,7 +642,8 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kCombineThreads)
     const int head = u.head_kv * KernelConfig::kGqaGroup + packed % KernelConfig::kGqaGroup;
     fj::u16 *dst = static_cast<fj::u16 *>(const_cast<void *>(a.o.ptr)) + (fj::i64)u.batch * a.o.batch_stride +
                    (fj::i64)token * a.o.row_stride + (fj::i64)head * a.o.head_stride;
-    float *lse = a.maybe_lse == nullptr ? nullptr : a.maybe_lse + ((fj::i64)u.batch * a.heads_q + head) * a.seqlen_q + token;
+    float *lse =
+        a.maybe_lse == nullptr ? nullptr : a.maybe_lse + ((fj::i64)u.batch * a.heads_q + head) * a.seqlen_q + token;
     fj::merge_states_row<KernelConfig::kDType, KernelConfig::kHeadDimV, KernelConfig::kAligned16>(
         a.maybe_partial_o + merge.first_state * kStateO + (fj::i64)row * KernelConfig::kHeadDimV, kStateO,
         a.maybe_partial_lse + (fj::i64)merge.first_state * KernelConfig::kBlockM + row, KernelConfig::kBlockM,

@@ -13,6 +13,8 @@ __device__ __forceinline__ void griddepcontrol_launch_dependents() {
 
 // griddepcontrol.wait — blocks until every prerequisite grid has completed and its memory
 // operations are visible to this grid.
-__device__ __forceinline__ void griddepcontrol_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void griddepcontrol_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
 
 } // namespace fj

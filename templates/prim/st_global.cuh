@@ -7,8 +7,8 @@ namespace fj {
 
 // st.global.v4.b32 [a], {b0..b3} — 16 bytes (eight 16-bit values); a must be 16-byte aligned.
 __device__ __forceinline__ void st_global_v4_b32(void *address, const u32 (&value)[4]) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(address), "r"(value[0]), "r"(value[1]),
-               "r"(value[2]), "r"(value[3])
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(address), "r"(value[0]), "r"(value[1]), "r"(value[2]),
+               "r"(value[3])
                : "memory");
 }
 
@@ -19,8 +19,8 @@ __device__ __forceinline__ void st_global_v2_b32(void *address, const u32 (&valu
 
 // st.global.v4.f32 [a], {b0..b3} — a must be 16-byte aligned.
 __device__ __forceinline__ void st_global_v4_f32(float *address, const float (&value)[4]) {
-  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(address), "f"(value[0]), "f"(value[1]),
-               "f"(value[2]), "f"(value[3])
+  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(address), "f"(value[0]), "f"(value[1]), "f"(value[2]),
+               "f"(value[3])
                : "memory");
 }
 

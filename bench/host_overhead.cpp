@@ -1,0 +1,120 @@
+// Host-side costs of the runtime (Google Benchmark), on a GPU machine:
+//   forward_hot:      problem -> launched, kernel already in memory (the per-call cost an engine pays)
+//   prepare_disk_hit: problem -> loaded function with a cold memory cache and a warm disk cache
+//   validate_and_spec: the CPU-only part of the hot path (no GPU needed)
+#include "runtime/problem.hpp"
+#include "tests/harness/device_case.hpp"
+
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <iostream>
+
+namespace {
+
+using namespace flashjit;
+
+struct Fixture {
+  harness::DeviceSession session;
+  harness::DeviceBuffer q, k, v, o;
+  AttentionProblem p;
+  bool ok = false;
+
+  Fixture() {
+    if (Status s = session.open(0); !s) {
+      std::cerr << "no GPU: " << s.message << "\n";
+      return;
+    }
+    // Longer than the decode threshold (16 query tokens) so the prefill path is measured.
+    constexpr int kTokens = 64, kHeads = 2, kDim = 128;
+    const size_t bytes = size_t(kTokens) * kHeads * kDim * 2;
+    for (harness::DeviceBuffer *b : {&q, &k, &v, &o})
+      if (!b->allocate(bytes) || !b->fill_bytes(0x3c))
+        return;
+    p.seqlen_q = p.seqlen_k = kTokens;
+    p.heads_q = p.heads_kv = kHeads;
+    p.head_dim_qk = kDim;
+    p.q = q.get();
+    p.k = k.get();
+    p.v = v.get();
+    p.o = o.get();
+    p.causal = 1;
+    ok = true;
+  }
+};
+
+std::string runtime_kernel(Runtime &runtime, const AttentionProblem &p) {
+  Explanation e;
+  return runtime.explain(p, &e) ? e.kernel : "?";
+}
+
+Fixture &fixture() {
+  static Fixture f;
+  return f;
+}
+
+void forward_hot(benchmark::State &state) {
+  Fixture &f = fixture();
+  if (!f.ok) {
+    state.SkipWithError("no GPU");
+    return;
+  }
+  Runtime runtime;
+  if (Status s = runtime.prepare(f.p); !s) {
+    state.SkipWithError(s.message.c_str());
+    return;
+  }
+  for (auto _ : state) {
+    Status s = runtime.forward(f.p);
+    if (!s) {
+      state.SkipWithError(s.message.c_str());
+      return;
+    }
+  }
+  state.SetLabel(runtime_kernel(runtime, f.p));
+}
+BENCHMARK(forward_hot)->Unit(benchmark::kMicrosecond);
+
+void prepare_disk_hit(benchmark::State &state) {
+  Fixture &f = fixture();
+  if (!f.ok) {
+    state.SkipWithError("no GPU");
+    return;
+  }
+  {
+    Runtime warm; // fills the disk cache
+    if (Status s = warm.prepare(f.p); !s) {
+      state.SkipWithError(s.message.c_str());
+      return;
+    }
+  }
+  for (auto _ : state) {
+    Runtime runtime; // empty memory cache
+    if (Status s = runtime.prepare(f.p); !s) {
+      state.SkipWithError(s.message.c_str());
+      return;
+    }
+  }
+}
+BENCHMARK(prepare_disk_hit)->Unit(benchmark::kMillisecond)->Iterations(50);
+
+void validate_and_spec(benchmark::State &state) {
+  AttentionProblem p;
+  p.seqlen_q = p.seqlen_k = 4096;
+  p.heads_q = 32;
+  p.heads_kv = 8;
+  p.head_dim_qk = 128;
+  p.q = p.k = p.v = p.o = reinterpret_cast<void *>(uintptr_t{1} << 40);
+  for (auto _ : state) {
+    NormalizedProblem n;
+    Status s = validate_problem(&p, &n);
+    KernelSpec spec = spec_for_problem(n, Arch{90, true});
+    benchmark::DoNotOptimize(spec);
+    benchmark::DoNotOptimize(s.code);
+  }
+}
+BENCHMARK(validate_and_spec)->Unit(benchmark::kNanosecond);
+
+} // namespace
+
+BENCHMARK_MAIN();
