@@ -6,8 +6,10 @@
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 namespace flashjit {
 namespace {
@@ -56,6 +58,37 @@ bool read_metadata(const std::string &text, CompiledKernel *kernel) {
   return !kernel->entry.empty();
 }
 
+// How far a bundled kernel is from the one asked for, for "closest kernels" answers: a different
+// op, arch or dtype is far (it can never stand in), a different flag less so, head dims by distance.
+constexpr int kFarMismatch = 10000;
+constexpr int kDtypeMismatch = 1000;
+constexpr int kFlagMismatch = 100;
+constexpr size_t kClosestShown = 3;
+
+int spec_distance(const KernelSpec &want, const KernelSpec &have) {
+  int d = 0;
+  d += want.op != have.op ? kFarMismatch : 0;
+  d += want.arch != have.arch ? kFarMismatch : 0;
+  d += want.dtype != have.dtype ? kDtypeMismatch : 0;
+  for (bool differs : {want.causal != have.causal, want.local != have.local, want.softcap != have.softcap,
+                       want.varlen != have.varlen, want.page_size != have.page_size,
+                       want.gqa_group != have.gqa_group, want.q_len != have.q_len,
+                       want.align_bytes != have.align_bytes})
+    d += differs ? kFlagMismatch : 0;
+  d += std::abs(want.head_dim_qk - have.head_dim_qk) + std::abs(want.head_dim_v - have.head_dim_v);
+  return d;
+}
+
+std::vector<std::filesystem::path> split_paths(const std::string &text) {
+  std::vector<std::filesystem::path> paths;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ':'))
+    if (!item.empty())
+      paths.emplace_back(item);
+  return paths;
+}
+
 } // namespace
 
 StoreConfig store_config_from(const flashjit_options &options) {
@@ -87,6 +120,7 @@ StoreConfig store_config_from(const flashjit_options &options) {
   }
   }
   config.cache_dir = options.cache_dir ? std::filesystem::path(options.cache_dir) : DiskCache::default_root();
+  config.bundles = split_paths(env("FLASHJIT_BUNDLE_PATH"));
   return config;
 }
 
@@ -104,6 +138,77 @@ size_t KernelStore::SlotKeyHash::operator()(const SlotKey &key) const noexcept {
 KernelStore::KernelStore(StoreConfig config) : config_(std::move(config)) {
   if (config_.disk_cache)
     disk_ = std::make_unique<DiskCache>(config_.cache_dir);
+  // A bad bundle on FLASHJIT_BUNDLE_PATH must not stop the program: it is refused with a warning
+  // and, with JIT off, every kernel it would have held becomes a NOT_IN_BUNDLE error naming it.
+  for (const std::filesystem::path &path : config_.bundles)
+    if (Status s = register_bundle(path); !s)
+      log(LogLevel::warn, "FLASHJIT_BUNDLE_PATH: " + s.message);
+}
+
+Status KernelStore::register_bundle(const std::filesystem::path &path) {
+  std::shared_ptr<const Bundle> bundle;
+  if (Status s = Bundle::open(path, std::nullopt, &bundle); !s)
+    return s;
+  std::unique_lock lock(bundles_mutex_);
+  size_t added = 0;
+  for (const BundleKernel &kernel : bundle->manifest().kernels) {
+    auto [it, inserted] = bundle_index_.try_emplace(kernel.name, BundleHit{bundle, &kernel});
+    if (inserted) {
+      ++added;
+      continue;
+    }
+    log(LogLevel::info, "bundle: " + kernel.name + " is in both " + it->second.bundle->path().string() + " and " +
+                            path.string() + "; using " + it->second.bundle->path().string() +
+                            " (registered first)");
+  }
+  bundles_.push_back(bundle);
+  log(LogLevel::info, "bundle: registered " + path.string() + " (" + std::to_string(bundle->manifest().kernels.size()) +
+                          " kernels, " + std::to_string(added) + " new)");
+  return Status::success();
+}
+
+std::vector<std::shared_ptr<const Bundle>> KernelStore::bundles() const {
+  std::shared_lock lock(bundles_mutex_);
+  return bundles_;
+}
+
+std::optional<KernelStore::BundleHit> KernelStore::find_in_bundles(const PlanChoice &choice) const {
+  const std::string name = kernel_name(choice.spec, choice.plan);
+  std::shared_lock lock(bundles_mutex_);
+  auto it = bundle_index_.find(name);
+  if (it == bundle_index_.end())
+    return std::nullopt;
+  // Same name, other plan constants: the planner changed since the bundle was built. Its cubin
+  // would disagree with the launcher about the plan, so it is not used.
+  if (it->second.kernel->plan_hash != hex64(kernel_hash(choice.spec, choice.plan))) {
+    log(LogLevel::warn, "bundle " + it->second.bundle->path().string() + " holds " + name +
+                            " built from a different plan (a stale bundle); not using it");
+    return std::nullopt;
+  }
+  return it->second;
+}
+
+std::string KernelStore::not_in_bundle_message(const PlanChoice &choice) const {
+  const std::string name = kernel_name(choice.spec, choice.plan);
+  std::vector<std::pair<int, std::string>> candidates;
+  size_t bundle_count = 0;
+  {
+    std::shared_lock lock(bundles_mutex_);
+    bundle_count = bundles_.size();
+    for (const auto &[kernel_name, hit] : bundle_index_)
+      candidates.emplace_back(spec_distance(choice.spec, hit.kernel->spec), kernel_name);
+  }
+  std::sort(candidates.begin(), candidates.end());
+  std::string message = "JIT is off (FLASHJIT_JIT=off or options.jit = 0) and no registered bundle (" +
+                        std::to_string(bundle_count) + " registered) or cache holds " + name;
+  if (candidates.empty()) {
+    message += "; the bundles hold no kernels (register one with flashjit_register_bundle or FLASHJIT_BUNDLE_PATH)";
+  } else {
+    message += "; closest bundled kernels:";
+    for (size_t i = 0; i < std::min(kClosestShown, candidates.size()); ++i)
+      message += (i ? ", " : " ") + candidates[i].second;
+  }
+  return message + ". Add this shape to the bundle's spec list (flashjit aot --specs) or turn JIT on.";
 }
 
 Status KernelStore::choose(const KernelSpec &spec, PlanChoice *choice) const {
@@ -118,10 +223,27 @@ Status KernelStore::choose(const KernelSpec &spec, PlanChoice *choice) const {
   return Status::success();
 }
 
-Status KernelStore::fetch_or_build(const PlanChoice &choice, CompiledKernel *out, std::string *origin) {
+Status KernelStore::fetch_or_build(const PlanChoice &choice, CompiledKernel *out, std::string *origin,
+                                   std::string *key_out) {
+  const std::string name = kernel_name(choice.spec, choice.plan);
+  // Bundles first, and before the cache key: the key asks NVRTC its version, which loads NVRTC.
+  if (std::optional<BundleHit> hit = find_in_bundles(choice)) {
+    const BundleKernel &k = *hit->kernel;
+    const std::span<const char> cubin = hit->bundle->cubin(k);
+    CompiledKernel kernel;
+    kernel.name = k.name;
+    kernel.entry = k.entry;
+    kernel.backend = k.backend;
+    kernel.resources = k.resources;
+    kernel.cubin.assign(cubin.begin(), cubin.end());
+    *out = std::move(kernel);
+    *origin = "bundle:" + hit->bundle->path().string();
+    *key_out = k.key;
+    return Status::success();
+  }
   const flashjit_backend backend = resolve_backend(config_.backend, choice.plan.variant);
   const std::string key = cache_key(choice.spec, choice.plan, backend);
-  const std::string name = kernel_name(choice.spec, choice.plan);
+  *key_out = key;
   if (disk_ && disk_->usable()) {
     if (std::optional<CacheEntry> entry = disk_->load(key, name)) {
       CompiledKernel kernel;
@@ -135,7 +257,7 @@ Status KernelStore::fetch_or_build(const PlanChoice &choice, CompiledKernel *out
     }
   }
   if (!config_.jit)
-    return Status::error(FLASHJIT_NOT_IN_BUNDLE, "JIT is off (FLASHJIT_JIT=off) and no cache holds " + name);
+    return Status::error(FLASHJIT_NOT_IN_BUNDLE, not_in_bundle_message(choice));
   CompiledKernel kernel;
   if (Status s = build_kernel(choice.spec, choice.plan, backend, &kernel); !s)
     return s;
@@ -153,7 +275,45 @@ Status KernelStore::fetch_or_build(const PlanChoice &choice, CompiledKernel *out
 Status KernelStore::compile(const KernelSpec &spec, CompiledKernel *out, PlanChoice *choice, std::string *origin) {
   if (Status s = choose(spec, choice); !s)
     return s;
-  return fetch_or_build(*choice, out, origin);
+  std::string key;
+  return fetch_or_build(*choice, out, origin, &key);
+}
+
+Status KernelStore::served(const KernelSpec &spec, bool *served, std::string *origin) {
+  *served = false;
+  PlanChoice choice;
+  if (Status s = choose(spec, &choice); !s)
+    return s;
+  {
+    std::shared_lock lock(slots_mutex_);
+    for (const auto &[slot_key, slot] : slots_) {
+      if (!(slot_key.spec == spec))
+        continue;
+      // A slot being built right now is not served yet; waiting for its compile would defeat the query.
+      std::unique_lock slot_lock(slot->mutex, std::try_to_lock);
+      if (slot_lock.owns_lock() && slot->record) {
+        *served = true;
+        *origin = "memory";
+        return Status::success();
+      }
+    }
+  }
+  if (std::optional<BundleHit> hit = find_in_bundles(choice)) {
+    *served = true;
+    *origin = "bundle:" + hit->bundle->path().string();
+    return Status::success();
+  }
+  if (disk_ && disk_->usable()) {
+    const std::string name = kernel_name(choice.spec, choice.plan);
+    const std::string key = cache_key(choice.spec, choice.plan, resolve_backend(config_.backend, choice.plan.variant));
+    if (disk_->load(key, name)) {
+      *served = true;
+      *origin = "disk";
+      return Status::success();
+    }
+  }
+  *origin = config_.jit ? "jit (not pre-generated)" : not_in_bundle_message(choice);
+  return Status::success();
 }
 
 Status KernelStore::get(const KernelSpec &spec, CUcontext context, std::shared_ptr<const KernelRecord> *out) {
@@ -179,13 +339,12 @@ Status KernelStore::get(const KernelSpec &spec, CUcontext context, std::shared_p
   if (Status s = choose(spec, &record->choice); !s)
     return s;
   CompiledKernel compiled;
-  if (Status s = fetch_or_build(record->choice, &compiled, &record->origin); !s)
+  if (Status s = fetch_or_build(record->choice, &compiled, &record->origin, &record->key); !s)
     return s;
   const Plan &plan = record->choice.plan;
   if (Status s = LoadedKernel::load(compiled.cubin, plan.entry, plan.smem_bytes, &record->kernel); !s)
     return Status::error(s.code, kernel_name(record->choice.spec, plan) + ": " + s.message);
   record->name = kernel_name(record->choice.spec, plan);
-  record->key = cache_key(record->choice.spec, plan, resolve_backend(config_.backend, plan.variant));
   record->backend = compiled.backend;
   record->resources = compiled.resources;
   record->compile_seconds = compiled.compile_seconds;

@@ -1,9 +1,11 @@
-// The kernel store: memory -> disk cache -> JIT, then load into a context. One job: turning a
-// KernelSpec into a loaded, launchable kernel, exactly once per (spec, context), thread-safely.
+// The kernel store: memory -> registered bundles -> disk cache -> JIT, then load into a context. One
+// job: turning a KernelSpec into a loaded, launchable kernel, exactly once per (spec, context),
+// thread-safely. A bundle hit touches no compiler: NVRTC is neither loaded nor asked its version.
 #pragma once
 
 #include "compiler/compiled_kernel.hpp"
 #include "compiler/planner.hpp"
+#include "runtime/bundle.hpp"
 #include "runtime/disk_cache.hpp"
 #include "runtime/module.hpp"
 
@@ -15,6 +17,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <unordered_map>
+#include <vector>
 
 namespace flashjit {
 
@@ -25,17 +28,19 @@ struct StoreConfig {
   bool strict = false;
   std::optional<Variant> variant; // forced kernel family (options.variant / FLASHJIT_VARIANT)
   std::filesystem::path cache_dir;
+  std::vector<std::filesystem::path> bundles; // FLASHJIT_BUNDLE_PATH (colon-separated), registered in order
 };
 
 // Settings from flashjit_options plus the environment (FLASHJIT_CACHE, FLASHJIT_CACHE_DIR, FLASHJIT_JIT,
-// FLASHJIT_BACKEND, FLASHJIT_STRICT, FLASHJIT_VARIANT). Explicit options win over the environment.
+// FLASHJIT_BACKEND, FLASHJIT_STRICT, FLASHJIT_VARIANT, FLASHJIT_BUNDLE_PATH). Explicit options win over the
+// environment.
 StoreConfig store_config_from(const flashjit_options &options);
 
 struct KernelRecord {
   PlanChoice choice;            // spec, plan, preferred variant and fallback reason
   std::string name;             // canonical kernel name
   std::string key;              // cache key (hex)
-  std::string origin;           // where the cubin came from: disk | jit
+  std::string origin;           // where the cubin came from: bundle:<path> | disk | jit
   std::string backend;          // e.g. "nvrtc 13.0"
   ResourceUsage resources;
   double compile_seconds = 0;
@@ -62,6 +67,14 @@ public:
   // The plan a spec maps to, with strict mode applied.
   Status choose(const KernelSpec &spec, PlanChoice *choice) const;
 
+  // Opens, verifies and registers a bundle; later lookups try it after the ones registered before.
+  // A kernel already provided by an earlier bundle stays with that one (logged at info).
+  Status register_bundle(const std::filesystem::path &path);
+  std::vector<std::shared_ptr<const Bundle>> bundles() const;
+
+  // Whether `spec` is served without compiling (memory, a bundle or the disk cache), and from where.
+  Status served(const KernelSpec &spec, bool *served, std::string *origin);
+
 private:
   struct Slot {
     std::mutex mutex;
@@ -76,10 +89,19 @@ private:
     size_t operator()(const SlotKey &key) const noexcept;
   };
 
-  Status fetch_or_build(const PlanChoice &choice, CompiledKernel *out, std::string *origin);
+  struct BundleHit {
+    std::shared_ptr<const Bundle> bundle;
+    const BundleKernel *kernel = nullptr;
+  };
+  Status fetch_or_build(const PlanChoice &choice, CompiledKernel *out, std::string *origin, std::string *key);
+  std::optional<BundleHit> find_in_bundles(const PlanChoice &choice) const;
+  std::string not_in_bundle_message(const PlanChoice &choice) const;
 
   StoreConfig config_;
   std::unique_ptr<DiskCache> disk_;
+  mutable std::shared_mutex bundles_mutex_;
+  std::vector<std::shared_ptr<const Bundle>> bundles_;      // registration order
+  std::unordered_map<std::string, BundleHit> bundle_index_; // kernel name -> first bundle holding it
   std::shared_mutex slots_mutex_;
   std::unordered_map<SlotKey, std::shared_ptr<Slot>, SlotKeyHash> slots_;
 };

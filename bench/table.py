@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Renders bench/compare.py JSON as the markdown tables of docs/performance.md."""
+import json
+import sys
+
+TARGETS = {  # (head_dim, seqlen, causal) -> (ratio vs cuDNN, absolute TFLOP/s)
+    (64, 4096, False): (1.10, None), (64, 16384, True): (1.10, None), (80, 4096, False): (1.30, None),
+    (80, 16384, True): (1.30, None), (96, 4096, False): (1.10, None), (128, 1024, False): (1.00, None),
+    (128, 4096, False): (None, 700), (128, 16384, True): (1.10, None), (192, 4096, False): (1.10, None),
+    (256, 4096, False): (1.10, None), (256, 16384, True): (1.10, None)}
+DECODE_TARGETS = {(1, 32768): 3.6, (8, 8192): 3.6, (64, 4096): 4.1, (1, 131072): 3.8}
+
+
+def verdict(row):
+    ratio, absolute = TARGETS.get((row["head_dim"], row["seqlen"], row["causal"]), (None, None))
+    ours = row.get("flashjit_tflops")
+    if ours is None:
+        return "no result"
+    if absolute is not None:
+        return f"{'met' if ours >= absolute else 'miss'} (≥ {absolute})"
+    got = row.get("ratio_vs_cudnn", 0)
+    return f"{'met' if got >= ratio else 'miss'} (≥ {ratio:.2f}×)"
+
+
+def main(path):
+    data = json.load(open(path))
+    print("| dtype | head_dim | S | causal | flashjit | PyTorch flash | cuDNN | × cuDNN | target | kernel |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in data["rows"]:
+        if r["op"] != "prefill":
+            continue
+        print(f"| {r['dtype']} | {r['head_dim']} | {r['seqlen']} | {'yes' if r['causal'] else 'no'} | "
+              f"{r.get('flashjit_tflops', 0):.0f} | {r.get('flash_tflops', 0):.0f} | {r.get('cudnn_tflops', 0):.0f} | "
+              f"{r.get('ratio_vs_cudnn', 0):.2f} | {verdict(r)} | `{r['kernel']}` |")
+    decode = [r for r in data["rows"] if r["op"] == "decode"]
+    if decode:
+        print()
+        print("| batch × KV | flashjit TB/s | PyTorch flash TB/s | cuDNN TB/s | target | kernel |")
+        print("|---|---|---|---|---|---|")
+        for r in decode:
+            target = DECODE_TARGETS.get((r["batch"], r["kv_len"]))
+            ours = r.get("flashjit_tbps")
+            met = "no result" if ours is None else ("met" if ours >= target else "miss")
+            print(f"| {r['batch']} × {r['kv_len']} | {ours or 0:.2f} | {r.get('flash_tbps', 0):.2f} | "
+                  f"{r.get('cudnn_tbps', 0):.2f} | {met} (≥ {target}) | `{r['kernel']}` |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
