@@ -1,0 +1,137 @@
+// The kernel store's offline path (no GPU): compile -> disk cache -> reuse, keys, JIT off, strict.
+#include "compiler/build.hpp"
+#include "runtime/kernel_store.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+namespace flashjit {
+namespace {
+
+class KernelStoreTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("flashjit-store-" + std::to_string(getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  StoreConfig config() const {
+    StoreConfig c;
+    c.cache_dir = dir_;
+    c.variant = Variant::fa2; // cheapest to compile; the store does not care which
+    return c;
+  }
+
+  static KernelSpec spec() {
+    KernelSpec s;
+    s.arch = Arch{80, false};
+    s.head_dim_qk = s.head_dim_v = 64;
+    return s;
+  }
+
+  size_t entries() const {
+    size_t n = 0;
+    if (std::filesystem::exists(dir_ / "v1"))
+      for (const auto &e : std::filesystem::directory_iterator(dir_ / "v1"))
+        n += e.path().extension() == ".fjc";
+    return n;
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(KernelStoreTest, CompilesOnceThenServesFromDisk) {
+  CompiledKernel first, second;
+  PlanChoice choice;
+  std::string origin;
+  {
+    KernelStore store(config());
+    ASSERT_TRUE(store.compile(spec(), &first, &choice, &origin).ok());
+    EXPECT_EQ(origin, "jit");
+  }
+  EXPECT_EQ(entries(), 1u);
+  KernelStore again(config());
+  ASSERT_TRUE(again.compile(spec(), &second, &choice, &origin).ok());
+  EXPECT_EQ(origin, "disk");
+  EXPECT_EQ(first.cubin, second.cubin);
+  EXPECT_EQ(second.entry, "fj_fa2_prefill");
+  EXPECT_EQ(second.resources.registers, first.resources.registers);
+}
+
+TEST_F(KernelStoreTest, CorruptEntryIsRebuilt) {
+  {
+    KernelStore store(config());
+    CompiledKernel k;
+    PlanChoice c;
+    std::string origin;
+    ASSERT_TRUE(store.compile(spec(), &k, &c, &origin).ok());
+  }
+  for (const auto &e : std::filesystem::directory_iterator(dir_ / "v1")) {
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    f.put('\x5a');
+  }
+  KernelStore store(config());
+  CompiledKernel k;
+  PlanChoice c;
+  std::string origin;
+  ASSERT_TRUE(store.compile(spec(), &k, &c, &origin).ok());
+  EXPECT_EQ(origin, "jit") << "a corrupt entry must not be served";
+  EXPECT_EQ(entries(), 1u);
+}
+
+TEST_F(KernelStoreTest, JitOffMissNamesTheKernel) {
+  StoreConfig c = config();
+  c.jit = false;
+  KernelStore store(c);
+  CompiledKernel k;
+  PlanChoice choice;
+  std::string origin;
+  Status s = store.compile(spec(), &k, &choice, &origin);
+  EXPECT_EQ(s.code, FLASHJIT_NOT_IN_BUNDLE);
+  EXPECT_NE(s.message.find("prefill.fa2.sm80.d64v64.bf16.full"), std::string::npos) << s.message;
+}
+
+TEST_F(KernelStoreTest, StrictModeRefusesAFallback) {
+  StoreConfig c = config();
+  c.variant.reset();
+  c.strict = true;
+  KernelStore store(c);
+  KernelSpec s = spec();
+  s.arch = Arch{90, true};
+  s.page_size = 16; // fa3 declines paged KV, so fa2 would run instead
+  PlanChoice choice;
+  Status status = store.choose(s, &choice);
+  EXPECT_EQ(status.code, FLASHJIT_FALLBACK_FORBIDDEN);
+  EXPECT_NE(status.message.find("fa3"), std::string::npos) << status.message;
+  c.strict = false;
+  KernelStore lenient(c);
+  EXPECT_TRUE(lenient.choose(s, &choice).ok());
+  EXPECT_EQ(choice.plan.variant, Variant::fa2);
+  EXPECT_FALSE(choice.fallback_reason.empty());
+}
+
+TEST(CacheKey, ChangesWithAnythingThatChangesCode) {
+  KernelSpec s;
+  s.arch = Arch{80, false};
+  PlanChoice a = choose_plan(s, Variant::fa2);
+  ASSERT_TRUE(a.ok);
+  const std::string key = cache_key(a.spec, a.plan, FLASHJIT_BACKEND_NVRTC);
+  EXPECT_EQ(key.size(), 16u);
+  EXPECT_EQ(key, cache_key(a.spec, a.plan, FLASHJIT_BACKEND_NVRTC));
+  KernelSpec other = a.spec;
+  other.arch = Arch{86, false};
+  EXPECT_NE(key, cache_key(other, a.plan, FLASHJIT_BACKEND_NVRTC));
+  EXPECT_NE(key, cache_key(a.spec, a.plan, FLASHJIT_BACKEND_MLIR));
+  Plan tweaked = a.plan;
+  tweaked.stages += 1;
+  EXPECT_NE(key, cache_key(a.spec, tweaked, FLASHJIT_BACKEND_NVRTC));
+}
+
+} // namespace
+} // namespace flashjit
