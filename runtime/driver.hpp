@@ -56,7 +56,14 @@ namespace flashjit::driver {
   X(cuEventDestroy)                                                                                                    \
   X(cuEventSynchronize)                                                                                                \
   X(cuStreamCreate)                                                                                                    \
-  X(cuStreamDestroy)
+  X(cuStreamDestroy)                                                                                                   \
+  X(cuMemcpyHtoDAsync)                                                                                                 \
+  X(cuStreamBeginCapture)                                                                                              \
+  X(cuStreamEndCapture)                                                                                                \
+  X(cuGraphInstantiateWithFlags)                                                                                              \
+  X(cuGraphLaunch)                                                                                                     \
+  X(cuGraphDestroy)                                                                                                    \
+  X(cuGraphExecDestroy)
 
 struct Api {
 #define FLASHJIT_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;

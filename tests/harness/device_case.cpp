@@ -157,6 +157,40 @@ Status setup(const CaseOptions &options, const std::vector<float> &q, const std:
   return Status::success();
 }
 
+// prepare(), then forward() captured into a graph on a fresh stream, then one replay.
+Status forward_in_graph(Runtime &runtime, const AttentionProblem &problem) {
+  if (Status s = runtime.prepare(problem); !s)
+    return s;
+  const driver::Api *api = driver::api();
+  CUstream stream = nullptr;
+  HARNESS_CHECK(api->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  Status status;
+  if (CUresult r = api->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL); r != CUDA_SUCCESS) {
+    status = driver::driver_error("cuStreamBeginCapture", r);
+  } else {
+    Status launched = runtime.forward(problem, reinterpret_cast<flashjit_stream>(stream));
+    CUresult r_end = api->cuStreamEndCapture(stream, &graph);
+    if (!launched)
+      status = launched;
+    else if (r_end != CUDA_SUCCESS)
+      status = driver::driver_error("cuStreamEndCapture (forward did something a capture forbids)", r_end);
+    else if (CUresult r_inst = api->cuGraphInstantiateWithFlags(&exec, graph, 0); r_inst != CUDA_SUCCESS)
+      status = driver::driver_error("cuGraphInstantiate", r_inst);
+    else if (CUresult r_launch = api->cuGraphLaunch(exec, stream); r_launch != CUDA_SUCCESS)
+      status = driver::driver_error("cuGraphLaunch", r_launch);
+    else if (CUresult r_sync = api->cuStreamSynchronize(stream); r_sync != CUDA_SUCCESS)
+      status = driver::driver_error("graph replay", r_sync);
+  }
+  if (exec)
+    api->cuGraphExecDestroy(exec);
+  if (graph)
+    api->cuGraphDestroy(graph);
+  api->cuStreamDestroy(stream);
+  return status;
+}
+
 bool equal_lengths(const std::vector<int> &lens) {
   return std::adjacent_find(lens.begin(), lens.end(), std::not_equal_to<>()) == lens.end();
 }
@@ -267,7 +301,8 @@ CaseResult run_case(Runtime &runtime, const CaseOptions &options) {
   Explanation explanation;
   if (runtime.explain(problem, &explanation))
     result.kernel = explanation.kernel;
-  if (result.status = runtime.forward(problem); !result.status)
+  if (result.status = options.graph_capture ? forward_in_graph(runtime, problem) : runtime.forward(problem);
+      !result.status)
     return result;
   if (CUresult r = driver::api()->cuCtxSynchronize(); r != CUDA_SUCCESS) {
     result.status = driver::driver_error("kernel execution (cuCtxSynchronize)", r);
@@ -286,6 +321,7 @@ CaseResult run_case(Runtime &runtime, const CaseOptions &options) {
   const ref::Output ref64 = ref::attention_f64(rp, q, k, v);
   const ref::Output naive = ref::attention_lowprec(rp, q, k, v, options.dtype);
   result.o = ref::check_output(o, ref64.o, naive.o);
+  result.o_values = std::move(o);
   if (options.with_lse) {
     std::vector<float> lse(size_t(total_q) * rp.heads_q);
     if (result.status = tensors.lse.download(lse.data(), lse.size() * 4); !result.status)

@@ -58,6 +58,7 @@ struct CaseOptions {
   int page_size = 0;         // > 0: K/V through a shuffled block table
   int row_padding = 0;       // extra elements between tokens (non-contiguous strides; odd -> unaligned path)
   bool with_lse = true;
+  bool graph_capture = false; // prepare, capture forward() into a CUDA graph on a new stream, replay it
   uint64_t seed = 1;
 };
 
@@ -66,6 +67,7 @@ struct CaseResult {
   ref::CheckResult o;
   ref::CheckResult lse;
   std::string kernel;         // explain().kernel
+  std::vector<float> o_values; // the output as computed, [total_q, heads_q, head_dim_v]
   bool pass() const { return status.ok() && o.pass && (lse.count == 0 || lse.pass); }
   std::string summary() const;
 };
