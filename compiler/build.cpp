@@ -3,6 +3,9 @@
 #include "compiler/embedded_templates.hpp"
 #include "compiler/nvrtc/nvrtc_compiler.hpp"
 #include "compiler/nvrtc/nvrtc_library.hpp"
+#ifdef FLASHJIT_WITH_MLIR
+#include "compiler/mlir/mlir_backend.hpp"
+#endif
 
 #include <xxhash.h>
 
@@ -29,14 +32,29 @@ std::string cache_key(const KernelSpec &spec, const Plan &plan, flashjit_backend
     for (const std::string &option : nvrtc_options(spec.arch))
       record += "|" + option;
   }
+#ifdef FLASHJIT_WITH_MLIR
+  if (backend == FLASHJIT_BACKEND_MLIR) {
+    // The LLVM release decides the PTX; the NVPTX target (chip, PTX ISA) is part of the code too.
+    const mlirgen::Target target = mlirgen::target_for(spec.arch);
+    record += "|" + mlirgen::version_string() + "|" + target.chip + "|" + target.features;
+  }
+#endif
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(XXH64(record.data(), record.size(), 0)));
   return hex;
 }
 
 Status build_kernel(const KernelSpec &spec, const Plan &plan, flashjit_backend backend, CompiledKernel *out) {
-  if (backend == FLASHJIT_BACKEND_MLIR)
+  if (backend == FLASHJIT_BACKEND_MLIR) {
+#ifdef FLASHJIT_WITH_MLIR
+    if (!mlirgen::covers(plan.variant))
+      return Status::error(FLASHJIT_UNSUPPORTED,
+                           std::string("the MLIR backend does not cover ") + variant_name(plan.variant) + " yet");
+    return mlirgen::compile_with_mlir(spec, plan, out);
+#else
     return Status::error(FLASHJIT_UNSUPPORTED, "the MLIR backend is not part of this build");
+#endif
+  }
   return compile_with_nvrtc(spec, plan, out);
 }
 

@@ -73,9 +73,12 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
                            std::to_string(shape.max_batch));
   if (problem.q_len <= 0)
     return fail(error, "splitk: q_len must be positive");
+  if (problem.m_blocks < 0 || problem.m_blocks > shape.m_blocks)
+    return fail(error, "splitk: m_blocks must be in [0, shape.m_blocks]");
+  const int m_blocks = problem.m_blocks > 0 ? problem.m_blocks : shape.m_blocks;
 
   // Tiles of every unit, in unit order (sequence, kv head, m block).
-  const int units = problem.batch * shape.heads_kv * shape.m_blocks;
+  const int units = problem.batch * shape.heads_kv * m_blocks;
   std::vector<int> unit_lo(units), unit_tiles(units);
   int64_t total = 0;
   for (int b = 0; b < problem.batch; ++b) {
@@ -85,7 +88,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
     int lo = 0, hi = 0;
     splitk_visible_keys(kv_len, problem.q_len, problem.window_left, &lo, &hi);
     const int tiles = static_cast<int>(ceil_div(hi - lo, shape.block_n));
-    for (int u = b * shape.heads_kv * shape.m_blocks; u < (b + 1) * shape.heads_kv * shape.m_blocks; ++u) {
+    for (int u = b * shape.heads_kv * m_blocks; u < (b + 1) * shape.heads_kv * m_blocks; ++u) {
       unit_lo[u] = lo;
       unit_tiles[u] = tiles;
       total += tiles;
@@ -123,7 +126,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
     };
     for (int u = 0; u < units; ++u) {
       const int first_piece = num_work;
-      const int b = u / (shape.heads_kv * shape.m_blocks);
+      const int b = u / (shape.heads_kv * m_blocks);
       const int seq_len = problem.seqlens_k != nullptr ? problem.seqlens_k[b] : problem.seqlen_k;
       int64_t remaining = unit_tiles[u];
       int key = unit_lo[u];

@@ -61,6 +61,9 @@ struct SplitKProblem {
   int batch = 0;
   int q_len = 1;        // query tokens per sequence (runtime seqlen_q)
   int window_left = -1; // < 0: unbounded; keys before (kv_len - q_len - window_left) are skipped
+  // m blocks that hold real rows this step: ceil(group * q_len / block_m) when q_len is below the
+  // compiled maximum (0: shape.m_blocks). fj_decode_params.m_blocks must get the same value.
+  int m_blocks = 0;
 };
 
 struct SplitKSchedule {

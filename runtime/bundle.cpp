@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -73,10 +74,18 @@ bool read_whole(const fs::path &path, std::vector<char> *out, std::string *error
 }
 
 json spec_json(const KernelSpec &s) {
-  return {{"op", op_name(s.op)},         {"arch", s.arch.name()},         {"dtype", dtype_name(s.dtype)},
-          {"head_dim_qk", s.head_dim_qk}, {"head_dim_v", s.head_dim_v},    {"causal", s.causal},
-          {"local", s.local},             {"softcap", s.softcap},          {"varlen", s.varlen},
-          {"page_size", s.page_size},     {"gqa_group", s.gqa_group},      {"q_len", s.q_len},
+  return {{"op", op_name(s.op)},
+          {"arch", s.arch.name()},
+          {"dtype", dtype_name(s.dtype)},
+          {"head_dim_qk", s.head_dim_qk},
+          {"head_dim_v", s.head_dim_v},
+          {"causal", s.causal},
+          {"local", s.local},
+          {"softcap", s.softcap},
+          {"varlen", s.varlen},
+          {"page_size", s.page_size},
+          {"gqa_group", s.gqa_group},
+          {"q_len", s.q_len},
           {"align_bytes", s.align_bytes}};
 }
 
@@ -142,8 +151,8 @@ bool parse_manifest(const std::string &text, BundleManifest *m, std::string *err
     return false;
   }
   if (j.value("format", "") != kBundleFormatName) {
-    *error = "not a flashjit bundle manifest (format '" + j.value("format", "") + "', expected '" +
-             kBundleFormatName + "')";
+    *error =
+        "not a flashjit bundle manifest (format '" + j.value("format", "") + "', expected '" + kBundleFormatName + "')";
     return false;
   }
   m->format_version = j.value("format_version", -1);
@@ -196,7 +205,9 @@ bool parse_manifest(const std::string &text, BundleManifest *m, std::string *err
   return true;
 }
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 } // namespace
 
@@ -206,7 +217,9 @@ std::string hex64(uint64_t value) {
   return hex;
 }
 
-std::string hex_xxh64(std::span<const char> bytes) { return hex64(XXH64(bytes.data(), bytes.size(), kChecksumSeed)); }
+std::string hex_xxh64(std::span<const char> bytes) {
+  return hex64(XXH64(bytes.data(), bytes.size(), kChecksumSeed));
+}
 
 std::string plan_summary(const Plan &plan) {
   std::ostringstream s;
@@ -242,12 +255,9 @@ std::string manifest_text(const BundleManifest &m, bool directory_form) {
   json kernels = json::array();
   for (const BundleKernel &k : m.kernels)
     kernels.push_back(kernel_json(k, directory_form));
-  json j = {{"format", kBundleFormatName},
-            {"format_version", m.format_version},
-            {"flashjit_version", m.flashjit_version},
-            {"backend", m.backend},
-            {"templates_hash", m.templates_hash},
-            {"kernels", std::move(kernels)}};
+  json j = {
+      {"format", kBundleFormatName}, {"format_version", m.format_version}, {"flashjit_version", m.flashjit_version},
+      {"backend", m.backend},        {"templates_hash", m.templates_hash}, {"kernels", std::move(kernels)}};
   return j.dump(kJsonIndent) + "\n";
 }
 
@@ -377,13 +387,14 @@ Status Bundle::open(const fs::path &path, std::optional<Arch> require_arch, std:
     if (file_bytes.size() < kHeaderBytes || std::memcmp(file_bytes.data(), kMagic.data(), kMagic.size()) != 0)
       return refuse("not a .fjb bundle (bad magic) nor a bundle directory");
     if (const uint64_t version = get_le(file_bytes, kVersionOffset, sizeof(uint32_t)); version != kBundleFormatVersion)
-      return refuse("unknown format version " + std::to_string(version) + " (this flashjit " +
-                    FLASHJIT_VERSION_STRING + " reads version " + std::to_string(kBundleFormatVersion) + ")");
+      return refuse("unknown format version " + std::to_string(version) + " (this flashjit " + FLASHJIT_VERSION_STRING +
+                    " reads version " + std::to_string(kBundleFormatVersion) + ")");
     const uint64_t manifest_length = get_le(file_bytes, kManifestLengthOffset, sizeof(uint64_t));
     if (manifest_length > file_bytes.size() - kHeaderBytes)
       return refuse("truncated (the manifest runs past the end of the file)");
     const char *manifest = file_bytes.data() + kHeaderBytes;
-    if (XXH64(manifest, manifest_length, kChecksumSeed) != get_le(file_bytes, kManifestChecksumOffset, sizeof(uint64_t)))
+    if (XXH64(manifest, manifest_length, kChecksumSeed) !=
+        get_le(file_bytes, kManifestChecksumOffset, sizeof(uint64_t)))
       return refuse("manifest checksum mismatch (the file is corrupt)");
     if (!parse_manifest(std::string(manifest, manifest_length), &bundle->manifest_, &error))
       return refuse(error);
@@ -426,7 +437,7 @@ Status Bundle::open(const fs::path &path, std::optional<Arch> require_arch, std:
       for (const std::string &a : archs)
         held += (held.empty() ? "" : ", ") + a;
       return refuse("built for " + (held.empty() ? std::string("no arch (it is empty)") : held) + ", not " +
-                    require_arch->name() + " (this device)");
+                    require_arch->name() + " (the arch asked for)");
     }
   }
   *out = std::move(bundle);

@@ -49,14 +49,14 @@ struct BundleKernel {
   uint64_t size = 0;     // cubin bytes
   int dynamic_smem_bytes = 0;
   ResourceUsage resources;
-  KernelSpec spec;       // the spec the plan realizes (for "closest kernel" answers)
+  KernelSpec spec; // the spec the plan realizes (for "closest kernel" answers)
 };
 
 struct BundleManifest {
   int format_version = kBundleFormatVersion;
   std::string flashjit_version;
-  std::string backend;        // of the kernels (one backend per bundle), e.g. "nvrtc 13.0"
-  std::string templates_hash; // hex; the kernels' sources: a bundle from other sources is refused
+  std::string backend;               // of the kernels (one backend per bundle), e.g. "nvrtc 13.0"
+  std::string templates_hash;        // hex; the kernels' sources: a bundle from other sources is refused
   std::vector<BundleKernel> kernels; // sorted by name
 };
 

@@ -1,43 +1,16 @@
 // The C ABI over flashjit::Runtime: status codes and a per-thread message; no exception escapes.
-#include <flashjit/flashjit.h>
-#include <flashjit/flashjit.hpp>
+#include "runtime/c_api_internal.hpp"
 
+#include <algorithm>
 #include <cstring>
-#include <exception>
-#include <new>
-#include <string>
-
-struct flashjit_runtime_s {
-  flashjit::Runtime runtime;
-  explicit flashjit_runtime_s(const flashjit::Options &options) : runtime(options) {}
-};
 
 namespace {
 
 thread_local std::string last_error;
 
-flashjit_status record(const flashjit::Status &status) {
-  last_error = status.ok() ? std::string() : status.message;
-  return status.code;
-}
-
-flashjit_status fail(flashjit_status code, const std::string &message) {
-  last_error = message;
-  return code;
-}
-
-// Runs `body` and turns any C++ exception into a status, so none crosses the ABI.
-template <typename Body> flashjit_status guarded(Body &&body) {
-  try {
-    return body();
-  } catch (const std::bad_alloc &) {
-    return fail(FLASHJIT_INTERNAL, "out of host memory");
-  } catch (const std::exception &e) {
-    return fail(FLASHJIT_INTERNAL, std::string("internal error: ") + e.what());
-  } catch (...) {
-    return fail(FLASHJIT_INTERNAL, "internal error: unknown exception");
-  }
-}
+using flashjit::c_api::fail;
+using flashjit::c_api::guarded;
+using flashjit::c_api::record;
 
 const flashjit::AttentionProblem &as_problem(const flashjit_problem *problem) {
   // AttentionProblem adds no members to flashjit_problem.
@@ -45,6 +18,15 @@ const flashjit::AttentionProblem &as_problem(const flashjit_problem *problem) {
 }
 
 } // namespace
+
+namespace flashjit::c_api {
+
+flashjit_status record(const Status &status) {
+  last_error = status.ok() ? std::string() : status.message;
+  return status.code;
+}
+
+} // namespace flashjit::c_api
 
 extern "C" {
 

@@ -71,9 +71,8 @@ int spec_distance(const KernelSpec &want, const KernelSpec &have) {
   d += want.arch != have.arch ? kFarMismatch : 0;
   d += want.dtype != have.dtype ? kDtypeMismatch : 0;
   for (bool differs : {want.causal != have.causal, want.local != have.local, want.softcap != have.softcap,
-                       want.varlen != have.varlen, want.page_size != have.page_size,
-                       want.gqa_group != have.gqa_group, want.q_len != have.q_len,
-                       want.align_bytes != have.align_bytes})
+                       want.varlen != have.varlen, want.page_size != have.page_size, want.gqa_group != have.gqa_group,
+                       want.q_len != have.q_len, want.align_bytes != have.align_bytes})
     d += differs ? kFlagMismatch : 0;
   d += std::abs(want.head_dim_qk - have.head_dim_qk) + std::abs(want.head_dim_v - have.head_dim_v);
   return d;
@@ -125,9 +124,20 @@ StoreConfig store_config_from(const flashjit_options &options) {
 }
 
 size_t SpecHash::operator()(const KernelSpec &s) const noexcept {
-  const int fields[] = {static_cast<int>(s.op), s.arch.sm, s.arch.arch_specific, static_cast<int>(s.dtype),
-                        s.head_dim_qk, s.head_dim_v, s.causal, s.local, s.softcap, s.varlen, s.page_size,
-                        s.gqa_group, s.q_len, s.align_bytes};
+  const int fields[] = {static_cast<int>(s.op),
+                        s.arch.sm,
+                        s.arch.arch_specific,
+                        static_cast<int>(s.dtype),
+                        s.head_dim_qk,
+                        s.head_dim_v,
+                        s.causal,
+                        s.local,
+                        s.softcap,
+                        s.varlen,
+                        s.page_size,
+                        s.gqa_group,
+                        s.q_len,
+                        s.align_bytes};
   return XXH64(fields, sizeof(fields), 0);
 }
 
@@ -158,8 +168,7 @@ Status KernelStore::register_bundle(const std::filesystem::path &path) {
       continue;
     }
     log(LogLevel::info, "bundle: " + kernel.name + " is in both " + it->second.bundle->path().string() + " and " +
-                            path.string() + "; using " + it->second.bundle->path().string() +
-                            " (registered first)");
+                            path.string() + "; using " + it->second.bundle->path().string() + " (registered first)");
   }
   bundles_.push_back(bundle);
   log(LogLevel::info, "bundle: registered " + path.string() + " (" + std::to_string(bundle->manifest().kernels.size()) +
@@ -349,8 +358,8 @@ Status KernelStore::get(const KernelSpec &spec, CUcontext context, std::shared_p
   record->resources = compiled.resources;
   record->compile_seconds = compiled.compile_seconds;
   if (!record->choice.fallback_reason.empty())
-    log(LogLevel::info, "fallback: " + record->name + " runs instead of " +
-                            variant_name(record->choice.preferred) + " because " + record->choice.fallback_reason);
+    log(LogLevel::info, "fallback: " + record->name + " runs instead of " + variant_name(record->choice.preferred) +
+                            " because " + record->choice.fallback_reason);
   slot->record = record;
   *out = record;
   return Status::success();

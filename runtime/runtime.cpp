@@ -72,6 +72,42 @@ Status Runtime::forward(const AttentionProblem &problem, flashjit_stream stream)
   return launch_variant(*record, normalized, launch, reinterpret_cast<CUstream>(stream));
 }
 
+Status Runtime::register_bundle(const std::string &path) { return impl_->store.register_bundle(path); }
+
+Status Runtime::is_served(const AttentionProblem &problem, const std::string &arch_text, bool *served,
+                          std::string *origin) {
+  // An engine asks at start-up, before it has tensors: stand-in pointers are 16-byte aligned.
+  constexpr uintptr_t kStandInAddress = 256;
+  AttentionProblem shape = problem;
+  for (const void **ptr : {&shape.q, &shape.k, &shape.v})
+    if (!*ptr)
+      *ptr = reinterpret_cast<const void *>(kStandInAddress);
+  if (!shape.o)
+    shape.o = reinterpret_cast<void *>(kStandInAddress);
+  NormalizedProblem normalized;
+  if (Status s = validate_problem(&shape, &normalized); !s)
+    return s;
+  Arch arch;
+  if (arch_text.empty()) {
+    CUcontext context = nullptr;
+    LaunchContext launch;
+    if (Status s = impl_->current_target(&context, &arch, &launch); !s)
+      return Status::error(s.code, "is_served without an arch needs the current device: " + s.message);
+  } else if (std::optional<Arch> parsed = Arch::parse(arch_text)) {
+    arch = *parsed;
+  } else {
+    return Status::error(FLASHJIT_INVALID_ARGUMENT, "arch '" + arch_text + "': expected sm80, sm86, sm89 or sm90a");
+  }
+  std::string where;
+  bool found = false;
+  if (Status s = impl_->store.served(spec_for_problem(normalized, arch), &found, &where); !s)
+    return s;
+  *served = found;
+  if (origin)
+    *origin = where;
+  return Status::success();
+}
+
 Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
   NormalizedProblem normalized;
   if (Status s = validate_problem(&problem, &normalized); !s)

@@ -10,8 +10,11 @@ if [ ! -f "$cuda_root/include/nvrtc.h" ] || [ ! -f "$cuda_root/include/cuda.h" ]
   exit 1
 fi
 
+# llvm-22-dev, libmlir-22-dev, mlir-22-tools: the optional MLIR backend (FLASHJIT_WITH_MLIR turns on
+# when CMake finds them; the GPU machines build without).
 packages=(cmake ninja-build g++ pkg-config python3 python3-pip
-          libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libxxhash-dev)
+          libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
+          llvm-22-dev libmlir-22-dev mlir-22-tools)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -15,5 +15,6 @@ Action add_aot(CLI::App &app);
 Action add_check(CLI::App &app);
 Action add_bench(CLI::App &app);
 Action add_explain(CLI::App &app);
+Action add_bundle(CLI::App &app);
 
 } // namespace flashjit::cli

@@ -20,6 +20,10 @@ struct Loaded {
 };
 
 std::vector<std::string> candidates() {
+  // FLASHJIT_NVRTC_PATH names the one library to load (tests set it to /nonexistent to prove a
+  // bundle serves kernels on a machine without NVRTC).
+  if (const char *path = std::getenv("FLASHJIT_NVRTC_PATH"); path && *path)
+    return {path};
   std::vector<std::string> names = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
   std::vector<std::string> paths = names; // the loader's own search first (LD_LIBRARY_PATH, rpath)
   for (const char *env : {"CUDA_HOME", "CUDA_PATH"})

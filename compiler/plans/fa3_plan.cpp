@@ -1,7 +1,8 @@
 // Plan for the FlashAttention-3 kernel (templates/kernels/fa3_prefill.cuh) on sm_90a.
 //
 // CTA = 1 producer warpgroup (one thread issues every TMA) + 2 consumer warpgroups of 64 query
-// rows each (kBlockM = 128). K and V each get a 2-stage ring. Every operand tile is stored as
+// rows each (kBlockM = 128), or 3 (kBlockM = 192) for head dims <= 96. K and V each get a
+// 2-stage ring; O is staged either in its own region or in Q's (see kMaxHeadDimSeparateO). Every operand tile is stored as
 // 64-column panels of 128-byte rows with the 128B swizzle (what TMA writes and wgmma reads); head
 // dims that are not a multiple of 64 round their *smem* width up to the next panel, while the
 // QK reduction issues only ceil(d/16) k-steps and PV uses N = head_dim_v exactly.
@@ -16,8 +17,14 @@
 namespace flashjit {
 namespace {
 
-constexpr int kBlockM = 128;            // 2 consumer warpgroups x 64 rows (wgmma M)
-constexpr int kConsumerWarpgroups = 2;
+constexpr int kWgmmaM = 64;             // rows per consumer warpgroup (wgmma M)
+constexpr int kConsumerWarpgroupsDefault = 2;
+constexpr int kMaxConsumerWarpgroups = 3;
+// Head dims (qk and v) up to this use 3 consumer warpgroups (kBlockM = 192, 160 registers each):
+// the softmax (MUFU-bound, about as long as the GEMMs at d64) of two warpgroups then hides under
+// the third's GEMMs. Measured on H200 (harness, bf16): d64 439 -> 512..524, d80 489 -> 547..557,
+// d96 553 -> 599, causal S16384 d64 466 -> 500, d80 448..503 -> 512 TFLOP/s.
+constexpr int kMaxHeadDimThreeWarpgroups = 96;
 constexpr int kWarpgroupThreads = 128;
 constexpr int kStages = 2;              // FA-3 uses 2 on sm_90 for every head dim
 constexpr int kElemBytes = 2;           // fp16 / bf16
@@ -41,16 +48,24 @@ constexpr int kMaxPingpongHeadDim = 128;
 // +2.4% at d64 with N=192 (k = 4) but none on top of N=224 (441 vs 445 TFLOP/s), -3..-4% at
 // d96/d128, so it is off by default and left as a tuning knob.
 constexpr int kExp2PolyEverySmallDim = 0;      // Q / O boxes cover one consumer warpgroup's rows
-// Register split (setmaxnreg): 128 * (24 + 2 * 240) = 64,512 <= 64K registers per SM.
-constexpr int kRegsProducer = 24;
-constexpr int kRegsConsumer = 240;
-// Registers per consumer thread left for S (kBlockN/2 f32), P (kBlockN/4 b32) and O (dv/2 f32)
-// once addresses, row statistics and loop state are counted.
-constexpr int kAccumulatorRegBudget = 200;
+// Register split (setmaxnreg), per thread of each warpgroup: 2 consumer warpgroups:
+// 128 * (24 + 2 * 240) = 64,512; 3: 128 * (32 + 3 * 160) = 65,536 <= 64K registers per SM.
+constexpr int kRegsProducer2 = 24;
+constexpr int kRegsConsumer2 = 240;
+constexpr int kRegsProducer3 = 32;
+constexpr int kRegsConsumer3 = 160;
+// Registers per consumer thread that addresses, row statistics and loop state take; the rest
+// holds S (kBlockN/2 f32), P (kBlockN/4 b32) and O (dv/2 f32). With 160 registers ptxas packs
+// tighter: d64 N=128 compiles without spills, d80 N=128 spills 48 bytes (so d80 gets 112).
+constexpr int kConsumerRegOverhead2 = 40;
+constexpr int kConsumerRegOverhead3 = 32;
+// Separate O region (kSeparateO) by default for 3 consumer warpgroups and for unmasked 2-warpgroup
+// tiles up to d128 (measured: d128 642 -> 660 at S4096, 521 -> 534 at S1024, despite N 176 -> 160;
+// causal d128 620 vs 622, neutral, so masked 2-warpgroup tiles keep the larger N budget).
+constexpr int kMaxHeadDimSeparateO = 128;
 // Named barriers: 0 is __syncthreads; then one pingpong barrier and one epilogue barrier per
 // consumer warpgroup.
 constexpr int kBarrierPingpong = 1;
-constexpr int kBarrierEpilogue = kBarrierPingpong + kConsumerWarpgroups;
 
 int round_up(int value, int multiple) { return (value + multiple - 1) / multiple * multiple; }
 int round_down(int value, int multiple) { return value / multiple * multiple; }
@@ -75,20 +90,40 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     if (dim < kMinHeadDim || dim > kMaxHeadDim || dim % kHeadDimGranule != 0)
       return refuse("fa3 head dims must be multiples of 8 in [8, 256], got " + std::to_string(dim));
 
+  const bool small_dim = spec.head_dim_qk <= kSmallHeadDim && spec.head_dim_v <= kSmallHeadDim;
+  const bool fits_three_wgs =
+      spec.head_dim_qk <= kMaxHeadDimThreeWarpgroups && spec.head_dim_v <= kMaxHeadDimThreeWarpgroups;
+  const int consumer_wgs = tuning.consumer_warpgroups > 0 ? tuning.consumer_warpgroups
+                           : fits_three_wgs                ? kMaxConsumerWarpgroups
+                                                           : kConsumerWarpgroupsDefault;
+  if (consumer_wgs < kConsumerWarpgroupsDefault || consumer_wgs > kMaxConsumerWarpgroups)
+    return refuse("fa3: 2 or 3 consumer warpgroups");
+  const bool three_wgs = consumer_wgs == kMaxConsumerWarpgroups;
+  const int block_m = kWgmmaM * consumer_wgs;
+  const int regs_producer = three_wgs ? kRegsProducer3 : kRegsProducer2;
+  const int regs_consumer = three_wgs ? kRegsConsumer3 : kRegsConsumer2;
   const int qk_smem_cols = round_up(spec.head_dim_qk, kPanelCols);
   const int v_smem_cols = round_up(spec.head_dim_v, kPanelCols);
-  const int q_panel_bytes = kBlockM * kSwizzleBytes;
-  // O is staged for its TMA store in the Q region (Q is dead once the tile's last QK is done).
-  const int qo_bytes = kBlockM * std::max(qk_smem_cols, v_smem_cols) * kElemBytes;
+  const int q_panel_bytes = block_m * kSwizzleBytes;
+  // O is staged for its TMA store either in the Q region (Q is dead once the tile's last QK is
+  // done, but the next tile's Q then waits for the epilogue) or in its own region (Q is released
+  // after the last QK and the next Q loads under the last PV and the epilogue).
+  const bool masked = spec.causal || spec.local;
+  const bool separate_o_default =
+      three_wgs || (!masked && std::max(spec.head_dim_qk, spec.head_dim_v) <= kMaxHeadDimSeparateO);
+  const bool separate_o = tuning.separate_o >= 0 ? tuning.separate_o != 0 : separate_o_default;
+  const int q_bytes = block_m * qk_smem_cols * kElemBytes;
+  const int o_bytes = block_m * v_smem_cols * kElemBytes;
+  const int qo_bytes = separate_o ? round_up(q_bytes, kTmaSwizzleAlign) + o_bytes : std::max(q_bytes, o_bytes);
   const int kv_bytes_per_row = kStages * (qk_smem_cols + v_smem_cols) * kElemBytes;
   const int smem_limit = max_shared_bytes_per_block(spec.arch);
   const int n_by_smem = (smem_limit - kTmaSwizzleAlign - kBarrierBytes - qo_bytes) / kv_bytes_per_row;
   // S: n/2, P: n/4 registers per thread.
   constexpr int kAccRegsNumer = 4, kAccRegsDenom = 3;
-  const int n_by_regs = (kAccumulatorRegBudget - spec.head_dim_v / 2) * kAccRegsNumer / kAccRegsDenom;
-  const bool small_dim = spec.head_dim_qk <= kSmallHeadDim && spec.head_dim_v <= kSmallHeadDim;
+  const int reg_overhead = three_wgs ? kConsumerRegOverhead3 : kConsumerRegOverhead2;
+  const int n_by_regs = (regs_consumer - reg_overhead - spec.head_dim_v / 2) * kAccRegsNumer / kAccRegsDenom;
   int block_n = std::min({n_by_smem, n_by_regs, small_dim ? kMaxBlockNSmallDim : kMaxBlockN});
-  if (spec.causal || spec.local)
+  if (masked)
     block_n = std::min(block_n, kMaxBlockNMasked);
   block_n = round_down(block_n, kBlockNGranule);
   if (tuning.block_n > 0) {
@@ -102,6 +137,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   const int k_stage_bytes = block_n * qk_smem_cols * kElemBytes;
   const int v_stage_bytes = block_n * v_smem_cols * kElemBytes;
   const int offset_q = 0;
+  const int offset_o = separate_o ? offset_q + round_up(q_bytes, kTmaSwizzleAlign) : offset_q;
   const int offset_k = offset_q + round_up(qo_bytes, kTmaSwizzleAlign);
   const int offset_v = offset_k + kStages * k_stage_bytes;
   const int offset_barriers = offset_v + kStages * v_stage_bytes;
@@ -112,12 +148,12 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
 
   plan->variant = Variant::fa3;
   plan->entry = "fj_fa3_prefill";
-  plan->block_m = kBlockM;
+  plan->block_m = block_m;
   plan->block_n = block_n;
   plan->stages = kStages;
-  plan->threads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
+  plan->threads = kWarpgroupThreads * (1 + consumer_wgs);
   plan->smem_bytes = smem_bytes;
-  plan->consumer_warpgroups = kConsumerWarpgroups;
+  plan->consumer_warpgroups = consumer_wgs;
   // Pingpong: the other warpgroup's softmax hides under this one's GEMMs (-15% without it at
   // d64..d128). Measured on H200: off is better for non-causal d192/d256 (+1.4% / +1.9%), on is
   // better for causal d256 (+3%), where the masked diagonal blocks make the GEMMs uneven.
@@ -126,13 +162,13 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->persistent = true;
 
   // kThreads and kSmemBytes are emitted by the generator from plan->threads / smem_bytes.
-  plan->add("kBlockM", kBlockM);
+  plan->add("kBlockM", block_m);
   plan->add("kBlockN", block_n);
   plan->add("kStages", kStages);
-  plan->add("kConsumerWarpgroups", kConsumerWarpgroups);
+  plan->add("kConsumerWarpgroups", consumer_wgs);
   plan->add_bool("kPingpong", plan->pingpong);
-  plan->add("kRegsProducer", kRegsProducer);
-  plan->add("kRegsConsumer", kRegsConsumer);
+  plan->add("kRegsProducer", regs_producer);
+  plan->add("kRegsConsumer", regs_consumer);
   plan->add("kKStepsQK", round_up(spec.head_dim_qk, kKStep) / kKStep);
   plan->add("kKStepsPV", block_n / kKStep);
   plan->add("kPanelCols", kPanelCols);
@@ -144,17 +180,22 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add("kSmemAlign", kTmaSwizzleAlign);
   plan->add("kSmemOffsetQ", offset_q);
   plan->add("kSmemPanelBytesQ", q_panel_bytes);
+  plan->add_bool("kSeparateO", separate_o);
+  plan->add("kSmemOffsetO", offset_o);
   plan->add("kSmemOffsetK", offset_k);
   plan->add("kSmemStageBytesK", k_stage_bytes);
   plan->add("kSmemOffsetV", offset_v);
   plan->add("kSmemStageBytesV", v_stage_bytes);
   plan->add("kSmemPanelBytesKV", block_n * kSwizzleBytes);
   plan->add("kSmemOffsetBarriers", offset_barriers);
-  plan->add("kTxBytesQ", kBlockM * qk_smem_cols * kElemBytes);
+  plan->add("kTxBytesQ", q_bytes);
   plan->add("kTxBytesK", k_stage_bytes);
   plan->add("kTxBytesV", v_stage_bytes);
   plan->add("kBarrierPingpong", kBarrierPingpong);
-  plan->add("kBarrierEpilogue", kBarrierEpilogue);
+  plan->add("kBarrierEpilogue", kBarrierPingpong + consumer_wgs);
+  // Rescaling O between the QK and PV issues (FA-3's RescaleOBeforeGemm) measured -1.5% at d128,
+  // -0.5% at d80, within noise with 3 warpgroups: off unless tuned.
+  plan->add_bool("kRescaleBeforePv", tuning.rescale_before_pv > 0);
   plan->add("kExp2PolyEvery", tuning.exp2_poly_every >= 0 ? tuning.exp2_poly_every
                                                           : (small_dim ? kExp2PolyEverySmallDim : 0));
   return true;

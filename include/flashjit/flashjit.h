@@ -141,6 +141,27 @@ flashjit_status flashjit_forward(flashjit_runtime runtime, const flashjit_proble
 flashjit_status flashjit_explain(flashjit_runtime runtime, const flashjit_problem *problem,
                                  char *buffer, size_t capacity, size_t *length);
 
+/* Bundles
+ *
+ * A bundle holds pre-generated kernels (`flashjit aot --out DIR` or `--bundle FILE.fjb`). Lookup
+ * order: memory -> registered bundles (in registration order; the first holding a kernel wins) ->
+ * disk cache -> JIT. FLASHJIT_BUNDLE_PATH (colon-separated) registers bundles when a runtime is
+ * created. With JIT off (options.jit = 0 or FLASHJIT_JIT=off) a kernel found nowhere is
+ * FLASHJIT_NOT_IN_BUNDLE, naming it and the closest kernels the bundles hold. A bundle hit needs
+ * no compiler: NVRTC is not loaded. */
+
+/* Opens, verifies (format version, kernel sources, every cubin's xxh64) and registers a bundle
+ * directory or .fjb file. A bundle that fails a check is refused (FLASHJIT_INVALID_ARGUMENT) with
+ * a message naming the kernel and the reason. */
+flashjit_status flashjit_register_bundle(flashjit_runtime runtime, const char *path);
+
+/* Whether `problem` is served without JIT on `arch` ("sm80", "sm86", "sm89", "sm90a"; NULL or ""
+ * means the current device, which needs a current CUDA context): *served = 1 when memory, a
+ * registered bundle or the disk cache holds its kernel. Nothing is compiled or loaded. The data
+ * pointers (q, k, v, o) may be null: they are then assumed 16-byte aligned. */
+flashjit_status flashjit_is_served(flashjit_runtime runtime, const flashjit_problem *problem, const char *arch,
+                                   int *served);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

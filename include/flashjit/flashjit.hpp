@@ -65,6 +65,13 @@ public:
   Status forward(const AttentionProblem &problem, flashjit_stream stream = nullptr);
   Status explain(const AttentionProblem &problem, Explanation *out);
 
+  /* Bundles */
+  // See flashjit_register_bundle / flashjit_is_served in flashjit.h. `arch` "" means the current device;
+  // `origin` (optional) receives where the kernel would come from: memory, bundle:<path>, disk, or why not.
+  Status register_bundle(const std::string &path);
+  Status is_served(const AttentionProblem &problem, const std::string &arch, bool *served,
+                   std::string *origin = nullptr);
+
   struct Impl;
   Impl &impl() { return *impl_; }
 

@@ -118,7 +118,9 @@ __device__ __forceinline__ void merge_states_row(const float *o_states, i64 o_st
 } // namespace fj
 
 // Standalone merge: rows x num_states states, one warp per row, grid-stride over the rows.
-extern "C" __global__ void __launch_bounds__(KernelConfig::kCombineThreads)
+// Min blocks 1 in the bounds: without it ptxas caps these small kernels near 40 registers and
+// spills instead of keeping a batch of loads in flight.
+extern "C" __global__ void __launch_bounds__(KernelConfig::kCombineThreads, 1)
     fj_combine(const __grid_constant__ fj_combine_params p) {
   constexpr int kWarps = KernelConfig::kCombineThreads / fj::kWarpSize;
   const int warps_in_grid = (int)gridDim.x * kWarps;

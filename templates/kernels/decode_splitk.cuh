@@ -60,6 +60,14 @@ struct Traits {
   static_assert(Cfg::kSmemRowQK >= Cfg::kHeadDimQKMma && Cfg::kSmemRowV >= Cfg::kHeadDimV, "smem rows");
   static_assert(Cfg::kMBlocks * Cfg::kBlockM >= kRows, "m blocks cover the packed rows");
   static_assert(Cfg::kStages >= 2, "a ring needs two stages");
+  static_assert(Cfg::kSmemOffsetKV + Cfg::kStages * Cfg::kSmemStageBytes <= Cfg::kSmemOffsetStats, "ring fits");
+  static_assert(Cfg::kSmemOffsetKV + kWarps * Cfg::kBlockM * Cfg::kMergeRowFloats * (int)sizeof(float) <=
+                    Cfg::kSmemOffsetStats,
+                "the merge scratch fits in the ring it aliases");
+  static_assert(Cfg::kSmemOffsetStats + kWarps * Cfg::kBlockM * 2 * (int)sizeof(float) <= Cfg::kSmemOffsetPages,
+                "stats fit");
+  static_assert(!kPaged || Cfg::kSmemOffsetPages + Cfg::kStages * Cfg::kBlockN * (int)sizeof(i32) <= Cfg::kSmemBytes,
+                "pages fit");
 };
 
 // ---- shared memory -------------------------------------------------------------------------------
@@ -624,14 +632,17 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfi
 // Merges the partial states of split units: CTA x handles merges[x] (the grid is fixed; CTAs past
 // header->num_merges return). One warp per packed row. Launch it right after fj_decode_splitk, on
 // sm_90 with programmatic stream serialization (PDL) so its launch hides behind the decode.
-extern "C" __global__ void __launch_bounds__(KernelConfig::kCombineThreads)
+// Min blocks 1: see fj_combine.
+extern "C" __global__ void __launch_bounds__(KernelConfig::kCombineThreads, 1)
     fj_decode_combine(const __grid_constant__ fj_decode_params p) {
   if constexpr (KernelConfig::kArch >= 90) // launched with PDL: wait for the decode grid's partials
     fj::griddepcontrol_wait();
   if ((int)blockIdx.x >= p.header->num_merges)
     return;
   constexpr int kWarps = KernelConfig::kCombineThreads / fj::kWarpSize;
-  const fj_decode_merge merge = p.merges[blockIdx.x];
+  fj::i32 raw[4]; // {unit, first_state, count, pad}: one 16-byte load
+  fj::ld_global_nc_v4_s32(raw, p.merges + blockIdx.x);
+  const fj_decode_merge merge{raw[0], raw[1], raw[2], raw[3]};
   const fj_attention_params &a = p.attn;
   const fj_decode_work as_work{merge.unit, 0, 0, 0};
   const fj::decode::Unit u = fj::decode::decode_unit(p, as_work);

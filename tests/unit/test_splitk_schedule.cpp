@@ -188,6 +188,34 @@ TEST(SplitKSchedule, TinyProblemIsNotSplit) {
   EXPECT_EQ(schedule.num_work, 6);
 }
 
+TEST(SplitKSchedule, FewerMBlocksThanCompiled) {
+  // q_len below the compiled maximum: only the m blocks with real rows become units.
+  SplitKShape shape = h200_shape(4, 2);
+  shape.m_blocks = 4;
+  SplitKLayout layout;
+  std::string error;
+  ASSERT_TRUE(splitk_layout(shape, &layout, &error));
+  std::vector<int32_t> lens = {5000, 7, 0, 300};
+  SplitKProblem problem;
+  problem.seqlens_k = lens.data();
+  problem.batch = 4;
+  problem.m_blocks = 1;
+  std::vector<char> buffer(layout.int_bytes);
+  SplitKSchedule schedule;
+  ASSERT_TRUE(splitk_schedule(shape, layout, problem, buffer.data(), buffer.size(), &schedule, &error)) << error;
+  const Decoded d = decode(layout, buffer);
+  std::vector<int> seen(4 * 2, 0);
+  for (const fj_decode_work &w : d.work) {
+    ASSERT_GE(w.unit, 0);
+    ASSERT_LT(w.unit, 4 * 2);
+    seen[w.unit] = 1;
+  }
+  for (int s : seen)
+    EXPECT_EQ(s, 1);
+  problem.m_blocks = 5; // more than the workspace was sized for
+  EXPECT_FALSE(splitk_schedule(shape, layout, problem, buffer.data(), buffer.size(), nullptr, &error));
+}
+
 TEST(SplitKSchedule, WindowSkipsKeysNobodySees) {
   int lo = -1, hi = -1;
   splitk_visible_keys(1000, 4, 100, &lo, &hi);

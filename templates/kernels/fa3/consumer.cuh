@@ -47,6 +47,14 @@ template <class C> struct Consumer {
       mbarrier_arrive(empty_bar); // one arrival per warpgroup (count = kConsumerWarpgroups)
   }
 
+  // With a separate O region, Q is free once the tile's last QK (block n_min) has completed, so
+  // the next tile's Q loads under the last PV and the epilogue.
+  __device__ __forceinline__ void release_q_after_qk(const Tile &t, int n) const {
+    if constexpr (C::kSeparateO)
+      if (n == t.n_min)
+        release(smem.q_empty());
+  }
+
   __device__ __forceinline__ void issue_qk(float (&s)[C::kBlockN / 2], int stage) const {
 #pragma unroll
     for (int k = 0; k < C::kKStepsQK; ++k) {
@@ -119,8 +127,8 @@ template <class C> struct Consumer {
     float o[C::kHeadDimV / 2];
 
     if constexpr (C::kPingpong)
-      if (wg != 0)
-        turn_pass(); // let warpgroup 0 take the first turn
+      if (wg == C::kConsumerWarpgroups - 1)
+        turn_pass(); // one turn token, starting at warpgroup 0: strict round robin
     int block_index = 0;
     u32 tile_parity = 0;
     for (int wave = 0, index = snake_tile(0); wave * (int)gridDim.x < params.num_tiles; index = snake_tile(++wave)) {
@@ -157,6 +165,7 @@ template <class C> struct Consumer {
       wgmma_wait_group<0>();
       wgmma_fence_operand(s);
       release(smem.k_empty(cur.stage));
+      release_q_after_qk(t, n);
       softmax(s, st, scale, lg, t, w, n);
       to_fragments(s, frag);
 
@@ -167,6 +176,8 @@ template <class C> struct Consumer {
         turn_wait();
         wgmma_fence();
         issue_qk(s, cur.stage);
+        if constexpr (C::kRescaleBeforePv)
+          rescale_o(o, scale); // FMULs under the QK GEMM instead of after the PV wait
         mbarrier_wait_parity(smem.v_full(prev.stage), prev.phase);
         wgmma_fence(); // the V wait sits between the two GEMMs: re-fence the PV operands
         issue_pv(o, frag, prev.stage);
@@ -174,16 +185,20 @@ template <class C> struct Consumer {
         wgmma_wait_group<1>(); // S_j ready; PV_{j-1} may still run
         wgmma_fence_operand(s);
         release(smem.k_empty(cur.stage));
+        release_q_after_qk(t, n);
         softmax(s, st, scale, lg, t, w, n);
         wgmma_wait_group<0>();
         wgmma_fence_operand(o);
         wgmma_fence_operand(frag);
         release(smem.v_empty(prev.stage));
-        rescale_o(o, scale);
+        if constexpr (!C::kRescaleBeforePv)
+          rescale_o(o, scale);
         to_fragments(s, frag);
       }
 
       // Last PV.
+      if constexpr (C::kRescaleBeforePv)
+        rescale_o(o, scale);
       mbarrier_wait_parity(smem.v_full(cur.stage), cur.phase);
       turn_wait();
       wgmma_fence();

@@ -1,9 +1,10 @@
 // Epilogue of the fa3 kernel, per consumer warpgroup (64 rows): normalize O, write the LSE from
-// registers, stage O through smem (stmatrix into the 128B-swizzled Q panels, which are dead
-// after the tile's last QK), then either one TMA store per 64-column panel (rows outside the
-// tensor are clipped) or, for a varlen tile whose rows run past its sequence, predicated 16-byte
-// stores (the packed tensor's next rows belong to another sequence). Finally the Q/O region is
-// released to the producer.
+// registers, stage O through smem (stmatrix into 128B-swizzled O panels: its own region with
+// kSeparateO, else the Q panels, which are dead after the tile's last QK), then either one TMA
+// store per 64-column panel (rows outside the tensor are clipped) or, for a varlen tile whose
+// rows run past its sequence, predicated 16-byte stores (the packed tensor's next rows belong to
+// another sequence). Without kSeparateO the Q/O region is then released to the producer; with it,
+// the consumer released Q after the last QK and the next epilogue waits for this store's read.
 #pragma once
 
 #include "kernels/fa3/smem.cuh"
@@ -50,7 +51,7 @@ __device__ __forceinline__ void ld_shared_v4_b32(u32 (&out)[4], u32 addr) {
 template <class C> __device__ __forceinline__ u32 swizzled_chunk(const Smem<C> &smem, int row, int col) {
   const int panel = col / C::kPanelCols;
   const int chunk = (col % C::kPanelCols) / kChunkElems;
-  return smem.q_panel(panel) + row * C::kSwizzleBytes + ((chunk ^ (row % kSwizzleRows)) * kChunkBytes);
+  return smem.o_panel(panel) + row * C::kSwizzleBytes + ((chunk ^ (row % kSwizzleRows)) * kChunkBytes);
 }
 
 template <class C> struct Epilogue {
@@ -135,8 +136,14 @@ template <class C> struct Epilogue {
         write_lse(t, row0 + r * kRowHalf, sum > 0.0f ? (st.max[r] * scale_log2 + lg2_approx(sum)) * kLn2 : neg_inf());
     }
 
-    stage_o(o);
     const u32 epilogue_barrier = C::kBarrierEpilogue + wg;
+    if constexpr (C::kSeparateO) {
+      // The previous tile's TMA store must have read the O panels before they are overwritten.
+      if (tid == 0)
+        tma_store_wait_read<0>();
+      named_barrier_sync(epilogue_barrier, kWarpgroupThreads);
+    }
+    stage_o(o);
     const int wg_row = t.m_block * C::kBlockM + wg * kWgmmaM; // first row of this warpgroup
     const bool tma_store = !C::kVarlen || wg_row + kWgmmaM <= t.seqlen_q;
     if (tma_store) {
@@ -144,11 +151,13 @@ template <class C> struct Epilogue {
       named_barrier_sync(epilogue_barrier, kWarpgroupThreads);
       if (tid == 0) {
         for (int panel = 0; panel < C::kPanelsV; ++panel)
-          tma_store_4d(&params.tma_o, smem.q_panel(panel) + wg * kWgmmaM * C::kSwizzleBytes, panel * C::kPanelCols,
+          tma_store_4d(&params.tma_o, smem.o_panel(panel) + wg * kWgmmaM * C::kSwizzleBytes, panel * C::kPanelCols,
                        t.q_row0 + wg_row, t.head, t.batch_coord);
         tma_store_commit_group();
-        tma_store_wait_read<0>(); // smem may be overwritten by the next Q once read
-        mbarrier_arrive(smem.q_empty());
+        if constexpr (!C::kSeparateO) {
+          tma_store_wait_read<0>(); // smem may be overwritten by the next Q once read
+          mbarrier_arrive(smem.q_empty());
+        }
       }
     } else {
       named_barrier_sync(epilogue_barrier, kWarpgroupThreads);
@@ -162,10 +171,12 @@ template <class C> struct Epilogue {
           st_global_v4_b32(o_row_ptr(t, wg_row + row) + chunk * kChunkBytes, v);
         }
       }
-      fence_proxy_async_shared(); // our generic accesses before the next Q's TMA overwrite
-      named_barrier_sync(epilogue_barrier, kWarpgroupThreads); // all smem reads done
-      if (tid == 0)
-        mbarrier_arrive(smem.q_empty());
+      if constexpr (!C::kSeparateO) {
+        fence_proxy_async_shared(); // our generic accesses before the next Q's TMA overwrite
+        named_barrier_sync(epilogue_barrier, kWarpgroupThreads); // all smem reads done
+        if (tid == 0)
+          mbarrier_arrive(smem.q_empty());
+      }
     }
   }
 };

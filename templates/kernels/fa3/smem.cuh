@@ -29,9 +29,13 @@ template <class C> struct Smem {
   __device__ __forceinline__ u32 v_full(int stage) const { return barrier(kVFull + stage); }
   __device__ __forceinline__ u32 v_empty(int stage) const { return barrier(kVEmpty + stage); }
 
-  // Q (and O, which reuses Q's panels once the tile's last QK has run): panel-major, kBlockM rows.
+  // Q and O: panel-major, kBlockM rows. O either has its own region (kSeparateO) or reuses Q's
+  // panels once the tile's last QK has run (kSmemOffsetO == kSmemOffsetQ).
   __device__ __forceinline__ u32 q_panel(int panel) const {
     return base + C::kSmemOffsetQ + panel * C::kSmemPanelBytesQ;
+  }
+  __device__ __forceinline__ u32 o_panel(int panel) const {
+    return base + C::kSmemOffsetO + panel * C::kSmemPanelBytesQ;
   }
   __device__ __forceinline__ u32 k_panel(int stage, int panel) const {
     return base + C::kSmemOffsetK + stage * C::kSmemStageBytesK + panel * C::kSmemPanelBytesKV;

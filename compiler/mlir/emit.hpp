@@ -1,0 +1,189 @@
+// The MLIR backend's device primitives: one small function per PTX instruction family, named
+// after it, with the PTX it becomes in a one-line comment; the same vocabulary as templates/prim/,
+// so a generator reads like its .cuh counterpart. Values are i32 / i64 / f32 / vector<4xf32> and
+// !llvm.ptr; no `index` type, so nothing needs an index-width conversion.
+#pragma once
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/Builders.h"
+
+#include <cstdint>
+#include <limits>
+
+namespace flashjit::mlirgen {
+
+// Address spaces of NVPTX.
+constexpr unsigned kGenericSpace = 0;
+constexpr unsigned kGlobalSpace = 1;
+constexpr int kWarpSize = 32;
+constexpr uint32_t kFullMask = 0xffffffffu;
+constexpr int kShflClamp = 0x1f; // shfl.sync c operand: clamp at lane 31, whole-warp segment
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kF32Bytes = 4;
+constexpr int kB16Bytes = 2;
+constexpr int kVec4 = 4;
+
+enum class DType { fp16, bf16 };
+
+struct Emitter {
+  mlir::OpBuilder &b;
+  mlir::Location loc;
+
+  // --- types and constants
+  mlir::Type i1() const { return b.getI1Type(); }
+  mlir::Type i32() const { return b.getI32Type(); }
+  mlir::Type i64() const { return b.getI64Type(); }
+  mlir::Type f32() const { return b.getF32Type(); }
+  mlir::VectorType v4f32() const { return mlir::VectorType::get({kVec4}, f32()); }
+  mlir::Type ptr(unsigned space = kGenericSpace) const {
+    return mlir::LLVM::LLVMPointerType::get(b.getContext(), space);
+  }
+  mlir::Value c_i32(int64_t v) { return mlir::arith::ConstantIntOp::create(b, loc, i32(), v); }
+  mlir::Value c_i64(int64_t v) { return mlir::arith::ConstantIntOp::create(b, loc, i64(), v); }
+  mlir::Value c_f32(float v) { return mlir::arith::ConstantFloatOp::create(b, loc, b.getF32Type(), llvm::APFloat(v)); }
+  mlir::Value c_v4f32(float v) {
+    return mlir::arith::ConstantOp::create(b, loc, mlir::DenseElementsAttr::get(v4f32(), b.getF32FloatAttr(v)));
+  }
+  // mov.b32 d, 0fFF800000 — -inf
+  mlir::Value neg_inf() {
+    return c_f32(-std::numeric_limits<float>::infinity());
+  }
+
+  // --- special registers
+  // mov.u32 d, %tid.x
+  mlir::Value tid_x() { return mlir::NVVM::ThreadIdXOp::create(b, loc, i32()); }
+  // mov.u32 d, %ctaid.x
+  mlir::Value ctaid_x() { return mlir::NVVM::BlockIdXOp::create(b, loc, i32()); }
+  // mov.u32 d, %nctaid.x
+  mlir::Value nctaid_x() { return mlir::NVVM::GridDimXOp::create(b, loc, i32()); }
+  mlir::Value lane_id() { return mlir::arith::RemUIOp::create(b, loc, tid_x(), c_i32(kWarpSize)); }
+  mlir::Value warp_id() { return mlir::arith::DivUIOp::create(b, loc, tid_x(), c_i32(kWarpSize)); }
+
+  // --- integer / float arithmetic (arith dialect; NVPTX picks the instructions)
+  mlir::Value add(mlir::Value x, mlir::Value y) { return mlir::arith::AddIOp::create(b, loc, x, y); }
+  mlir::Value mul(mlir::Value x, mlir::Value y) { return mlir::arith::MulIOp::create(b, loc, x, y); }
+  mlir::Value min_s(mlir::Value x, mlir::Value y) { return mlir::arith::MinSIOp::create(b, loc, x, y); }
+  mlir::Value sext64(mlir::Value x) { return mlir::arith::ExtSIOp::create(b, loc, i64(), x); }
+  mlir::Value cmp(mlir::arith::CmpIPredicate p, mlir::Value x, mlir::Value y) {
+    return mlir::arith::CmpIOp::create(b, loc, p, x, y);
+  }
+  mlir::Value cmpf(mlir::arith::CmpFPredicate p, mlir::Value x, mlir::Value y) {
+    return mlir::arith::CmpFOp::create(b, loc, p, x, y);
+  }
+  mlir::Value select(mlir::Value c, mlir::Value x, mlir::Value y) { return mlir::arith::SelectOp::create(b, loc, c, x, y); }
+  mlir::Value and_(mlir::Value x, mlir::Value y) { return mlir::arith::AndIOp::create(b, loc, x, y); }
+  // Float ops carry `contract`, so a multiply feeding an add may fuse into fma.rn.f32, as NVRTC's
+  // default --fmad=true allows for the template kernels.
+  template <typename Op> mlir::Value contracted(mlir::Value x, mlir::Value y) {
+    auto op = Op::create(b, loc, x, y);
+    op.setFastmath(mlir::arith::FastMathFlags::contract);
+    return op;
+  }
+  mlir::Value fadd(mlir::Value x, mlir::Value y) { return contracted<mlir::arith::AddFOp>(x, y); }
+  mlir::Value fsub(mlir::Value x, mlir::Value y) { return contracted<mlir::arith::SubFOp>(x, y); }
+  mlir::Value fmul(mlir::Value x, mlir::Value y) { return contracted<mlir::arith::MulFOp>(x, y); }
+  mlir::Value splat4(mlir::Value x) { return mlir::vector::BroadcastOp::create(b, loc, v4f32(), x); }
+
+  // --- math (templates/prim/math.cuh)
+  // ex2.approx.ftz.f32 d, a
+  mlir::Value ex2_approx(mlir::Value x) {
+    return mlir::LLVM::CallIntrinsicOp::create(b, loc, f32(), b.getStringAttr("llvm.nvvm.ex2.approx.ftz.f32"),
+                                               mlir::ValueRange{x})
+        .getResult(0);
+  }
+  // lg2.approx.ftz.f32 d, a
+  mlir::Value lg2_approx(mlir::Value x) {
+    return mlir::LLVM::CallIntrinsicOp::create(b, loc, f32(), b.getStringAttr("llvm.nvvm.lg2.approx.ftz.f"),
+                                               mlir::ValueRange{x})
+        .getResult(0);
+  }
+  // rcp.approx.ftz.f32 d, a
+  mlir::Value rcp_approx(mlir::Value x) { return mlir::NVVM::RcpApproxFtzF32Op::create(b, loc, f32(), x); }
+  // max.f32 d, a, b — the non-NaN operand when one is NaN (llvm.maxnum)
+  mlir::Value max_f32(mlir::Value x, mlir::Value y) { return mlir::LLVM::MaxNumOp::create(b, loc, x, y); }
+
+  // --- warp (templates/prim/warp.cuh)
+  // shfl.sync.bfly.b32 d, a, lane_mask, 0x1f, 0xffffffff
+  mlir::Value shfl_xor_sync(mlir::Value v, int lane_mask) {
+    return mlir::NVVM::ShflOp::create(b, loc, v.getType(), c_i32(int32_t(kFullMask)), v, c_i32(lane_mask),
+                                      c_i32(kShflClamp),
+                                      mlir::NVVM::ShflKindAttr::get(b.getContext(), mlir::NVVM::ShflKind::bfly),
+                                      mlir::UnitAttr{});
+  }
+  mlir::Value warp_reduce_max(mlir::Value v) {
+    for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+      v = max_f32(v, shfl_xor_sync(v, offset));
+    return v;
+  }
+  mlir::Value warp_reduce_sum(mlir::Value v) {
+    for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+      v = fadd(v, shfl_xor_sync(v, offset));
+    return v;
+  }
+
+  // --- addresses
+  // `base` + `index` elements of `element` (i64 index): add.s64 / mad.wide
+  mlir::Value gep(mlir::Value base, mlir::Type element, mlir::Value index) {
+    return mlir::LLVM::GEPOp::create(b, loc, base.getType(), element, base, mlir::ValueRange{index});
+  }
+  mlir::Value to_global(mlir::Value generic) {
+    return mlir::LLVM::AddrSpaceCastOp::create(b, loc, ptr(kGlobalSpace), generic);
+  }
+  // Field `field` of the by-value parameter struct `type` behind `params` (ld.param).
+  mlir::Value param(mlir::Value params, mlir::LLVM::LLVMStructType type, int field) {
+    mlir::Value address = mlir::LLVM::GEPOp::create(b, loc, ptr(), type, params,
+                                                    llvm::ArrayRef<mlir::LLVM::GEPArg>{0, field});
+    return mlir::LLVM::LoadOp::create(b, loc, type.getBody()[field], address);
+  }
+  mlir::Value is_null(mlir::Value p) {
+    mlir::Value null = mlir::LLVM::ZeroOp::create(b, loc, p.getType());
+    return mlir::LLVM::ICmpOp::create(b, loc, mlir::LLVM::ICmpPredicate::eq, p, null);
+  }
+
+  // --- global loads (templates/prim/ld_global.cuh); invariant loads of global memory become .nc
+  // ld.global.nc.f32 d, [a]
+  mlir::Value ld_global_nc_f32(mlir::Value address) {
+    return mlir::LLVM::LoadOp::create(b, loc, f32(), to_global(address), kF32Bytes, false, false,
+                                      /*isInvariant=*/true);
+  }
+  // ld.global.nc.v4.f32 {d0..d3}, [a] — a 16-byte aligned
+  mlir::Value ld_global_nc_v4_f32(mlir::Value address) {
+    return mlir::LLVM::LoadOp::create(b, loc, v4f32(), to_global(address), kVec4 * kF32Bytes, false, false,
+                                      /*isInvariant=*/true);
+  }
+
+  // --- global stores (templates/prim/st_global.cuh)
+  void store(mlir::Value value, mlir::Value address, unsigned alignment) {
+    mlir::LLVM::StoreOp::create(b, loc, value, to_global(address), alignment);
+  }
+  // st.global.f32 [a], b
+  void st_global_f32(mlir::Value address, mlir::Value v) { store(v, address, kF32Bytes); }
+  // st.global.b16 [a], b
+  void st_global_b16(mlir::Value address, mlir::Value v) { store(v, address, kB16Bytes); }
+  // st.global.v2.b32 [a], {b0, b1} — a 8-byte aligned
+  void st_global_v2_b32(mlir::Value address, mlir::Value v) { store(v, address, 2 * kF32Bytes); }
+
+  // --- conversions (templates/prim/types.cuh)
+  mlir::Type type16(DType dtype) const { return dtype == DType::bf16 ? b.getBF16Type() : b.getF16Type(); }
+  // cvt.rn.{bf16,f16}.f32 d, a — the raw 16 bits as i16
+  mlir::Value cvt_rn_16_f32(DType dtype, mlir::Value x) {
+    mlir::Value h = mlir::arith::TruncFOp::create(b, loc, type16(dtype), x);
+    return mlir::arith::BitcastOp::create(b, loc, b.getI16Type(), h);
+  }
+  // cvt.rn.{bf16x2,f16x2}.f32 d, hi, lo — `lo` in the low half (first in memory), as i32
+  mlir::Value pack2_from_f32(DType dtype, mlir::Value lo, mlir::Value hi) {
+    auto v2 = mlir::VectorType::get({2}, f32());
+    mlir::Value pair = mlir::vector::FromElementsOp::create(b, loc, v2, mlir::ValueRange{lo, hi});
+    mlir::Value h = mlir::arith::TruncFOp::create(b, loc, mlir::VectorType::get({2}, type16(dtype)), pair);
+    return mlir::LLVM::BitcastOp::create(b, loc, i32(), h);
+  }
+  mlir::Value extract(mlir::Value vec, int64_t i) { return mlir::vector::ExtractOp::create(b, loc, vec, i); }
+};
+
+} // namespace flashjit::mlirgen
