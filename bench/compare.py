@@ -54,6 +54,9 @@ class FlashJit:
                                               ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]
         self.lib.flashjit_forward.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem), ctypes.c_void_p]
         self.lib.flashjit_prepare.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem)]
+        self.lib.flashjit_plan.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem)]
+        self.lib.flashjit_workspace_size.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem),
+                                                     ctypes.POINTER(ctypes.c_size_t)]
         self.runtime = ctypes.c_void_p()
         self.check(self.lib.flashjit_runtime_create(None, ctypes.byref(self.runtime)))
         assert ctypes.sizeof(Problem) >= 8
@@ -77,6 +80,15 @@ class FlashJit:
         if lse is not None:
             p.lse = lse.data_ptr()
         return p
+
+    def attach_workspace(self, p, keep):
+        """Decode: allocate the split-K workspace and plan it (once per step in an engine)."""
+        size = ctypes.c_size_t()
+        self.check(self.lib.flashjit_workspace_size(self.runtime, ctypes.byref(p), ctypes.byref(size)))
+        ws = torch.empty(max(size.value, 256), dtype=torch.uint8, device="cuda")
+        keep.append(ws)
+        p.workspace, p.workspace_bytes = ws.data_ptr(), size.value
+        self.check(self.lib.flashjit_plan(self.runtime, ctypes.byref(p)))
 
     def explain(self, p):
         buf = ctypes.create_string_buffer(4096)
@@ -150,7 +162,27 @@ def prefill_row(fj, d, s, causal, dtype, iters):
     return result
 
 
-def decode_row(fj, batch, kv_len, dtype, iters):
+def paginate(k, v, page_size, keep):
+    """[B, L, H, D] -> pages [B*L/page, page, H, D] in shuffled order plus the block table."""
+    b, length, h, d = k.shape
+    per_seq = (length + page_size - 1) // page_size
+    perm = torch.randperm(b * per_seq, device="cuda")
+    table = perm.view(b, per_seq).to(torch.int32).contiguous()
+    pages_k = torch.empty(b * per_seq, page_size, h, d, device="cuda", dtype=k.dtype)
+    pages_v = torch.empty_like(pages_k)
+    pad = per_seq * page_size - length
+    kk = torch.nn.functional.pad(k, (0, 0, 0, 0, 0, pad)).view(b * per_seq, page_size, h, d)
+    vv = torch.nn.functional.pad(v, (0, 0, 0, 0, 0, pad)).view(b * per_seq, page_size, h, d)
+    pages_k[perm] = kk
+    pages_v[perm] = vv
+    table_host = (ctypes.c_int32 * table.numel())(*table.flatten().tolist())
+    lens = torch.full((b,), length, dtype=torch.int32, device="cuda")
+    lens_host = (ctypes.c_int32 * b)(*([length] * b))
+    keep.extend([pages_k, pages_v, table, lens, table_host, lens_host])
+    return pages_k, pages_v, table, lens, table_host, lens_host, per_seq
+
+
+def decode_row(fj, batch, kv_len, dtype, iters, page_size=0):
     hq, hkv, d = 32, 8, 128
     kv_bytes = 2 * batch * kv_len * hkv * d * 2
     n = copies_for(kv_bytes)
@@ -160,15 +192,40 @@ def decode_row(fj, batch, kv_len, dtype, iters):
         k, v = (torch.randn(batch, kv_len, hkv, d, device="cuda", dtype=dtype) for _ in range(2))
         sets.append((q, k, v, torch.empty_like(q)))
     result = {"op": "decode", "dtype": str(dtype).split(".")[-1], "batch": batch, "kv_len": kv_len, "heads_q": hq,
-              "heads_kv": hkv, "head_dim": d}
-    problems = [fj.problem(q, k, v, o, False) for q, k, v, o in sets]
+              "heads_kv": hkv, "head_dim": d, "page_size": page_size}
+    keep = []
+    problems = []
+    for q, k, v, o in sets:
+        p = fj.problem(q, k, v, o, False)
+        if page_size:
+            pk, pv, table, lens, table_host, lens_host, per_seq = paginate(k, v, page_size, keep)
+            p.k, p.v = pk.data_ptr(), pv.data_ptr()
+            p.k_strides = Strides(pk.stride(0), pk.stride(1), pk.stride(2))
+            p.v_strides = Strides(pv.stride(0), pv.stride(1), pv.stride(2))
+            p.block_table, p.seqlens_k = table.data_ptr(), lens.data_ptr()
+            p.block_table_host = ctypes.cast(table_host, ctypes.c_void_p)
+            p.seqlens_k_host = ctypes.cast(lens_host, ctypes.c_void_p)
+            p.page_size, p.max_pages_per_seq, p.num_pages = page_size, per_seq, pk.shape[0]
+        problems.append(p)
     try:
-        fj.check(fj.lib.flashjit_prepare(fj.runtime, ctypes.byref(problems[0])))
+        for p in problems:
+            fj.attach_workspace(p, keep)
         result["kernel"] = fj.explain(problems[0]).splitlines()[0].split()[-1]
         result["flashjit_ms"] = median_ms([lambda p=p: fj.forward(p) for p in problems], iters)
+        q, k, v, o = sets[0]
+        fj.forward(problems[0])
+        ref = F.scaled_dot_product_attention(q.transpose(1, 2).float(), k.transpose(1, 2).float(),
+                                             v.transpose(1, 2).float(), enable_gqa=True).transpose(1, 2)
+        torch.cuda.synchronize()
+        result["max_abs_diff_vs_fp32"] = (o.float() - ref).abs().max().item()
     except RuntimeError as e:
         result["kernel"] = "error"
         result["flashjit_error"] = str(e)[:300]
+    if page_size:  # PyTorch has no paged mode: its rows are the contiguous ones
+        for name in ("flashjit",):
+            if name + "_ms" in result:
+                result[name + "_tbps"] = kv_bytes / (result[name + "_ms"] * 1e-3) / 1e12
+        return result
     for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
         try:
             with sdpa_kernel(backend):
@@ -208,11 +265,13 @@ def main():
                       f"diff {r.get('max_abs_diff_vs_cudnn', -1):.3g}  {r['kernel']}", flush=True)
         if "decode" in args.ops and dname == "bf16":
             for batch, kv in DECODE_ROWS:
-                r = decode_row(fj, batch, kv, dtype, args.iters)
-                rows.append(r)
-                print(f"decode {dname} {batch}x{kv}: flashjit {r.get('flashjit_tbps', 0):.2f}  flash "
-                      f"{r.get('flash_tbps', 0):.2f}  cudnn {r.get('cudnn_tbps', 0):.2f} TB/s  {r['kernel']}",
-                      flush=True)
+                for page_size in (0, 16, 64):
+                    r = decode_row(fj, batch, kv, dtype, args.iters, page_size)
+                    rows.append(r)
+                    print(f"decode {dname} {batch}x{kv} page {page_size:2d}: flashjit {r.get('flashjit_tbps', 0):.2f}  "
+                          f"flash {r.get('flash_tbps', 0):.2f}  cudnn {r.get('cudnn_tbps', 0):.2f} TB/s  "
+                          f"diff {r.get('max_abs_diff_vs_fp32', -1):.3g}  {r['kernel']} {r.get('flashjit_error', '')}",
+                          flush=True)
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "cudnn": torch.backends.cudnn.version(), "commit": os.environ.get("FLASHJIT_COMMIT", "")}
     with open(args.out, "w") as f:

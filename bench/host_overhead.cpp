@@ -75,6 +75,37 @@ void forward_hot(benchmark::State &state) {
 }
 BENCHMARK(forward_hot)->Unit(benchmark::kMicrosecond);
 
+void decode_forward_hot(benchmark::State &state) {
+  Fixture &f = fixture();
+  if (!f.ok) {
+    state.SkipWithError("no GPU");
+    return;
+  }
+  Runtime runtime;
+  AttentionProblem p = f.p;
+  p.seqlen_q = 1; // decode: split-K with a planned workspace
+  size_t bytes = 0;
+  harness::DeviceBuffer workspace;
+  if (Status s = runtime.workspace_size(p, &bytes); !s || !workspace.allocate(bytes)) {
+    state.SkipWithError("workspace");
+    return;
+  }
+  p.workspace = workspace.get();
+  p.workspace_bytes = bytes;
+  if (Status s = runtime.plan(p); !s) {
+    state.SkipWithError(s.message.c_str());
+    return;
+  }
+  for (auto _ : state) {
+    if (Status s = runtime.forward(p); !s) {
+      state.SkipWithError(s.message.c_str());
+      return;
+    }
+  }
+  state.SetLabel(runtime_kernel(runtime, p));
+}
+BENCHMARK(decode_forward_hot)->Unit(benchmark::kMicrosecond);
+
 void prepare_disk_hit(benchmark::State &state) {
   Fixture &f = fixture();
   if (!f.ok) {

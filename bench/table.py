@@ -35,13 +35,14 @@ def main(path):
     decode = [r for r in data["rows"] if r["op"] == "decode"]
     if decode:
         print()
-        print("| batch × KV | flashjit TB/s | PyTorch flash TB/s | cuDNN TB/s | target | kernel |")
-        print("|---|---|---|---|---|---|")
+        print("| batch × KV | page | flashjit TB/s | PyTorch flash TB/s | cuDNN TB/s | target | kernel |")
+        print("|---|---|---|---|---|---|---|")
         for r in decode:
             target = DECODE_TARGETS.get((r["batch"], r["kv_len"]))
             ours = r.get("flashjit_tbps")
             met = "no result" if ours is None else ("met" if ours >= target else "miss")
-            print(f"| {r['batch']} × {r['kv_len']} | {ours or 0:.2f} | {r.get('flash_tbps', 0):.2f} | "
+            print(f"| {r['batch']} × {r['kv_len']} | {r.get('page_size', 0) or '-'} | {ours or 0:.2f} | "
+                  f"{r.get('flash_tbps', 0):.2f} | "
                   f"{r.get('cudnn_tbps', 0):.2f} | {met} (≥ {target}) | `{r['kernel']}` |")
 
 

@@ -111,6 +111,39 @@ flashjit_status flashjit_forward(flashjit_runtime runtime, const flashjit_proble
   });
 }
 
+flashjit_status flashjit_workspace_size(flashjit_runtime runtime, const flashjit_problem *problem, size_t *bytes) {
+  return guarded([&] {
+    if (!runtime || !problem || !bytes)
+      return fail(FLASHJIT_INVALID_ARGUMENT, "runtime/problem/bytes: null");
+    return record(runtime->runtime.workspace_size(as_problem(problem), bytes));
+  });
+}
+
+flashjit_status flashjit_plan(flashjit_runtime runtime, const flashjit_problem *problem) {
+  return guarded([&] {
+    if (!runtime || !problem)
+      return fail(FLASHJIT_INVALID_ARGUMENT, "runtime/problem: null");
+    return record(runtime->runtime.plan(as_problem(problem)));
+  });
+}
+
+void flashjit_merge_problem_init(flashjit_merge_problem *problem) {
+  if (!problem)
+    return;
+  std::memset(problem, 0, sizeof(*problem));
+  problem->struct_size = sizeof(flashjit_merge_problem);
+  problem->dtype = FLASHJIT_BF16;
+}
+
+flashjit_status flashjit_merge_states(flashjit_runtime runtime, const flashjit_merge_problem *problem,
+                                      flashjit_stream stream) {
+  return guarded([&] {
+    if (!runtime || !problem)
+      return fail(FLASHJIT_INVALID_ARGUMENT, "runtime/problem: null");
+    return record(runtime->runtime.merge_states(*problem, stream));
+  });
+}
+
 flashjit_status flashjit_explain(flashjit_runtime runtime, const flashjit_problem *problem, char *buffer,
                                  size_t capacity, size_t *length) {
   return guarded([&] {

@@ -14,6 +14,8 @@
 namespace flashjit {
 namespace {
 
+constexpr const char *kDecodeCombineEntry = "fj_decode_combine";
+
 std::string env(const char *name) {
   const char *value = std::getenv(name);
   return value ? value : "";
@@ -353,6 +355,10 @@ Status KernelStore::get(const KernelSpec &spec, CUcontext context, std::shared_p
   const Plan &plan = record->choice.plan;
   if (Status s = LoadedKernel::load(compiled.cubin, plan.entry, plan.smem_bytes, &record->kernel); !s)
     return Status::error(s.code, kernel_name(record->choice.spec, plan) + ": " + s.message);
+  // The split-K decode module also holds its merge kernel, launched right after it.
+  if (plan.variant == Variant::decode_splitk)
+    if (Status s = LoadedKernel::load(compiled.cubin, kDecodeCombineEntry, 0, &record->companion); !s)
+      return s;
   record->name = kernel_name(record->choice.spec, plan);
   record->backend = compiled.backend;
   record->resources = compiled.resources;

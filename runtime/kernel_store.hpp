@@ -45,6 +45,7 @@ struct KernelRecord {
   ResourceUsage resources;
   double compile_seconds = 0;
   LoadedKernel kernel;
+  LoadedKernel companion; // decode_splitk: fj_decode_combine from the same cubin
 };
 
 struct SpecHash {

@@ -16,18 +16,16 @@ Status launch_fa2(const KernelRecord &kernel, const NormalizedProblem &problem, 
                   CUstream stream);
 Status launch_fa3(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
                   CUstream stream);
-Status launch_decode(const KernelRecord &decode, const NormalizedProblem &problem, const LaunchContext &ctx,
-                     CUstream stream);
 
 inline Status launch_variant(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
                              CUstream stream) {
   switch (kernel.choice.plan.variant) {
   case Variant::fa2: return launch_fa2(kernel, problem, ctx, stream);
   case Variant::fa3: return launch_fa3(kernel, problem, ctx, stream);
-  case Variant::decode_splitk: return launch_decode(kernel, problem, ctx, stream);
+  case Variant::decode_splitk:
   case Variant::combine: break;
   }
-  return Status::error(FLASHJIT_INTERNAL, "combine kernels are launched by the decode path, not directly");
+  return Status::error(FLASHJIT_INTERNAL, kernel.name + ": launched through its own path (decode plan, merge_states)");
 }
 
 } // namespace flashjit

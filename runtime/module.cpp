@@ -148,7 +148,7 @@ Status LoadedKernel::load(std::span<const char> cubin, const std::string &entry,
 }
 
 Status LoadedKernel::launch(Dim3 grid, Dim3 block, unsigned smem_bytes, CUstream stream, void **args,
-                            Dim3 cluster) const {
+                            Dim3 cluster, bool programmatic_dependent) const {
   if (function_ == nullptr) {
     return Status::error(FLASHJIT_INTERNAL, "launch of a kernel that is not loaded");
   }
@@ -169,8 +169,13 @@ Status LoadedKernel::launch(Dim3 grid, Dim3 block, unsigned smem_bytes, CUstream
   }
   const driver::Api *cu = driver::api(); // non-null: this kernel was loaded through it
 
-  CUlaunchAttribute attributes[1] = {};
+  CUlaunchAttribute attributes[2] = {};
   unsigned attribute_count = 0;
+  if (programmatic_dependent) {
+    CUlaunchAttribute &attribute = attributes[attribute_count++];
+    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+  }
   if (cluster.x * cluster.y * cluster.z != 1) {
     CUlaunchAttribute &attribute = attributes[attribute_count++];
     attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;

@@ -35,7 +35,10 @@ public:
 
   // Launches on `stream` through cuLaunchKernelEx. A grid with a zero dimension launches nothing
   // and succeeds (an empty problem). `cluster` other than {1,1,1} launches thread-block clusters.
-  Status launch(Dim3 grid, Dim3 block, unsigned smem_bytes, CUstream stream, void **args, Dim3 cluster = {}) const;
+  // `programmatic_dependent` lets this grid start before the previous one on the stream finishes
+  // (PDL, sm_90); the kernel must wait for its inputs with griddepcontrol.wait.
+  Status launch(Dim3 grid, Dim3 block, unsigned smem_bytes, CUstream stream, void **args, Dim3 cluster = {},
+                bool programmatic_dependent = false) const;
 
   bool loaded() const { return function_ != nullptr; }
   CUfunction function() const { return function_; }

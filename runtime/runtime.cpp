@@ -1,13 +1,18 @@
 // flashjit::Runtime: validate -> spec -> kernel store (memory, disk, JIT) -> launch.
 #include "compiler/build.hpp"
+#include "runtime/decode.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/kernel_store.hpp"
+#include "runtime/log.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/problem.hpp"
 
 #include <flashjit/flashjit.hpp>
 
+#include <atomic>
+#include <mutex>
 #include <sstream>
+#include <unordered_map>
 
 namespace flashjit {
 
@@ -37,6 +42,24 @@ struct Runtime::Impl {
     return Status::success();
   }
 
+  // The spec a problem runs: decode-shaped problems need a workspace for split-K; without one they
+  // run the prefill kernel, and that fallback is logged (once) and refused in strict mode.
+  Status runnable_spec(const NormalizedProblem &n, const Arch &arch, KernelSpec *spec) {
+    *spec = spec_for_problem(n, arch);
+    if (spec->op != Op::decode || n.p.workspace)
+      return Status::success();
+    static constexpr const char *kReason =
+        "decode_splitk needs problem.workspace and flashjit_plan; the prefill kernel runs this decode problem";
+    if (store.config().strict)
+      return Status::error(FLASHJIT_FALLBACK_FORBIDDEN, std::string("strict mode: ") + kReason);
+    if (!decode_fallback_logged.exchange(true))
+      log(LogLevel::info, std::string("fallback: ") + kReason);
+    spec->op = Op::prefill;
+    spec->gqa_group = 0;
+    spec->q_len = 0;
+    return Status::success();
+  }
+
   Status resolve(const AttentionProblem &problem, NormalizedProblem *normalized,
                  std::shared_ptr<const KernelRecord> *record, LaunchContext *launch) {
     if (Status s = validate_problem(&problem, normalized); !s)
@@ -45,10 +68,16 @@ struct Runtime::Impl {
     Arch arch;
     if (Status s = current_target(&context, &arch, launch); !s)
       return s;
-    return store.get(spec_for_problem(*normalized, arch), context, record);
+    KernelSpec spec;
+    if (Status s = runnable_spec(*normalized, arch, &spec); !s)
+      return s;
+    return store.get(spec, context, record);
   }
 
   KernelStore store;
+  std::atomic<bool> decode_fallback_logged{false};
+  std::mutex schedules_mutex;
+  std::unordered_map<const void *, DecodeSchedule> schedules; // by workspace pointer
 };
 
 Runtime::Runtime(const Options &options) : impl_(std::make_unique<Impl>(options)) {}
@@ -69,7 +98,65 @@ Status Runtime::forward(const AttentionProblem &problem, flashjit_stream stream)
     return s;
   if (normalized.empty)
     return Status::success();
-  return launch_variant(*record, normalized, launch, reinterpret_cast<CUstream>(stream));
+  const CUstream cu_stream = reinterpret_cast<CUstream>(stream);
+  if (record->choice.plan.variant != Variant::decode_splitk)
+    return launch_variant(*record, normalized, launch, cu_stream);
+  DecodeSchedule schedule;
+  {
+    std::lock_guard lock(impl_->schedules_mutex);
+    auto it = impl_->schedules.find(normalized.p.workspace);
+    if (it == impl_->schedules.end())
+      return Status::error(FLASHJIT_INVALID_ARGUMENT,
+                           "workspace: no decode plan for this workspace; call flashjit_plan (Runtime::plan) first");
+    schedule = it->second;
+  }
+  if (!(schedule.spec == record->choice.spec) || schedule.batch != normalized.p.batch)
+    return Status::error(FLASHJIT_INVALID_ARGUMENT, "workspace: planned for another problem (" +
+                                                        kernel_name(schedule.spec, record->choice.plan) +
+                                                        ", batch " + std::to_string(schedule.batch) +
+                                                        "); call flashjit_plan again");
+  return launch_decode(*record, normalized, schedule, cu_stream);
+}
+
+Status Runtime::workspace_size(const AttentionProblem &problem, size_t *bytes) {
+  NormalizedProblem normalized;
+  std::shared_ptr<const KernelRecord> record;
+  LaunchContext launch;
+  AttentionProblem with_workspace = problem;
+  with_workspace.workspace = reinterpret_cast<void *>(uintptr_t{256}); // asks for the split-K kernel
+  if (Status s = impl_->resolve(with_workspace, &normalized, &record, &launch); !s)
+    return s;
+  *bytes = 0;
+  if (record->choice.plan.variant != Variant::decode_splitk)
+    return Status::success(); // prefill kernels need no workspace
+  SplitKShape shape;
+  SplitKLayout layout;
+  if (Status s = decode_layout(*record, normalized, launch, &shape, &layout); !s)
+    return s;
+  *bytes = layout.total_bytes;
+  return Status::success();
+}
+
+Status merge_states_impl(KernelStore &store, const flashjit_merge_problem &problem, flashjit_stream stream);
+
+Status Runtime::merge_states(const flashjit_merge_problem &problem, flashjit_stream stream) {
+  return merge_states_impl(impl_->store, problem, stream);
+}
+
+Status Runtime::plan(const AttentionProblem &problem) {
+  NormalizedProblem normalized;
+  std::shared_ptr<const KernelRecord> record;
+  LaunchContext launch;
+  if (Status s = impl_->resolve(problem, &normalized, &record, &launch); !s)
+    return s;
+  if (record->choice.plan.variant != Variant::decode_splitk)
+    return Status::success(); // nothing to schedule
+  DecodeSchedule schedule;
+  if (Status s = plan_decode_schedule(*record, normalized, launch, &schedule); !s)
+    return s;
+  std::lock_guard lock(impl_->schedules_mutex);
+  impl_->schedules[problem.workspace] = schedule;
+  return Status::success();
 }
 
 Status Runtime::register_bundle(const std::string &path) { return impl_->store.register_bundle(path); }
@@ -120,7 +207,11 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
     arch = Arch{90, true};
     target_note = "no GPU context (" + s.message + "); explained for sm90a";
   }
-  const KernelSpec spec = spec_for_problem(normalized, arch);
+  KernelSpec spec;
+  Status runnable = impl_->runnable_spec(normalized, arch, &spec);
+  if (!runnable)
+    spec = spec_for_problem(normalized, arch);
+  const bool decode_without_workspace = spec_for_problem(normalized, arch).op == Op::decode && spec.op != Op::decode;
   Explanation e;
   PlanChoice choice;
   Status chosen = impl_->store.choose(spec, &choice);
@@ -130,6 +221,10 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
   e.variant = variant_name(choice.plan.variant);
   e.preferred_variant = variant_name(choice.preferred);
   e.fallback_reason = choice.fallback_reason;
+  if (decode_without_workspace) {
+    e.preferred_variant = variant_name(Variant::decode_splitk);
+    e.fallback_reason = "no workspace: decode_splitk needs problem.workspace and flashjit_plan";
+  }
   std::ostringstream plan;
   plan << "block " << choice.plan.block_m << "x" << choice.plan.block_n << ", stages " << choice.plan.stages
        << ", threads " << choice.plan.threads << ", smem " << choice.plan.smem_bytes << " B";
@@ -162,6 +257,8 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
     text << "\nptxas:    " << e.registers << " registers, " << e.spill_bytes << " spill bytes";
   if (!chosen)
     text << "\nstrict:   " << chosen.message;
+  if (!runnable)
+    text << "\nstrict:   " << runnable.message;
   if (!target_note.empty())
     text << "\nnote:     " << target_note;
   text << "\n";

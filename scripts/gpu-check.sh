@@ -55,10 +55,23 @@ if [ "$sanitize" = 1 ] && command -v compute-sanitizer >/dev/null; then
   done
 fi
 
+if [ -d "$build_dir/mlir-parity" ]; then
+  echo "== MLIR vs NVRTC combine parity"
+  g++ -std=c++17 -O2 tests/mlir_parity/check_combine.cpp -I/usr/local/cuda/include -Itemplates -lcuda \
+    -o "$results/check_combine" 2>&1 | tail -5
+  for f in "$build_dir"/mlir-parity/*.mlir.cubin; do
+    base="${f%.mlir.cubin}"
+    dtype=$(basename "$base" | cut -d. -f5)
+    dv=$(basename "$base" | cut -d. -f4 | tr -d v)
+    "$results/check_combine" "$base" "$dtype" "$dv" 16
+  done 2>&1 | tee "$results/mlir-parity.txt" | grep -E "PASS|FAIL|differ" | head -40
+  rm -f "$results/check_combine"
+fi
+
 if [ "$bench" = 1 ] && [ -x "$build_dir/flashjit_host_bench" ]; then
   echo "== host overhead"
   "$build_dir/flashjit_host_bench" --benchmark_out="$results/host.json" --benchmark_out_format=json 2>&1 |
-    tee "$results/host.txt" | grep -E "forward_hot|prepare_disk|validate"
+    tee "$results/host.txt" | grep -E "forward_hot|prepare_disk|validate|decode"
 fi
 
 if [ "$bench" = 1 ]; then

@@ -55,6 +55,7 @@ struct AotOptions {
   int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool no_cache = false;
   bool quiet = false;
+  std::string backend = "auto";
 };
 
 struct Job {
@@ -148,8 +149,8 @@ bool expand(const ShapeSet &set, std::vector<KernelSpec> *specs, std::string *er
       return false;
     }
     for (const std::string &op : set.ops) {
-      if (op != "prefill" && op != "decode") {
-        *error = "op " + op + ": expected prefill or decode";
+      if (op != "prefill" && op != "decode" && op != "combine") {
+        *error = "op " + op + ": expected prefill, decode or combine";
         return false;
       }
       for (const std::string &dtype : set.dtypes) {
@@ -171,6 +172,15 @@ bool expand(const ShapeSet &set, std::vector<KernelSpec> *specs, std::string *er
                 spec.varlen = varlen;
                 if (op == "prefill") {
                   specs->push_back(spec);
+                  continue;
+                }
+                if (op == "combine") { // merge_states: only the dtype and head_dim_v change its code
+                  KernelSpec combine;
+                  combine.op = Op::combine;
+                  combine.arch = spec.arch;
+                  combine.dtype = spec.dtype;
+                  combine.head_dim_qk = combine.head_dim_v = v;
+                  specs->push_back(combine);
                   continue;
                 }
                 if (varlen)
@@ -252,7 +262,7 @@ Action add_aot(CLI::App &app) {
   app.add_option("--causal", o->causal, "yes | no | both")
       ->check(CLI::IsMember({"yes", "no", "both"}))
       ->capture_default_str();
-  app.add_option("--op", o->cli.ops, "ops to generate: prefill, decode")->delimiter(',')->capture_default_str();
+  app.add_option("--op", o->cli.ops, "ops to generate: prefill, decode, combine")->delimiter(',')->capture_default_str();
   app.add_option("--page-size", o->cli.page_sizes, "paged-KV page sizes (0: contiguous KV)")
       ->delimiter(',')
       ->capture_default_str();
@@ -273,6 +283,9 @@ Action add_aot(CLI::App &app) {
   app.add_option("-j,--jobs", o->jobs, "parallel compiles (default: cores)")->capture_default_str();
   app.add_flag("--no-cache", o->no_cache, "ignore the disk cache (measure cold compiles)");
   app.add_flag("-q,--quiet", o->quiet, "one progress line instead of a line per kernel");
+  app.add_option("--backend", o->backend, "compiler: auto | nvrtc | mlir (mlir covers the combine kernel so far)")
+      ->check(CLI::IsMember({"auto", "nvrtc", "mlir"}))
+      ->capture_default_str();
   return [o] {
     std::vector<KernelSpec> specs;
     std::string error;
@@ -288,6 +301,9 @@ Action add_aot(CLI::App &app) {
 
     Options options;
     options.disk_cache = o->no_cache ? 0 : 1;
+    options.backend = o->backend == "mlir"    ? FLASHJIT_BACKEND_MLIR
+                      : o->backend == "nvrtc" ? FLASHJIT_BACKEND_NVRTC
+                                              : FLASHJIT_BACKEND_AUTO;
     KernelStore store(store_config_from(options));
     const auto start = std::chrono::steady_clock::now();
     std::atomic<size_t> next{0}, done{0};

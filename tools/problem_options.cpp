@@ -71,6 +71,8 @@ bool ProblemOptions::to_case(harness::CaseOptions *out, std::string *error) cons
   c.page_size = page_size;
   c.row_padding = row_padding;
   c.seed = seed;
+  // Decode-shaped problems get a planned split-K workspace, as an engine would give them.
+  c.decode_workspace = !varlen && seqlen_q <= 16;
   *out = c;
   return true;
 }

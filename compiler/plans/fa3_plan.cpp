@@ -2,14 +2,13 @@
 //
 // CTA = 1 producer warpgroup (one thread issues every TMA) + 2 consumer warpgroups of 64 query
 // rows each (kBlockM = 128), or 3 (kBlockM = 192) for head dims <= 96. K and V each get a
-// 2-stage ring; O is staged either in its own region or in Q's (see kMaxHeadDimSeparateO). Every operand tile is stored as
-// 64-column panels of 128-byte rows with the 128B swizzle (what TMA writes and wgmma reads); head
-// dims that are not a multiple of 64 round their *smem* width up to the next panel, while the
-// QK reduction issues only ceil(d/16) k-steps and PV uses N = head_dim_v exactly.
-// kBlockN is the largest multiple of 16 that fits both shared memory and the consumer register
-// budget (S + P + O accumulators), capped at 128 for causal/local (finer diagonal granularity).
-#include "compiler/planner.hpp"
+// 2-stage ring; O is staged either in its own region or in Q's (see kMaxHeadDimSeparateO). Every operand tile is stored
+// as 64-column panels of 128-byte rows with the 128B swizzle (what TMA writes and wgmma reads); head dims that are not
+// a multiple of 64 round their *smem* width up to the next panel, while the QK reduction issues only ceil(d/16) k-steps
+// and PV uses N = head_dim_v exactly. kBlockN is the largest multiple of 16 that fits both shared memory and the
+// consumer register budget (S + P + O accumulators), capped at 128 for causal/local (finer diagonal granularity).
 #include "compiler/plans/fa3_plan.hpp"
+#include "compiler/planner.hpp"
 
 #include <algorithm>
 #include <string>
@@ -17,7 +16,7 @@
 namespace flashjit {
 namespace {
 
-constexpr int kWgmmaM = 64;             // rows per consumer warpgroup (wgmma M)
+constexpr int kWgmmaM = 64; // rows per consumer warpgroup (wgmma M)
 constexpr int kConsumerWarpgroupsDefault = 2;
 constexpr int kMaxConsumerWarpgroups = 3;
 // Head dims (qk and v) up to this use 3 consumer warpgroups (kBlockM = 192, 160 registers each):
@@ -26,28 +25,28 @@ constexpr int kMaxConsumerWarpgroups = 3;
 // d96 553 -> 599, causal S16384 d64 466 -> 500, d80 448..503 -> 512 TFLOP/s.
 constexpr int kMaxHeadDimThreeWarpgroups = 96;
 constexpr int kWarpgroupThreads = 128;
-constexpr int kStages = 2;              // FA-3 uses 2 on sm_90 for every head dim
-constexpr int kElemBytes = 2;           // fp16 / bf16
-constexpr int kSwizzleBytes = 128;      // one smem row of a panel; TMA + wgmma 128B swizzle
+constexpr int kStages = 2;         // FA-3 uses 2 on sm_90 for every head dim
+constexpr int kElemBytes = 2;      // fp16 / bf16
+constexpr int kSwizzleBytes = 128; // one smem row of a panel; TMA + wgmma 128B swizzle
 constexpr int kPanelCols = kSwizzleBytes / kElemBytes;
-constexpr int kWgmmaSwizzle128 = 1;     // wgmma descriptor layout code of the 128B swizzle
-constexpr int kTmaSwizzleAlign = 1024;  // 8 rows x 128 B: a swizzle atom; tiles start on it
-constexpr int kBarrierBytes = 128;      // mbarriers (8 B each) at the end of smem
-constexpr int kKStep = 16;              // wgmma K for 16-bit inputs
-constexpr int kBlockNGranule = 16;      // PV reduces over kBlockN in k-steps of 16
+constexpr int kWgmmaSwizzle128 = 1;    // wgmma descriptor layout code of the 128B swizzle
+constexpr int kTmaSwizzleAlign = 1024; // 8 rows x 128 B: a swizzle atom; tiles start on it
+constexpr int kBarrierBytes = 128;     // mbarriers (8 B each) at the end of smem
+constexpr int kKStep = 16;             // wgmma K for 16-bit inputs
+constexpr int kBlockNGranule = 16;     // PV reduces over kBlockN in k-steps of 16
 constexpr int kMaxBlockN = 192;
 constexpr int kMaxBlockNSmallDim = 224; // dv <= 64: fewer, longer iterations measured +3% at d64
 constexpr int kSmallHeadDim = 64;
-constexpr int kMaxBlockNMasked = 128;   // causal / local
+constexpr int kMaxBlockNMasked = 128; // causal / local
 constexpr int kMinHeadDim = 8;
-constexpr int kMaxHeadDim = 256;        // one wgmma N
+constexpr int kMaxHeadDim = 256; // one wgmma N
 constexpr int kHeadDimGranule = 8;
 constexpr int kRowsPerTmaBox = 64;
 constexpr int kMaxPingpongHeadDim = 128;
 // Exponentials on the FMA pipe (every k-th 8-column group; 0 = all on MUFU). Measured on H200:
 // +2.4% at d64 with N=192 (k = 4) but none on top of N=224 (441 vs 445 TFLOP/s), -3..-4% at
 // d96/d128, so it is off by default and left as a tuning knob.
-constexpr int kExp2PolyEverySmallDim = 0;      // Q / O boxes cover one consumer warpgroup's rows
+constexpr int kExp2PolyEverySmallDim = 0; // Q / O boxes cover one consumer warpgroup's rows
 // Register split (setmaxnreg), per thread of each warpgroup: 2 consumer warpgroups:
 // 128 * (24 + 2 * 240) = 64,512; 3: 128 * (32 + 3 * 160) = 65,536 <= 64K registers per SM.
 constexpr int kRegsProducer2 = 24;
@@ -67,8 +66,12 @@ constexpr int kMaxHeadDimSeparateO = 128;
 // consumer warpgroup.
 constexpr int kBarrierPingpong = 1;
 
-int round_up(int value, int multiple) { return (value + multiple - 1) / multiple * multiple; }
-int round_down(int value, int multiple) { return value / multiple * multiple; }
+int round_up(int value, int multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+int round_down(int value, int multiple) {
+  return value / multiple * multiple;
+}
 
 } // namespace
 
@@ -94,8 +97,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   const bool fits_three_wgs =
       spec.head_dim_qk <= kMaxHeadDimThreeWarpgroups && spec.head_dim_v <= kMaxHeadDimThreeWarpgroups;
   const int consumer_wgs = tuning.consumer_warpgroups > 0 ? tuning.consumer_warpgroups
-                           : fits_three_wgs                ? kMaxConsumerWarpgroups
-                                                           : kConsumerWarpgroupsDefault;
+                           : fits_three_wgs               ? kMaxConsumerWarpgroups
+                                                          : kConsumerWarpgroupsDefault;
   if (consumer_wgs < kConsumerWarpgroupsDefault || consumer_wgs > kMaxConsumerWarpgroups)
     return refuse("fa3: 2 or 3 consumer warpgroups");
   const bool three_wgs = consumer_wgs == kMaxConsumerWarpgroups;
@@ -157,8 +160,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   // Pingpong: the other warpgroup's softmax hides under this one's GEMMs (-15% without it at
   // d64..d128). Measured on H200: off is better for non-causal d192/d256 (+1.4% / +1.9%), on is
   // better for causal d256 (+3%), where the masked diagonal blocks make the GEMMs uneven.
-  plan->pingpong = tuning.pingpong >= 0 ? tuning.pingpong != 0
-                                        : (spec.head_dim_qk <= kMaxPingpongHeadDim || spec.causal);
+  plan->pingpong =
+      tuning.pingpong >= 0 ? tuning.pingpong != 0 : (spec.head_dim_qk <= kMaxPingpongHeadDim || spec.causal);
   plan->persistent = true;
 
   // kThreads and kSmemBytes are emitted by the generator from plan->threads / smem_bytes.
@@ -196,8 +199,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   // Rescaling O between the QK and PV issues (FA-3's RescaleOBeforeGemm) measured -1.5% at d128,
   // -0.5% at d80, within noise with 3 warpgroups: off unless tuned.
   plan->add_bool("kRescaleBeforePv", tuning.rescale_before_pv > 0);
-  plan->add("kExp2PolyEvery", tuning.exp2_poly_every >= 0 ? tuning.exp2_poly_every
-                                                          : (small_dim ? kExp2PolyEverySmallDim : 0));
+  plan->add("kExp2PolyEvery",
+            tuning.exp2_poly_every >= 0 ? tuning.exp2_poly_every : (small_dim ? kExp2PolyEverySmallDim : 0));
   return true;
 }
 

@@ -9,9 +9,9 @@
 namespace flashjit {
 
 struct Fa3Tuning {
-  int block_n = 0;          // 0: the planner's choice; else a multiple of 16 that must fit
-  int pingpong = -1;        // -1: the planner's choice; 0 / 1 force it
-  int exp2_poly_every = -1; // -1: the planner's choice; 0: MUFU only; k: every k-th column group on FMA
+  int block_n = 0;             // 0: the planner's choice; else a multiple of 16 that must fit
+  int pingpong = -1;           // -1: the planner's choice; 0 / 1 force it
+  int exp2_poly_every = -1;    // -1: the planner's choice; 0: MUFU only; k: every k-th column group on FMA
   int consumer_warpgroups = 0; // 0: the planner's choice; 2 (M = 128, 240 regs) or 3 (M = 192, 160 regs)
   int separate_o = -1;         // -1: the planner's choice; 1: O staged in its own smem, Q freed after the last QK
   int rescale_before_pv = -1;  // -1: the planner's choice; 1: rescale O between the QK and PV issues

@@ -141,6 +141,44 @@ flashjit_status flashjit_forward(flashjit_runtime runtime, const flashjit_proble
 flashjit_status flashjit_explain(flashjit_runtime runtime, const flashjit_problem *problem,
                                  char *buffer, size_t capacity, size_t *length);
 
+/* Decode: plan once, run many
+ *
+ * A problem with 1..16 query tokens per sequence (batch mode) runs the split-K decode kernel, which
+ * needs device scratch (problem->workspace) holding a schedule made on the host from the KV lengths:
+ *   flashjit_workspace_size -> allocate -> flashjit_plan (per decode step, when lengths change)
+ *   -> flashjit_forward for every layer (fixed grid: capture it in a CUDA graph and replay it).
+ * flashjit_plan reads the lengths from seqlens_k_host (paged) or takes seqlen_k for every sequence,
+ * copies the schedule into the workspace and synchronizes; forward then reads nothing on the host.
+ * Without a workspace, a decode problem runs the prefill kernel instead (logged; an error in strict
+ * mode). */
+flashjit_status flashjit_workspace_size(flashjit_runtime runtime, const flashjit_problem *problem, size_t *bytes);
+flashjit_status flashjit_plan(flashjit_runtime runtime, const flashjit_problem *problem);
+
+/* Merge of partial attention states (O_i, LSE_i) into one (O, LSE), as the split-K decode does
+ * internally: LSE = log(sum_i exp(LSE_i)), O = sum_i exp(LSE_i - LSE) * O_i. Engines use it for
+ * ring / context-parallel attention: each GPU attends to its shard of the keys with `lse` set, the
+ * partial O (as float32) and LSE are exchanged (e.g. with NCCL), and one merge gives the exact
+ * result. A state with LSE = -inf weighs nothing; a row whose states are all -inf gets O = 0,
+ * LSE = -inf. See docs/merge-states.md. */
+typedef struct flashjit_merge_problem {
+  uint32_t struct_size; /* sizeof(flashjit_merge_problem) */
+  flashjit_dtype dtype; /* of o */
+  int32_t num_states;
+  int32_t rows;         /* e.g. tokens x heads */
+  int32_t head_dim_v;   /* multiple of 8, up to 256 */
+  const float *partial_o;   /* [num_states][rows][head_dim_v], rows contiguous */
+  const float *partial_lse; /* [num_states][rows], natural log */
+  int64_t state_stride_o;   /* elements between states in partial_o (0: rows * head_dim_v) */
+  int64_t state_stride_lse; /* elements between states in partial_lse (0: rows) */
+  void *o;                  /* [rows] x head_dim_v in dtype */
+  int64_t o_row_stride;     /* elements between rows of o (0: head_dim_v) */
+  float *lse;               /* optional [rows] */
+} flashjit_merge_problem;
+
+void flashjit_merge_problem_init(flashjit_merge_problem *problem);
+flashjit_status flashjit_merge_states(flashjit_runtime runtime, const flashjit_merge_problem *problem,
+                                      flashjit_stream stream);
+
 /* Bundles
  *
  * A bundle holds pre-generated kernels (`flashjit aot --out DIR` or `--bundle FILE.fjb`). Lookup

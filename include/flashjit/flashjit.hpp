@@ -65,6 +65,14 @@ public:
   Status forward(const AttentionProblem &problem, flashjit_stream stream = nullptr);
   Status explain(const AttentionProblem &problem, Explanation *out);
 
+  // Decode (see "Decode: plan once, run many" in flashjit.h): workspace bytes for this problem's
+  // shape, and the schedule for its lengths, written into problem.workspace.
+  Status workspace_size(const AttentionProblem &problem, size_t *bytes);
+  Status plan(const AttentionProblem &problem);
+
+  // Merges partial attention states (ring / context-parallel attention). See flashjit.h.
+  Status merge_states(const flashjit_merge_problem &problem, flashjit_stream stream = nullptr);
+
   /* Bundles */
   // See flashjit_register_bundle / flashjit_is_served in flashjit.h. `arch` "" means the current device;
   // `origin` (optional) receives where the kernel would come from: memory, bundle:<path>, disk, or why not.

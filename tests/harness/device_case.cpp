@@ -45,7 +45,7 @@ std::vector<uint16_t> with_padding(const std::vector<uint16_t> &packed, int rows
 }
 
 struct DeviceTensors {
-  DeviceBuffer q, k, v, o, lse, cu_q, cu_k, block_table, seqlens_k;
+  DeviceBuffer q, k, v, o, lse, cu_q, cu_k, block_table, seqlens_k, workspace;
   // Host copies the problem points at, so validation can check them.
   std::vector<int32_t> cu_q_host, cu_k_host, lens_host, table_host;
 };
@@ -191,6 +191,21 @@ Status forward_in_graph(Runtime &runtime, const AttentionProblem &problem) {
   return status;
 }
 
+// Decode: size, allocate and plan the split-K workspace.
+Status attach_workspace(Runtime &runtime, const CaseOptions &options, DeviceTensors *t, AttentionProblem *p) {
+  if (!options.decode_workspace)
+    return Status::success();
+  size_t bytes = 0;
+  if (Status s = runtime.workspace_size(*p, &bytes); !s)
+    return s;
+  const size_t granted = bytes > options.workspace_shortfall ? bytes - options.workspace_shortfall : 0;
+  if (Status s = t->workspace.allocate(std::max<size_t>(granted, 256)); !s)
+    return s;
+  p->workspace = t->workspace.get();
+  p->workspace_bytes = granted;
+  return runtime.plan(*p);
+}
+
 bool equal_lengths(const std::vector<int> &lens) {
   return std::adjacent_find(lens.begin(), lens.end(), std::not_equal_to<>()) == lens.end();
 }
@@ -298,6 +313,8 @@ CaseResult run_case(Runtime &runtime, const CaseOptions &options) {
   AttentionProblem problem;
   if (result.status = setup(options, q, k, v, &tensors, &problem); !result.status)
     return result;
+  if (result.status = attach_workspace(runtime, options, &tensors, &problem); !result.status)
+    return result;
   Explanation explanation;
   if (runtime.explain(problem, &explanation))
     result.kernel = explanation.kernel;
@@ -349,6 +366,8 @@ BenchResult bench_case(Runtime &runtime, const CaseOptions &options, int iterati
     const auto k = ref::random_tensor(rp.k_size(), options.dtype, options.seed + 10 * c + 1);
     const auto v = ref::random_tensor(rp.v_size(), options.dtype, options.seed + 10 * c + 2);
     if (result.status = setup(options, q, k, v, &tensors[c], &problems[c]); !result.status)
+      return result;
+    if (result.status = attach_workspace(runtime, options, &tensors[c], &problems[c]); !result.status)
       return result;
   }
   Explanation explanation;

@@ -58,6 +58,8 @@ struct CaseOptions {
   int page_size = 0;         // > 0: K/V through a shuffled block table
   int row_padding = 0;       // extra elements between tokens (non-contiguous strides; odd -> unaligned path)
   bool with_lse = true;
+  bool decode_workspace = false;  // allocate flashjit_workspace_size bytes and plan (split-K decode)
+  size_t workspace_shortfall = 0; // tests: allocate this many bytes less than asked for
   bool graph_capture = false; // prepare, capture forward() into a CUDA graph on a new stream, replay it
   uint64_t seed = 1;
 };

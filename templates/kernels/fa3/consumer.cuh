@@ -1,9 +1,9 @@
 // Consumer warpgroup of the fa3 kernel: 64 query rows of each tile. The main loop overlaps
 // inside the warpgroup: block j's S = Q K_j^T is issued together with O += P_{j-1} V_{j-1}; the
-// softmax of S_j runs while the PV GEMM is still on the tensor cores. With pingpong, the two
-// warpgroups take turns issuing their GEMMs (named barriers), so one's softmax hides under the
-// other's GEMMs. P never leaves registers: the f32 S accumulator re-viewed as 16-bit pairs is the
-// A fragment of the RS wgmma.
+// softmax of S_j runs while the PV GEMM is still on the tensor cores. With pingpong, the 2 or 3
+// consumer warpgroups take turns issuing their GEMMs in a strict round robin (named barriers, one
+// token), so the others' softmax hides under one warpgroup's GEMMs. P never leaves registers: the f32 S accumulator
+// re-viewed as 16-bit pairs is the A fragment of the RS wgmma.
 #pragma once
 
 #include "kernels/fa3/epilogue.cuh"
@@ -16,10 +16,10 @@
 
 namespace fj::fa3 {
 
-constexpr int kKStepBytes = 32;       // 16 elements of a K-major row
-constexpr int kKStepRows = 16;        // 16 rows of an MN-major operand (V)
+constexpr int kKStepBytes = 32;         // 16 elements of a K-major row
+constexpr int kKStepRows = 16;          // 16 rows of an MN-major operand (V)
 constexpr int kSwizzleAtomBytes = 1024; // 8 rows x 128 B: stride between 8-row groups
-constexpr int kFragsPerKStep = 4;     // A fragment registers per k-step
+constexpr int kFragsPerKStep = 4;       // A fragment registers per k-step
 
 template <class C> struct Consumer {
   static constexpr bool kBf16 = C::kDType == kDTypeBf16;
@@ -68,7 +68,8 @@ template <class C> struct Consumer {
     wgmma_commit_group();
   }
 
-  __device__ __forceinline__ void issue_pv(float (&o)[C::kHeadDimV / 2], const u32 (&p)[C::kBlockN / 4], int stage) const {
+  __device__ __forceinline__ void issue_pv(float (&o)[C::kHeadDimV / 2], const u32 (&p)[C::kBlockN / 4],
+                                           int stage) const {
 #pragma unroll
     for (int k = 0; k < C::kKStepsPV; ++k) {
       const u64 b = wgmma_desc(smem.v_stage(stage) + k * kKStepRows * C::kSwizzleBytes, C::kSmemPanelBytesKV,
@@ -107,7 +108,8 @@ template <class C> struct Consumer {
     if constexpr (C::kSoftcap)
       apply_softcap<C>(s, lg.cap_pre, lg.cap_post);
     if (block_needs_mask<C>(t, w, n)) {
-      const int row0 = t.m_block * C::kBlockM + wg * kWgmmaM + (tid / kWarpSize) * kRowsPerWarp + (tid % kWarpSize) / kQuadLanes;
+      const int row0 =
+          t.m_block * C::kBlockM + wg * kWgmmaM + (tid / kWarpSize) * kRowsPerWarp + (tid % kWarpSize) / kQuadLanes;
       const int col0 = n * C::kBlockN + 2 * (tid % kQuadLanes);
       apply_mask<C>(s, row0, col0, t, w);
     }

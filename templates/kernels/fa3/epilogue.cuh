@@ -19,11 +19,11 @@
 namespace fj::fa3 {
 
 constexpr int kWarpgroupThreads = 128;
-constexpr int kWgmmaM = 64;          // rows per consumer warpgroup
+constexpr int kWgmmaM = 64; // rows per consumer warpgroup
 constexpr int kRowsPerWarp = 16;
-constexpr int kChunkBytes = 16;      // one swizzle chunk = 8 16-bit values
+constexpr int kChunkBytes = 16; // one swizzle chunk = 8 16-bit values
 constexpr int kChunkElems = 8;
-constexpr int kSwizzleRows = 8;      // the 128B swizzle XORs the chunk index with row % 8
+constexpr int kSwizzleRows = 8; // the 128B swizzle XORs the chunk index with row % 8
 constexpr int kQuadLanes = 4;
 
 // stmatrix.sync.aligned.m8n8.x4.shared.b16 [addr], {r0, r1, r2, r3}: four 8x8 matrices; lanes
@@ -57,16 +57,16 @@ template <class C> __device__ __forceinline__ u32 swizzled_chunk(const Smem<C> &
 template <class C> struct Epilogue {
   const fj_fa3_params &params;
   const Smem<C> &smem;
-  int wg;   // consumer warpgroup index
-  int tid;  // thread index inside the warpgroup
+  int wg;  // consumer warpgroup index
+  int tid; // thread index inside the warpgroup
 
   __device__ __forceinline__ int warp() const { return tid / kWarpSize; }
   __device__ __forceinline__ int lane() const { return tid % kWarpSize; }
 
   __device__ __forceinline__ char *o_row_ptr(const Tile &t, int row_in_seq) const {
     const fj_tensor_ref &o = params.base.o;
-    const fj_i64 elem = (C::kVarlen ? 0 : (fj_i64)t.batch * o.batch_stride) + (fj_i64)(t.q_row0 + row_in_seq) * o.row_stride +
-                        (fj_i64)t.head * o.head_stride;
+    const fj_i64 elem = (C::kVarlen ? 0 : (fj_i64)t.batch * o.batch_stride) +
+                        (fj_i64)(t.q_row0 + row_in_seq) * o.row_stride + (fj_i64)t.head * o.head_stride;
     return (char *)o.ptr + elem * sizeof(u16);
   }
 

@@ -1,0 +1,96 @@
+#include "runtime/decode.hpp"
+
+#include "runtime/driver.hpp"
+#include "runtime/params.hpp"
+
+#include "params_decode.h"
+
+#include <vector>
+
+namespace flashjit {
+
+namespace {
+constexpr size_t kWorkspaceAlignment = 256;
+} // namespace
+
+Status decode_layout(const KernelRecord &kernel, const NormalizedProblem &n, const LaunchContext &ctx,
+                     SplitKShape *shape, SplitKLayout *layout) {
+  const Plan &plan = kernel.choice.plan;
+  SplitKShape s;
+  s.num_sms = ctx.sm_count;
+  s.ctas_per_sm = static_cast<int>(plan.constant("kCtasPerSm", 1));
+  s.block_m = static_cast<int>(plan.constant("kBlockM"));
+  s.block_n = static_cast<int>(plan.constant("kBlockN"));
+  s.m_blocks = static_cast<int>(plan.constant("kMBlocks"));
+  s.head_dim_v = n.p.head_dim_v;
+  s.heads_kv = n.p.heads_kv;
+  s.max_batch = n.p.batch;
+  std::string error;
+  if (!splitk_layout(s, layout, &error))
+    return Status::error(FLASHJIT_INTERNAL, kernel.name + ": workspace layout: " + error);
+  *shape = s;
+  return Status::success();
+}
+
+Status plan_decode_schedule(const KernelRecord &kernel, const NormalizedProblem &n, const LaunchContext &ctx,
+                            DecodeSchedule *out) {
+  DecodeSchedule d;
+  d.spec = kernel.choice.spec;
+  d.batch = n.p.batch;
+  if (Status s = decode_layout(kernel, n, ctx, &d.shape, &d.layout); !s)
+    return s;
+  if (!n.p.workspace)
+    return Status::error(FLASHJIT_INVALID_ARGUMENT, "workspace: null; allocate flashjit_workspace_size bytes");
+  if (reinterpret_cast<uintptr_t>(n.p.workspace) % kWorkspaceAlignment != 0)
+    return Status::error(FLASHJIT_INVALID_ARGUMENT, "workspace: expected a 256-byte aligned device pointer");
+  if (n.p.workspace_bytes < d.layout.total_bytes)
+    return Status::error(FLASHJIT_INVALID_ARGUMENT, "workspace_bytes = " + std::to_string(n.p.workspace_bytes) +
+                                                        ": this problem needs " +
+                                                        std::to_string(d.layout.total_bytes) + " (flashjit_workspace_size)");
+  if (n.paged && !n.p.seqlens_k_host)
+    return Status::error(FLASHJIT_INVALID_ARGUMENT,
+                         "seqlens_k_host: null; planning a paged decode needs the host copy of the KV lengths");
+  SplitKProblem problem;
+  problem.seqlens_k = n.paged ? n.p.seqlens_k_host : nullptr;
+  problem.seqlen_k = n.p.seqlen_k;
+  problem.batch = n.p.batch;
+  problem.q_len = n.p.seqlen_q;
+  problem.window_left = n.p.window_left;
+  problem.m_blocks = d.shape.m_blocks;
+  std::vector<char> host(d.layout.int_bytes);
+  std::string error;
+  if (!splitk_schedule(d.shape, d.layout, problem, host.data(), host.size(), &d.schedule, &error))
+    return Status::error(FLASHJIT_INVALID_ARGUMENT, kernel.name + ": schedule: " + error);
+  CUdeviceptr base = reinterpret_cast<CUdeviceptr>(n.p.workspace);
+  if (CUresult r = driver::api()->cuMemcpyHtoD(base, host.data(), host.size()); r != CUDA_SUCCESS)
+    return driver::driver_error("copying the decode schedule into the workspace", r);
+  *out = d;
+  return Status::success();
+}
+
+Status launch_decode(const KernelRecord &kernel, const NormalizedProblem &n, const DecodeSchedule &d,
+                     CUstream stream) {
+  const Plan &plan = kernel.choice.plan;
+  char *workspace = static_cast<char *>(n.p.workspace);
+  fj_decode_params params{};
+  params.attn = make_attention_params(n);
+  params.attn.maybe_partial_o = reinterpret_cast<float *>(workspace + d.layout.partial_o_offset);
+  params.attn.maybe_partial_lse = reinterpret_cast<float *>(workspace + d.layout.partial_lse_offset);
+  params.header = reinterpret_cast<const fj_decode_header *>(workspace + d.layout.header_offset);
+  params.slot_begin = reinterpret_cast<const fj_i32 *>(workspace + d.layout.slot_offset);
+  params.work = reinterpret_cast<const fj_decode_work *>(workspace + d.layout.work_offset);
+  params.merges = reinterpret_cast<const fj_decode_merge *>(workspace + d.layout.merge_offset);
+  params.m_blocks = d.shape.m_blocks;
+  void *args[] = {&params};
+  const Dim3 grid{static_cast<unsigned>(d.layout.grid)};
+  if (Status s = kernel.kernel.launch(grid, Dim3{static_cast<unsigned>(plan.threads)}, plan.smem_bytes, stream, args);
+      !s)
+    return s;
+  // Launched even when this schedule split nothing (it then exits at once): a captured graph stays
+  // valid when the workspace is planned again for lengths that do split.
+  const bool pdl = kernel.choice.spec.arch.sm >= 90; // the merge waits with griddepcontrol.wait
+  const unsigned combine_threads = static_cast<unsigned>(plan.constant("kCombineThreads"));
+  return kernel.companion.launch(grid, Dim3{combine_threads}, 0, stream, args, Dim3{}, pdl);
+}
+
+} // namespace flashjit
