@@ -23,6 +23,7 @@ PREFILL_ROWS = [(64, 4096, False), (64, 16384, True), (80, 4096, False), (80, 16
                 (256, 16384, True)]
 # (batch, kv_len) rows; Hq = 32, Hkv = 8, d = 128, one query token.
 DECODE_ROWS = [(1, 32768), (8, 8192), (64, 4096), (1, 131072)]
+# Timing: CUDA events; kernels under ~1 ms are timed in back-to-back batches (see median_ms).
 
 
 class Strides(ctypes.Structure):
@@ -100,18 +101,28 @@ class FlashJit:
                                              ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)))
 
 
-def median_ms(fns, iters):
+def median_ms(fns, iters, per_sample=None):
+    """Median time of one launch. Each sample times `per_sample` back-to-back launches (rotating
+    inputs) between two events, so the host's time to issue a launch does not count as GPU time for
+    short kernels (decode); long kernels (prefill) use one launch per sample."""
     for f in fns[:3]:
         f()
     torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fns[0]()
+    stop.record()
+    stop.synchronize()
+    if per_sample is None:
+        per_sample = max(1, min(20, int(1.0 / max(start.elapsed_time(stop), 1e-3))))
     times = []
     for i in range(iters):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fns[i % len(fns)]()
+        for j in range(per_sample):
+            fns[(i * per_sample + j) % len(fns)]()
         stop.record()
         stop.synchronize()
-        times.append(start.elapsed_time(stop))
+        times.append(start.elapsed_time(stop) / per_sample)
     return statistics.median(times)
 
 

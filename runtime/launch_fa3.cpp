@@ -5,21 +5,68 @@
 
 #include "params_fa3.h"
 
+#include <array>
+#include <cstring>
+
 namespace flashjit {
+namespace {
+
+// Encoding four tensor maps costs more than the launch itself, and an engine calls forward with the
+// same tensors layer after layer: each thread keeps its last few encoded parameter blocks. An entry
+// is reused only when the kernel (its cache key), the device facts and every byte of the attention
+// parameters are the same.
+struct EncodedParams {
+  const KernelRecord *kernel = nullptr;
+  std::string kernel_key;
+  int sm_count = 0, l2_bytes = 0, total_k = 0;
+  fj_attention_params base{};
+  fj_fa3_params params{};
+  int grid = 0;
+};
+constexpr size_t kEncodedCacheEntries = 4;
+thread_local std::array<EncodedParams, kEncodedCacheEntries> encoded_cache;
+thread_local size_t encoded_cache_next = 0;
+
+bool same_inputs(const EncodedParams &e, const KernelRecord &kernel, const LaunchContext &ctx, int total_k,
+                 const fj_attention_params &base) {
+  return e.kernel == &kernel && e.kernel_key == kernel.key && e.sm_count == ctx.sm_count &&
+         e.l2_bytes == ctx.l2_bytes && e.total_k == total_k && std::memcmp(&e.base, &base, sizeof(base)) == 0;
+}
+
+} // namespace
 
 Status launch_fa3(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
                   CUstream stream) {
   const KernelSpec &spec = kernel.choice.spec;
   const Plan &plan = kernel.choice.plan;
-  fj_fa3_params params{};
-  params.base = make_attention_params(problem);
+  fj_attention_params base{}; // zero-filled padding, so the byte comparison above is exact
+  base = make_attention_params(problem);
   const int total_k = problem.varlen ? problem.p.total_k : problem.p.batch * problem.p.seqlen_k;
-  std::string why_not;
-  if (!fa3_encode_tensor_maps(spec, plan, total_k, driver::api()->cuTensorMapEncodeTiled, &params, &why_not))
-    return Status::error(FLASHJIT_INVALID_ARGUMENT, kernel.name + ": TMA cannot address this layout: " + why_not);
-  const int grid = fa3_fill_schedule(spec, plan, ctx.sm_count, ctx.l2_bytes, &params);
+  const EncodedParams *hit = nullptr;
+  for (const EncodedParams &e : encoded_cache)
+    if (same_inputs(e, kernel, ctx, total_k, base))
+      hit = &e;
+  if (!hit) {
+    EncodedParams &e = encoded_cache[encoded_cache_next++ % kEncodedCacheEntries];
+    e = EncodedParams{};
+    e.params.base = base;
+    std::string why_not;
+    if (!fa3_encode_tensor_maps(spec, plan, total_k, driver::api()->cuTensorMapEncodeTiled, &e.params, &why_not)) {
+      e.kernel = nullptr;
+      return Status::error(FLASHJIT_INVALID_ARGUMENT, kernel.name + ": TMA cannot address this layout: " + why_not);
+    }
+    e.grid = fa3_fill_schedule(spec, plan, ctx.sm_count, ctx.l2_bytes, &e.params);
+    e.kernel = &kernel;
+    e.kernel_key = kernel.key;
+    e.sm_count = ctx.sm_count;
+    e.l2_bytes = ctx.l2_bytes;
+    e.total_k = total_k;
+    e.base = base;
+    hit = &e;
+  }
+  fj_fa3_params params = hit->params; // the launch copies its arguments; the cache entry stays intact
   void *args[] = {&params};
-  return kernel.kernel.launch(Dim3{static_cast<unsigned>(grid)}, Dim3{static_cast<unsigned>(plan.threads)},
+  return kernel.kernel.launch(Dim3{static_cast<unsigned>(hit->grid)}, Dim3{static_cast<unsigned>(plan.threads)},
                               plan.smem_bytes, stream, args);
 }
 

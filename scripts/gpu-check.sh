@@ -2,7 +2,8 @@
 # GPU machine: run the GPU tests, example checks and (optionally) the benchmark; logs and JSON go to
 # the results directory given as $1 (default: gpu-results). Uses binaries from $FLASHJIT_BUILD_DIR
 # (default build-device, e.g. built elsewhere and carried) or builds them here when absent.
-#   scripts/gpu-check.sh RESULTS_DIR [--bench] [--sanitize] [--gtest-filter=PATTERN]
+#   scripts/gpu-check.sh RESULTS_DIR [--bench] [--sanitize] [--no-tests] [--gtest-filter=PATTERN]
+# It leaves at most 8 files in RESULTS_DIR (what the GPU machine's tool hands back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 results="${1:-gpu-results}"
@@ -17,6 +18,7 @@ for arg in "$@"; do
   case "$arg" in
   --bench) bench=1 ;;
   --sanitize) sanitize=1 ;;
+  --no-tests) filter="-*" ;;
   --gtest-filter=*) filter="${arg#--gtest-filter=}" ;;
   esac
 done
@@ -29,16 +31,16 @@ export LD_LIBRARY_PATH="$PWD/$build_dir:${LD_LIBRARY_PATH:-}"
 export FLASHJIT_CACHE_DIR="${FLASHJIT_CACHE_DIR:-/tmp/flashjit-gpu-check-cache}"
 export FLASHJIT_LOG="${FLASHJIT_LOG:-info}"
 
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$results/gpu.txt" 2>&1
-cat "$results/gpu.txt"
-"$build_dir/flashjit" info 2>&1 | tee "$results/info.txt"
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1
+  "$build_dir/flashjit" info 2>&1
+} | tee "$results/info.txt"
 
 echo "== GPU tests"
 "$build_dir/tests/flashjit_gpu_tests" --gtest_filter="$filter" --gtest_output="json:$results/gpu-tests.json" \
   > "$results/gpu-tests.log" 2>&1
 gpu_rc=$?
 grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran" "$results/gpu-tests.log" | tail -40
-grep -E "^(fa2|auto)_|FAIL" "$results/gpu-tests.log" | grep -v "^\[" | head -80 > "$results/gpu-cases.txt"
 
 echo "== CLI checks"
 {
@@ -49,10 +51,11 @@ echo "== CLI checks"
 if [ "$sanitize" = 1 ] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer"
   for tool in memcheck racecheck; do
+    echo "--- $tool"
     compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --varlen-q 1,130,77 --varlen-k 64,200,77 --heads-q 4 \
-      --head-dim 128 --causal > "$results/sanitizer-$tool.txt" 2>&1
-    tail -3 "$results/sanitizer-$tool.txt"
-  done
+      --head-dim 128 --causal 2>&1
+  done > "$results/sanitizer.txt"
+  grep -E "^---|SUMMARY" "$results/sanitizer.txt"
 fi
 
 if [ -d "$build_dir/mlir-parity" ]; then
@@ -71,11 +74,11 @@ fi
 if [ "$bench" = 1 ] && [ -x "$build_dir/flashjit_host_bench" ]; then
   echo "== host overhead"
   "$build_dir/flashjit_host_bench" --benchmark_out="$results/host.json" --benchmark_out_format=json 2>&1 |
-    tee "$results/host.txt" | grep -E "forward_hot|prepare_disk|validate|decode"
+    grep -E "forward_hot|prepare_disk|validate|decode"
 fi
 
 if [ "$bench" = 1 ]; then
   echo "== benchmark"
-  python3 bench/compare.py --lib "$build_dir/libflashjit.so" --out "$results/bench.json" 2>&1 | tee "$results/bench.txt"
+  python3 bench/compare.py --lib "$build_dir/libflashjit.so" --out "$results/bench.json" 2>&1 | grep -v "info: compiled"
 fi
 exit $gpu_rc
