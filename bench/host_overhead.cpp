@@ -2,6 +2,9 @@
 //   forward_hot:      problem -> launched, kernel already in memory (the per-call cost an engine pays)
 //   prepare_disk_hit: problem -> loaded function with a cold memory cache and a warm disk cache
 //   validate_and_spec: the CPU-only part of the hot path (no GPU needed)
+#include "runtime/driver.hpp"
+#include "runtime/kernel_store.hpp"
+#include "runtime/params.hpp"
 #include "runtime/problem.hpp"
 #include "tests/harness/device_case.hpp"
 
@@ -74,6 +77,56 @@ void forward_hot(benchmark::State &state) {
   state.SetLabel(runtime_kernel(runtime, f.p));
 }
 BENCHMARK(forward_hot)->Unit(benchmark::kMicrosecond);
+
+// The same kernel as forward_fa2_hot, launched straight through the driver with parameters made
+// once: the floor that flashjit's own per-call work (validation, spec, lookup, params) adds to.
+void raw_launch_fa2(benchmark::State &state) {
+  Fixture &f = fixture();
+  if (!f.ok) {
+    state.SkipWithError("no GPU");
+    return;
+  }
+  Options options;
+  options.variant = FLASHJIT_VARIANT_FA2;
+  KernelStore store(store_config_from(options));
+  NormalizedProblem n;
+  CUcontext context = nullptr;
+  driver::api()->cuCtxGetCurrent(&context);
+  std::shared_ptr<const KernelRecord> record;
+  if (!validate_problem(&f.p, &n) || !store.get(spec_for_problem(n, Arch{90, true}), context, &record)) {
+    state.SkipWithError("could not prepare the kernel");
+    return;
+  }
+  const Plan &plan = record->choice.plan;
+  fj_attention_params params = make_attention_params(n);
+  params.num_m_blocks = (n.p.seqlen_q + plan.block_m - 1) / plan.block_m;
+  void *args[] = {&params};
+  const Dim3 grid{static_cast<unsigned>(params.num_m_blocks), static_cast<unsigned>(n.p.heads_q), 1};
+  for (auto _ : state)
+    if (Status s = record->kernel.launch(grid, Dim3{static_cast<unsigned>(plan.threads)}, plan.smem_bytes, nullptr, args);
+        !s) {
+      state.SkipWithError(s.message.c_str());
+      return;
+    }
+}
+BENCHMARK(raw_launch_fa2)->Unit(benchmark::kMicrosecond);
+
+void forward_fa2_hot(benchmark::State &state) {
+  Fixture &f = fixture();
+  if (!f.ok) {
+    state.SkipWithError("no GPU");
+    return;
+  }
+  Options options;
+  options.variant = FLASHJIT_VARIANT_FA2;
+  Runtime runtime(options);
+  for (auto _ : state)
+    if (Status s = runtime.forward(f.p); !s) {
+      state.SkipWithError(s.message.c_str());
+      return;
+    }
+}
+BENCHMARK(forward_fa2_hot)->Unit(benchmark::kMicrosecond);
 
 void decode_forward_hot(benchmark::State &state) {
   Fixture &f = fixture();

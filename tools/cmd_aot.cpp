@@ -327,7 +327,7 @@ Action add_aot(CLI::App &app) {
           std::cout << " ("
                     << (job.origin == "jit"
                             ? std::to_string(static_cast<int>(job.kernel.compile_seconds * kMillisecondsPerSecond)) +
-                                  " ms NVRTC"
+                                  " ms " + job.kernel.backend
                             : job.origin)
                     << ", " << job.kernel.resources.registers << " regs, " << job.kernel.resources.spill_store_bytes
                     << " spill B)";
@@ -388,7 +388,7 @@ Action add_aot(CLI::App &app) {
               << (o->bundle_file.empty() ? "" : " and " + o->bundle_file) << ", " << seconds << " s wall ("
               << compile_seconds << " s compiling) with " << o->jobs << " jobs";
     if (slowest_cold > 0)
-      std::cout << "; slowest cold NVRTC compile " << static_cast<int>(slowest_cold * kMillisecondsPerSecond) << " ms";
+      std::cout << "; slowest cold compile " << static_cast<int>(slowest_cold * kMillisecondsPerSecond) << " ms";
     std::cout << (failures ? ", " + std::to_string(failures) + " FAILED" : "") << "\n";
     return failures ? 1 : 0;
   };
