@@ -126,6 +126,18 @@ def median_ms(fns, iters, per_sample=None):
     return statistics.median(times)
 
 
+def time_sdpa(result, sets, iters, **sdpa_args):
+    """Times PyTorch's flash and cuDNN SDPA backends on `sets` (q, k, v as [B, S, H, D]) into result."""
+    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            with sdpa_kernel(backend):
+                fns = [lambda q=q, k=k, v=v: F.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), **sdpa_args) for q, k, v, _ in sets]
+                result[name + "_ms"] = median_ms(fns, iters)
+        except Exception as e:  # a backend that refuses the shape
+            result[name + "_error"] = str(e).splitlines()[0][:200]
+
+
 def copies_for(bytes_per_copy):
     return max(2, min(8, int(2 * 64e6 // max(bytes_per_copy, 1)) + 1))
 
@@ -149,22 +161,15 @@ def prefill_row(fj, d, s, causal, dtype, iters):
     except RuntimeError as e:
         result["kernel"] = "error: " + str(e)[:200]
         return result
-    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-        try:
-            with sdpa_kernel(backend):
-                fns = [lambda q=q, k=k, v=v: F.scaled_dot_product_attention(
-                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal) for q, k, v, _ in sets]
-                result[name + "_ms"] = median_ms(fns, iters)
-                if name == "cudnn":
-                    q, k, v, o = sets[0]
-                    if "flashjit_ms" in result:
-                        fj.forward(problems[0])
-                    ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                         is_causal=causal).transpose(1, 2)
-                    torch.cuda.synchronize()
-                    result["max_abs_diff_vs_cudnn"] = (o.float() - ref.float()).abs().max().item()
-        except Exception as e:  # a backend that refuses the shape
-            result[name + "_error"] = str(e).splitlines()[0][:200]
+    time_sdpa(result, sets, iters, is_causal=causal)
+    if "flashjit_ms" in result and "cudnn_ms" in result:
+        q, k, v, o = sets[0]
+        fj.forward(problems[0])
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                 is_causal=causal).transpose(1, 2)
+        torch.cuda.synchronize()
+        result["max_abs_diff_vs_cudnn"] = (o.float() - ref.float()).abs().max().item()
     for name in ("flashjit", "flash", "cudnn"):
         if name + "_ms" in result:
             result[name + "_tflops"] = flops / (result[name + "_ms"] * 1e-3) / 1e12
@@ -237,14 +242,7 @@ def decode_row(fj, batch, kv_len, dtype, iters, page_size=0):
             if name + "_ms" in result:
                 result[name + "_tbps"] = kv_bytes / (result[name + "_ms"] * 1e-3) / 1e12
         return result
-    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-        try:
-            with sdpa_kernel(backend):
-                fns = [lambda q=q, k=k, v=v: F.scaled_dot_product_attention(
-                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), enable_gqa=True) for q, k, v, _ in sets]
-                result[name + "_ms"] = median_ms(fns, iters)
-        except Exception as e:
-            result[name + "_error"] = str(e).splitlines()[0][:200]
+    time_sdpa(result, sets, iters, enable_gqa=True)
     for name in ("flashjit", "flash", "cudnn"):
         if name + "_ms" in result:
             result[name + "_tbps"] = kv_bytes / (result[name + "_ms"] * 1e-3) / 1e12

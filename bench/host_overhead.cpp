@@ -56,36 +56,48 @@ Fixture &fixture() {
   return f;
 }
 
-void forward_hot(benchmark::State &state) {
+// The shared GPU fixture, or null after marking the benchmark skipped.
+Fixture *gpu_fixture(benchmark::State &state) {
   Fixture &f = fixture();
   if (!f.ok) {
     state.SkipWithError("no GPU");
-    return;
+    return nullptr;
   }
+  return &f;
+}
+
+// Runs forward() once per iteration; false (benchmark marked failed) on the first error.
+bool forward_loop(benchmark::State &state, Runtime &runtime, const AttentionProblem &p) {
+  for (auto _ : state)
+    if (Status s = runtime.forward(p); !s) {
+      state.SkipWithError(s.message.c_str());
+      return false;
+    }
+  return true;
+}
+
+void forward_hot(benchmark::State &state) {
+  Fixture *fp = gpu_fixture(state);
+  if (!fp)
+    return;
+  Fixture &f = *fp;
   Runtime runtime;
   if (Status s = runtime.prepare(f.p); !s) {
     state.SkipWithError(s.message.c_str());
     return;
   }
-  for (auto _ : state) {
-    Status s = runtime.forward(f.p);
-    if (!s) {
-      state.SkipWithError(s.message.c_str());
-      return;
-    }
-  }
-  state.SetLabel(runtime_kernel(runtime, f.p));
+  if (forward_loop(state, runtime, f.p))
+    state.SetLabel(runtime_kernel(runtime, f.p));
 }
 BENCHMARK(forward_hot)->Unit(benchmark::kMicrosecond);
 
 // The same kernel as forward_fa2_hot, launched straight through the driver with parameters made
 // once: the floor that flashjit's own per-call work (validation, spec, lookup, params) adds to.
 void raw_launch_fa2(benchmark::State &state) {
-  Fixture &f = fixture();
-  if (!f.ok) {
-    state.SkipWithError("no GPU");
+  Fixture *fp = gpu_fixture(state);
+  if (!fp)
     return;
-  }
+  Fixture &f = *fp;
   Options options;
   options.variant = FLASHJIT_VARIANT_FA2;
   KernelStore store(store_config_from(options));
@@ -103,7 +115,8 @@ void raw_launch_fa2(benchmark::State &state) {
   void *args[] = {&params};
   const Dim3 grid{static_cast<unsigned>(params.num_m_blocks), static_cast<unsigned>(n.p.heads_q), 1};
   for (auto _ : state)
-    if (Status s = record->kernel.launch(grid, Dim3{static_cast<unsigned>(plan.threads)}, plan.smem_bytes, nullptr, args);
+    if (Status s =
+            record->kernel.launch(grid, Dim3{static_cast<unsigned>(plan.threads)}, plan.smem_bytes, nullptr, args);
         !s) {
       state.SkipWithError(s.message.c_str());
       return;
@@ -112,28 +125,22 @@ void raw_launch_fa2(benchmark::State &state) {
 BENCHMARK(raw_launch_fa2)->Unit(benchmark::kMicrosecond);
 
 void forward_fa2_hot(benchmark::State &state) {
-  Fixture &f = fixture();
-  if (!f.ok) {
-    state.SkipWithError("no GPU");
+  Fixture *fp = gpu_fixture(state);
+  if (!fp)
     return;
-  }
+  Fixture &f = *fp;
   Options options;
   options.variant = FLASHJIT_VARIANT_FA2;
   Runtime runtime(options);
-  for (auto _ : state)
-    if (Status s = runtime.forward(f.p); !s) {
-      state.SkipWithError(s.message.c_str());
-      return;
-    }
+  forward_loop(state, runtime, f.p);
 }
 BENCHMARK(forward_fa2_hot)->Unit(benchmark::kMicrosecond);
 
 void decode_forward_hot(benchmark::State &state) {
-  Fixture &f = fixture();
-  if (!f.ok) {
-    state.SkipWithError("no GPU");
+  Fixture *fp = gpu_fixture(state);
+  if (!fp)
     return;
-  }
+  Fixture &f = *fp;
   Runtime runtime;
   AttentionProblem p = f.p;
   p.seqlen_q = 1; // decode: split-K with a planned workspace
@@ -149,22 +156,16 @@ void decode_forward_hot(benchmark::State &state) {
     state.SkipWithError(s.message.c_str());
     return;
   }
-  for (auto _ : state) {
-    if (Status s = runtime.forward(p); !s) {
-      state.SkipWithError(s.message.c_str());
-      return;
-    }
-  }
-  state.SetLabel(runtime_kernel(runtime, p));
+  if (forward_loop(state, runtime, p))
+    state.SetLabel(runtime_kernel(runtime, p));
 }
 BENCHMARK(decode_forward_hot)->Unit(benchmark::kMicrosecond);
 
 void prepare_disk_hit(benchmark::State &state) {
-  Fixture &f = fixture();
-  if (!f.ok) {
-    state.SkipWithError("no GPU");
+  Fixture *fp = gpu_fixture(state);
+  if (!fp)
     return;
-  }
+  Fixture &f = *fp;
   {
     Runtime warm; // fills the disk cache
     if (Status s = warm.prepare(f.p); !s) {

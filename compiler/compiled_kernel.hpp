@@ -16,13 +16,13 @@ struct ResourceUsage {
 };
 
 struct CompiledKernel {
-  std::string name;      // canonical kernel name
-  std::string entry;     // symbol in the cubin
-  std::string backend;   // "nvrtc 13.0" / "mlir 22.1"
-  std::string source;    // generated source (or IR) that was compiled
+  std::string name;    // canonical kernel name
+  std::string entry;   // symbol in the cubin
+  std::string backend; // "nvrtc 13.0" / "mlir 22.1"
+  std::string source;  // generated source (or IR) that was compiled
   std::string ptx;
   std::vector<char> cubin;
-  std::string log;       // compiler + ptxas log
+  std::string log; // compiler + ptxas log
   ResourceUsage resources;
   double compile_seconds = 0;
 };

@@ -37,7 +37,8 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
       name += ".q" + std::to_string(spec.q_len);
   }
   if (plan.block_m > 0)
-    name += ".m" + std::to_string(plan.block_m) + "n" + std::to_string(plan.block_n) + "s" + std::to_string(plan.stages);
+    name +=
+        ".m" + std::to_string(plan.block_m) + "n" + std::to_string(plan.block_n) + "s" + std::to_string(plan.stages);
   if (plan.consumer_warpgroups > 0)
     name += ".wg" + std::to_string(plan.consumer_warpgroups) + (plan.pingpong ? "pp" : "");
   name += ".al" + std::to_string(spec.align_bytes);

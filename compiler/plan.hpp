@@ -21,12 +21,12 @@ struct PlanConstant {
 
 struct Plan {
   Variant variant = Variant::fa2;
-  std::string entry;   // kernel symbol in the module
+  std::string entry; // kernel symbol in the module
   int block_m = 0;
   int block_n = 0;
   int stages = 0;
   int threads = 0;
-  int smem_bytes = 0;  // dynamic shared memory per CTA
+  int smem_bytes = 0;          // dynamic shared memory per CTA
   int consumer_warpgroups = 0; // fa3
   bool pingpong = false;       // fa3
   bool persistent = false;     // grid sized to the SM count

@@ -20,7 +20,7 @@ struct PlanChoice {
   Variant preferred = Variant::fa2; // what the planner wanted for this spec
   std::string fallback_reason;      // why `plan.variant` is not `preferred` (empty if it is)
   bool ok = false;
-  std::string error;                // when !ok: no variant can run the spec
+  std::string error; // when !ok: no variant can run the spec
 };
 
 // Preferred variant per op and arch: prefill -> fa3 on sm90a, else fa2; decode -> decode_splitk.

@@ -24,11 +24,17 @@ const char *variant_name(Variant variant) {
   return "?";
 }
 
-const char *dtype_name(flashjit_dtype dtype) { return dtype == FLASHJIT_FP16 ? "fp16" : "bf16"; }
+const char *dtype_name(flashjit_dtype dtype) {
+  return dtype == FLASHJIT_FP16 ? "fp16" : "bf16";
+}
 
-std::string Arch::name() const { return "sm" + std::to_string(sm) + (arch_specific ? "a" : ""); }
+std::string Arch::name() const {
+  return "sm" + std::to_string(sm) + (arch_specific ? "a" : "");
+}
 
-std::string Arch::nvrtc_target() const { return "sm_" + std::to_string(sm) + (arch_specific ? "a" : ""); }
+std::string Arch::nvrtc_target() const {
+  return "sm_" + std::to_string(sm) + (arch_specific ? "a" : "");
+}
 
 std::optional<Arch> Arch::parse(const std::string &text) {
   std::string digits = text;

@@ -21,8 +21,8 @@ struct Arch {
   int sm = 90;
   bool arch_specific = true;
 
-  std::string name() const;        // "sm90a"
-  std::string nvrtc_target() const; // "sm_90a"
+  std::string name() const;                                  // "sm90a"
+  std::string nvrtc_target() const;                          // "sm_90a"
   static std::optional<Arch> parse(const std::string &text); // "sm_90a", "sm90a", "90a", "80"
   static Arch from_compute_capability(int major, int minor); // 9.0 -> sm90a
   bool operator==(const Arch &) const = default;
@@ -38,7 +38,7 @@ struct KernelSpec {
   int head_dim_qk = 128;
   int head_dim_v = 128;
   bool causal = false;
-  bool local = false;   // sliding window
+  bool local = false; // sliding window
   bool softcap = false;
   bool varlen = false;
   int page_size = 0;    // 0: contiguous KV

@@ -53,7 +53,9 @@ void flashjit_options_init(flashjit_options *options) {
   options->variant = FLASHJIT_VARIANT_AUTO;
 }
 
-const char *flashjit_last_error(void) { return last_error.c_str(); }
+const char *flashjit_last_error(void) {
+  return last_error.c_str();
+}
 
 const char *flashjit_status_name(flashjit_status status) {
   switch (status) {
@@ -70,7 +72,9 @@ const char *flashjit_status_name(flashjit_status status) {
   return "FLASHJIT_UNKNOWN_STATUS";
 }
 
-const char *flashjit_version(void) { return FLASHJIT_VERSION_STRING; }
+const char *flashjit_version(void) {
+  return FLASHJIT_VERSION_STRING;
+}
 
 flashjit_status flashjit_runtime_create(const flashjit_options *options, flashjit_runtime *out) {
   return guarded([&] {
@@ -89,7 +93,9 @@ flashjit_status flashjit_runtime_create(const flashjit_options *options, flashji
   });
 }
 
-void flashjit_runtime_destroy(flashjit_runtime runtime) { delete runtime; }
+void flashjit_runtime_destroy(flashjit_runtime runtime) {
+  delete runtime;
+}
 
 flashjit_status flashjit_prepare(flashjit_runtime runtime, const flashjit_problem *problem) {
   return guarded([&] {

@@ -6,7 +6,9 @@ namespace {
 
 using flashjit::c_api::guarded;
 
-flashjit_status report(const flashjit::Status &status) { return flashjit::c_api::record(status); }
+flashjit_status report(const flashjit::Status &status) {
+  return flashjit::c_api::record(status);
+}
 
 } // namespace
 

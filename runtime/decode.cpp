@@ -45,8 +45,8 @@ Status plan_decode_schedule(const KernelRecord &kernel, const NormalizedProblem 
     return Status::error(FLASHJIT_INVALID_ARGUMENT, "workspace: expected a 256-byte aligned device pointer");
   if (n.p.workspace_bytes < d.layout.total_bytes)
     return Status::error(FLASHJIT_INVALID_ARGUMENT, "workspace_bytes = " + std::to_string(n.p.workspace_bytes) +
-                                                        ": this problem needs " +
-                                                        std::to_string(d.layout.total_bytes) + " (flashjit_workspace_size)");
+                                                        ": this problem needs " + std::to_string(d.layout.total_bytes) +
+                                                        " (flashjit_workspace_size)");
   if (n.paged && !n.p.seqlens_k_host)
     return Status::error(FLASHJIT_INVALID_ARGUMENT,
                          "seqlens_k_host: null; planning a paged decode needs the host copy of the KV lengths");
@@ -68,8 +68,7 @@ Status plan_decode_schedule(const KernelRecord &kernel, const NormalizedProblem 
   return Status::success();
 }
 
-Status launch_decode(const KernelRecord &kernel, const NormalizedProblem &n, const DecodeSchedule &d,
-                     CUstream stream) {
+Status launch_decode(const KernelRecord &kernel, const NormalizedProblem &n, const DecodeSchedule &d, CUstream stream) {
   const Plan &plan = kernel.choice.plan;
   char *workspace = static_cast<char *>(n.p.workspace);
   fj_decode_params params{};

@@ -97,7 +97,9 @@ bool is_entry(const fs::path &path) {
   return path.extension() == kEntrySuffix && !file.starts_with(kTempPrefix);
 }
 
-bool is_temp(const fs::path &path) { return path.filename().string().starts_with(kTempPrefix); }
+bool is_temp(const fs::path &path) {
+  return path.filename().string().starts_with(kTempPrefix);
+}
 
 // Warn once per process for each root, however many DiskCache objects name it.
 void warn_unusable_once(const fs::path &root, const std::string &why) {
@@ -114,7 +116,9 @@ void warn_unusable_once(const fs::path &root, const std::string &why) {
                           "FLASHJIT_CACHE_DIR to a writable folder, or FLASHJIT_CACHE=off to silence this)");
 }
 
-std::string errno_text(int error) { return std::strerror(error); }
+std::string errno_text(int error) {
+  return std::strerror(error);
+}
 
 // A name no other writer (thread, process, or host sharing the folder) will pick.
 std::string temp_name(const std::string &key_hex) {

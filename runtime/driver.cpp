@@ -32,12 +32,9 @@ std::string proc_status_text(CUresult result, CUdriverProcAddressQueryResult sta
     return "cuGetProcAddress failed with " + text_with(nullptr, result);
   }
   switch (status) {
-  case CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND:
-    return "not found";
-  case CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT:
-    return "the driver is older than this entry point";
-  default:
-    return "null address";
+  case CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND: return "not found";
+  case CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT: return "the driver is older than this entry point";
+  default: return "null address";
   }
 }
 
@@ -169,7 +166,9 @@ const Api *api(std::string *error) {
   return &state.api;
 }
 
-std::string error_text(CUresult result) { return text_with(api(), result); }
+std::string error_text(CUresult result) {
+  return text_with(api(), result);
+}
 
 Status driver_error(const std::string &what, CUresult result) {
   return Status::error(FLASHJIT_DRIVER_ERROR, what + ": " + error_text(result));

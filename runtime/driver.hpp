@@ -60,7 +60,7 @@ namespace flashjit::driver {
   X(cuMemcpyHtoDAsync)                                                                                                 \
   X(cuStreamBeginCapture)                                                                                              \
   X(cuStreamEndCapture)                                                                                                \
-  X(cuGraphInstantiateWithFlags)                                                                                              \
+  X(cuGraphInstantiateWithFlags)                                                                                       \
   X(cuGraphLaunch)                                                                                                     \
   X(cuGraphDestroy)                                                                                                    \
   X(cuGraphExecDestroy)

@@ -37,11 +37,11 @@ struct StoreConfig {
 StoreConfig store_config_from(const flashjit_options &options);
 
 struct KernelRecord {
-  PlanChoice choice;            // spec, plan, preferred variant and fallback reason
-  std::string name;             // canonical kernel name
-  std::string key;              // cache key (hex)
-  std::string origin;           // where the cubin came from: bundle:<path> | disk | jit
-  std::string backend;          // e.g. "nvrtc 13.0"
+  PlanChoice choice;   // spec, plan, preferred variant and fallback reason
+  std::string name;    // canonical kernel name
+  std::string key;     // cache key (hex)
+  std::string origin;  // where the cubin came from: bundle:<path> | disk | jit
+  std::string backend; // e.g. "nvrtc 13.0"
   ResourceUsage resources;
   double compile_seconds = 0;
   LoadedKernel kernel;

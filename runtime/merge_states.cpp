@@ -15,9 +15,13 @@ constexpr int kMaxHeadDimV = 256;
 constexpr int kHeadDimGranule = 8;
 constexpr uintptr_t kFloat4Bytes = 16; // the combine kernel reads partial O as float4
 
-Status invalid(const std::string &message) { return Status::error(FLASHJIT_INVALID_ARGUMENT, message); }
+Status invalid(const std::string &message) {
+  return Status::error(FLASHJIT_INVALID_ARGUMENT, message);
+}
 
-bool aligned(const void *ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
+bool aligned(const void *ptr, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+}
 
 } // namespace
 

@@ -28,9 +28,13 @@ const driver::Api *require_api(Status *status) {
 
 } // namespace
 
-LoadedKernel::~LoadedKernel() { reset(); }
+LoadedKernel::~LoadedKernel() {
+  reset();
+}
 
-LoadedKernel::LoadedKernel(LoadedKernel &&other) noexcept { *this = std::move(other); }
+LoadedKernel::LoadedKernel(LoadedKernel &&other) noexcept {
+  *this = std::move(other);
+}
 
 LoadedKernel &LoadedKernel::operator=(LoadedKernel &&other) noexcept {
   if (this != &other) {
@@ -147,8 +151,8 @@ Status LoadedKernel::load(std::span<const char> cubin, const std::string &entry,
   return Status::success();
 }
 
-Status LoadedKernel::launch(Dim3 grid, Dim3 block, unsigned smem_bytes, CUstream stream, void **args,
-                            Dim3 cluster, bool programmatic_dependent) const {
+Status LoadedKernel::launch(Dim3 grid, Dim3 block, unsigned smem_bytes, CUstream stream, void **args, Dim3 cluster,
+                            bool programmatic_dependent) const {
   if (function_ == nullptr) {
     return Status::error(FLASHJIT_INTERNAL, "launch of a kernel that is not loaded");
   }

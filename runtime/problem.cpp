@@ -13,9 +13,13 @@ constexpr int kHeadDimGranule = 8;
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxPageSize = 512;
 
-Status invalid(const std::string &message) { return Status::error(FLASHJIT_INVALID_ARGUMENT, message); }
+Status invalid(const std::string &message) {
+  return Status::error(FLASHJIT_INVALID_ARGUMENT, message);
+}
 
-bool aligned(const void *ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
+bool aligned(const void *ptr, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+}
 
 Status check_head_dim(const char *name, int value) {
   if (value < kHeadDimGranule || value > kMaxHeadDim || value % kHeadDimGranule != 0)
@@ -32,8 +36,8 @@ Status resolve_strides(const char *name, flashjit_strides *s, int rows_per_batch
   }
   const std::string n(name);
   if (s->head < 0 || s->token < 0 || s->batch < 0)
-    return invalid(n + ": strides must be non-negative (elements), got batch " + std::to_string(s->batch) +
-                   ", token " + std::to_string(s->token) + ", head " + std::to_string(s->head));
+    return invalid(n + ": strides must be non-negative (elements), got batch " + std::to_string(s->batch) + ", token " +
+                   std::to_string(s->token) + ", head " + std::to_string(s->head));
   if (heads > 1 && s->head < dim)
     return invalid(n + ".head = " + std::to_string(s->head) + ": heads would overlap; expected >= head_dim (" +
                    std::to_string(dim) + ")");
@@ -44,8 +48,8 @@ Status resolve_strides(const char *name, flashjit_strides *s, int rows_per_batch
   if (has_batch) {
     const int64_t batch_extent = static_cast<int64_t>(rows_per_batch - 1) * s->token + row_extent;
     if (s->batch < batch_extent)
-      return invalid(n + ".batch = " + std::to_string(s->batch) + ": sequences would overlap; expected >= " +
-                     std::to_string(batch_extent));
+      return invalid(n + ".batch = " + std::to_string(s->batch) +
+                     ": sequences would overlap; expected >= " + std::to_string(batch_extent));
   }
   return Status::success();
 }
@@ -87,7 +91,8 @@ Status validate_problem(const flashjit_problem *problem, NormalizedProblem *out)
   n.p = *problem;
   flashjit_problem &p = n.p;
   if (p.dtype != FLASHJIT_FP16 && p.dtype != FLASHJIT_BF16)
-    return invalid("dtype = " + std::to_string(static_cast<int>(p.dtype)) + ": expected FLASHJIT_FP16 or FLASHJIT_BF16");
+    return invalid("dtype = " + std::to_string(static_cast<int>(p.dtype)) +
+                   ": expected FLASHJIT_FP16 or FLASHJIT_BF16");
   if (p.batch < 1)
     return invalid("batch = " + std::to_string(p.batch) + ": expected >= 1");
   if (p.seqlen_q < 0 || p.seqlen_k < 0)
@@ -97,8 +102,8 @@ Status validate_problem(const flashjit_problem *problem, NormalizedProblem *out)
     return invalid("heads_q/heads_kv = " + std::to_string(p.heads_q) + "/" + std::to_string(p.heads_kv) +
                    ": expected >= 1");
   if (p.heads_q % p.heads_kv != 0)
-    return invalid("heads_q = " + std::to_string(p.heads_q) + " is not a multiple of heads_kv = " +
-                   std::to_string(p.heads_kv) + " (GQA/MQA needs whole groups)");
+    return invalid("heads_q = " + std::to_string(p.heads_q) +
+                   " is not a multiple of heads_kv = " + std::to_string(p.heads_kv) + " (GQA/MQA needs whole groups)");
   n.group = p.heads_q / p.heads_kv;
   if (p.head_dim_v == 0)
     p.head_dim_v = p.head_dim_qk;
@@ -166,9 +171,9 @@ Status validate_problem(const flashjit_problem *problem, NormalizedProblem *out)
       for (int b = 0; b < p.batch; ++b) {
         const int len = p.seqlens_k_host[b];
         if (len < 0 || len > capacity || len > p.seqlen_k)
-          return invalid("seqlens_k[" + std::to_string(b) + "] = " + std::to_string(len) +
-                         ": expected 0.." + std::to_string(std::min<int64_t>(capacity, p.seqlen_k)) +
-                         " (block table covers " + std::to_string(capacity) + ", seqlen_k is the maximum)");
+          return invalid("seqlens_k[" + std::to_string(b) + "] = " + std::to_string(len) + ": expected 0.." +
+                         std::to_string(std::min<int64_t>(capacity, p.seqlen_k)) + " (block table covers " +
+                         std::to_string(capacity) + ", seqlen_k is the maximum)");
       }
     }
     if (p.block_table_host) {

@@ -9,12 +9,12 @@
 namespace flashjit {
 
 struct NormalizedProblem {
-  flashjit_problem p{};       // strides, head_dim_v and scale resolved
+  flashjit_problem p{}; // strides, head_dim_v and scale resolved
   bool varlen = false;
   bool paged = false;
-  int group = 1;              // heads_q / heads_kv
-  int align_bytes = 16;       // 16 if every row start is 16-byte aligned, else 2
-  bool empty = false;         // nothing to compute (zero query rows)
+  int group = 1;        // heads_q / heads_kv
+  int align_bytes = 16; // 16 if every row start is 16-byte aligned, else 2
+  bool empty = false;   // nothing to compute (zero query rows)
 };
 
 // Checks every field; on failure the message names the parameter and what was expected.

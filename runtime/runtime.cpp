@@ -3,8 +3,8 @@
 #include "runtime/decode.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/kernel_store.hpp"
-#include "runtime/log.hpp"
 #include "runtime/launch.hpp"
+#include "runtime/log.hpp"
 #include "runtime/problem.hpp"
 
 #include <flashjit/flashjit.hpp>
@@ -30,9 +30,8 @@ struct Runtime::Impl {
     if (r != CUDA_SUCCESS)
       return driver::driver_error("cuCtxGetCurrent", r);
     if (!*context)
-      return Status::error(FLASHJIT_DRIVER_ERROR,
-                           "no current CUDA context on this thread: make one current first "
-                           "(cudaSetDevice + any runtime call, or cuCtxSetCurrent)");
+      return Status::error(FLASHJIT_DRIVER_ERROR, "no current CUDA context on this thread: make one current first "
+                                                  "(cudaSetDevice + any runtime call, or cuCtxSetCurrent)");
     driver::DeviceInfo device;
     if (Status s = driver::current_device(&device); !s)
       return s;
@@ -112,9 +111,8 @@ Status Runtime::forward(const AttentionProblem &problem, flashjit_stream stream)
   }
   if (!(schedule.spec == record->choice.spec) || schedule.batch != normalized.p.batch)
     return Status::error(FLASHJIT_INVALID_ARGUMENT, "workspace: planned for another problem (" +
-                                                        kernel_name(schedule.spec, record->choice.plan) +
-                                                        ", batch " + std::to_string(schedule.batch) +
-                                                        "); call flashjit_plan again");
+                                                        kernel_name(schedule.spec, record->choice.plan) + ", batch " +
+                                                        std::to_string(schedule.batch) + "); call flashjit_plan again");
   return launch_decode(*record, normalized, schedule, cu_stream);
 }
 
@@ -159,7 +157,9 @@ Status Runtime::plan(const AttentionProblem &problem) {
   return Status::success();
 }
 
-Status Runtime::register_bundle(const std::string &path) { return impl_->store.register_bundle(path); }
+Status Runtime::register_bundle(const std::string &path) {
+  return impl_->store.register_bundle(path);
+}
 
 Status Runtime::is_served(const AttentionProblem &problem, const std::string &arch_text, bool *served,
                           std::string *origin) {

@@ -11,8 +11,8 @@ static_assert(sizeof(fj_tensor_map) == sizeof(CUtensorMap), "fj_tensor_map must 
 constexpr size_t kTensorMapAlign = 64;
 static_assert(alignof(fj_tensor_map) >= kTensorMapAlign, "tensor maps must be 64-byte aligned");
 
-constexpr int kElemBytes = 2;           // fp16 / bf16
-constexpr int kMapRank = 4;             // {dim, tokens, heads, batch}
+constexpr int kElemBytes = 2; // fp16 / bf16
+constexpr int kMapRank = 4;   // {dim, tokens, heads, batch}
 constexpr uint64_t kTmaAddressAlign = 16;
 constexpr uint64_t kTmaStrideAlign = 16;
 // Share of L2 a section's K/V may fill: FA-3 uses 32 MB on a 50 MB L2.

@@ -262,7 +262,9 @@ Action add_aot(CLI::App &app) {
   app.add_option("--causal", o->causal, "yes | no | both")
       ->check(CLI::IsMember({"yes", "no", "both"}))
       ->capture_default_str();
-  app.add_option("--op", o->cli.ops, "ops to generate: prefill, decode, combine")->delimiter(',')->capture_default_str();
+  app.add_option("--op", o->cli.ops, "ops to generate: prefill, decode, combine")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--page-size", o->cli.page_sizes, "paged-KV page sizes (0: contiguous KV)")
       ->delimiter(',')
       ->capture_default_str();

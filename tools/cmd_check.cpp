@@ -39,8 +39,8 @@ Action add_check(CLI::App &app) {
       return 2;
     Runtime runtime(options->problem.runtime_options());
     const harness::CaseResult result = harness::run_case(runtime, c);
-    std::cout << "device: " << session.name() << "\nproblem: " << c.problem.describe() << " " << ref::dtype_name(c.dtype)
-              << (c.page_size ? " page " + std::to_string(c.page_size) : "") << "\n"
+    std::cout << "device: " << session.name() << "\nproblem: " << c.problem.describe() << " "
+              << ref::dtype_name(c.dtype) << (c.page_size ? " page " + std::to_string(c.page_size) : "") << "\n"
               << result.summary() << "\n";
     return result.pass() ? 0 : 1;
   };
@@ -64,8 +64,8 @@ Action add_bench(CLI::App &app) {
       return 1;
     }
     std::cout << "device: " << session.name() << "\nkernel: " << result.kernel << "\nproblem: " << c.problem.describe()
-              << "\nmedian " << result.median_ms << " ms over " << options->iterations << " launches, "
-              << result.tflops << " TFLOP/s\n";
+              << "\nmedian " << result.median_ms << " ms over " << options->iterations << " launches, " << result.tflops
+              << " TFLOP/s\n";
     return 0;
   };
 }

@@ -12,7 +12,9 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <limits>
 
 namespace flashjit::mlirgen {
@@ -20,7 +22,9 @@ namespace flashjit::mlirgen {
 // Address spaces of NVPTX.
 constexpr unsigned kGenericSpace = 0;
 constexpr unsigned kGlobalSpace = 1;
+constexpr unsigned kSharedSpace = 3;
 constexpr int kWarpSize = 32;
+constexpr int kQuadSize = 4; // lanes sharing the rows of an mma C fragment
 constexpr uint32_t kFullMask = 0xffffffffu;
 constexpr int kShflClamp = 0x1f; // shfl.sync c operand: clamp at lane 31, whole-warp segment
 constexpr float kLog2e = 1.4426950408889634f;
@@ -51,9 +55,7 @@ struct Emitter {
     return mlir::arith::ConstantOp::create(b, loc, mlir::DenseElementsAttr::get(v4f32(), b.getF32FloatAttr(v)));
   }
   // mov.b32 d, 0fFF800000 — -inf
-  mlir::Value neg_inf() {
-    return c_f32(-std::numeric_limits<float>::infinity());
-  }
+  mlir::Value neg_inf() { return c_f32(-std::numeric_limits<float>::infinity()); }
 
   // --- special registers
   // mov.u32 d, %tid.x
@@ -76,7 +78,9 @@ struct Emitter {
   mlir::Value cmpf(mlir::arith::CmpFPredicate p, mlir::Value x, mlir::Value y) {
     return mlir::arith::CmpFOp::create(b, loc, p, x, y);
   }
-  mlir::Value select(mlir::Value c, mlir::Value x, mlir::Value y) { return mlir::arith::SelectOp::create(b, loc, c, x, y); }
+  mlir::Value select(mlir::Value c, mlir::Value x, mlir::Value y) {
+    return mlir::arith::SelectOp::create(b, loc, c, x, y);
+  }
   mlir::Value and_(mlir::Value x, mlir::Value y) { return mlir::arith::AndIOp::create(b, loc, x, y); }
   // Float ops carry `contract`, so a multiply feeding an add may fuse into fma.rn.f32, as NVRTC's
   // default --fmad=true allows for the template kernels.
@@ -111,10 +115,9 @@ struct Emitter {
   // --- warp (templates/prim/warp.cuh)
   // shfl.sync.bfly.b32 d, a, lane_mask, 0x1f, 0xffffffff
   mlir::Value shfl_xor_sync(mlir::Value v, int lane_mask) {
-    return mlir::NVVM::ShflOp::create(b, loc, v.getType(), c_i32(int32_t(kFullMask)), v, c_i32(lane_mask),
-                                      c_i32(kShflClamp),
-                                      mlir::NVVM::ShflKindAttr::get(b.getContext(), mlir::NVVM::ShflKind::bfly),
-                                      mlir::UnitAttr{});
+    return mlir::NVVM::ShflOp::create(
+        b, loc, v.getType(), c_i32(int32_t(kFullMask)), v, c_i32(lane_mask), c_i32(kShflClamp),
+        mlir::NVVM::ShflKindAttr::get(b.getContext(), mlir::NVVM::ShflKind::bfly), mlir::UnitAttr{});
   }
   mlir::Value warp_reduce_max(mlir::Value v) {
     for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
@@ -137,8 +140,8 @@ struct Emitter {
   }
   // Field `field` of the by-value parameter struct `type` behind `params` (ld.param).
   mlir::Value param(mlir::Value params, mlir::LLVM::LLVMStructType type, int field) {
-    mlir::Value address = mlir::LLVM::GEPOp::create(b, loc, ptr(), type, params,
-                                                    llvm::ArrayRef<mlir::LLVM::GEPArg>{0, field});
+    mlir::Value address =
+        mlir::LLVM::GEPOp::create(b, loc, ptr(), type, params, llvm::ArrayRef<mlir::LLVM::GEPArg>{0, field});
     return mlir::LLVM::LoadOp::create(b, loc, type.getBody()[field], address);
   }
   mlir::Value is_null(mlir::Value p) {
@@ -184,6 +187,115 @@ struct Emitter {
     return mlir::LLVM::BitcastOp::create(b, loc, i32(), h);
   }
   mlir::Value extract(mlir::Value vec, int64_t i) { return mlir::vector::ExtractOp::create(b, loc, vec, i); }
+
+  // --- more integer arithmetic (signed, as the int math of the templates)
+  mlir::Value sub(mlir::Value x, mlir::Value y) { return mlir::arith::SubIOp::create(b, loc, x, y); }
+  mlir::Value div_s(mlir::Value x, mlir::Value y) { return mlir::arith::DivSIOp::create(b, loc, x, y); }
+  mlir::Value rem_s(mlir::Value x, mlir::Value y) { return mlir::arith::RemSIOp::create(b, loc, x, y); }
+  mlir::Value max_s(mlir::Value x, mlir::Value y) { return mlir::arith::MaxSIOp::create(b, loc, x, y); }
+  mlir::Value not_(mlir::Value x) {
+    return mlir::arith::XOrIOp::create(b, loc, x, mlir::arith::ConstantIntOp::create(b, loc, i1(), 1));
+  }
+  mlir::Value fneg(mlir::Value x) { return mlir::arith::NegFOp::create(b, loc, x); }
+
+  // --- shared memory (templates/prim/ld_shared.cuh, st_shared.cuh)
+  mlir::Value load(mlir::Type type, mlir::Value address, unsigned alignment) {
+    return mlir::LLVM::LoadOp::create(b, loc, type, address, alignment);
+  }
+  // ld.shared / st.shared through a ptr<3>; vector types give .v2 / .v4
+  mlir::Value ld_shared(mlir::Type type, mlir::Value address, unsigned alignment) {
+    return load(type, address, alignment);
+  }
+  void st_shared(mlir::Value address, mlir::Value v, unsigned alignment) {
+    mlir::LLVM::StoreOp::create(b, loc, v, address, alignment);
+  }
+  // ld.global.nc.b32 d, [a]
+  mlir::Value ld_global_nc_s32(mlir::Value address) {
+    return mlir::LLVM::LoadOp::create(b, loc, i32(), to_global(address), kF32Bytes, false, false,
+                                      /*isInvariant=*/true);
+  }
+  // ld.global.nc.v4.b32 {d0..d3}, [a] — a 16-byte aligned
+  mlir::Value ld_global_nc_v4_s32(mlir::Value address) {
+    return mlir::LLVM::LoadOp::create(b, loc, mlir::VectorType::get({kVec4}, i32()), to_global(address),
+                                      kVec4 * kF32Bytes, false, false, /*isInvariant=*/true);
+  }
+  // st.global.v4.b32 [a], {b0..b3} — a 16-byte aligned
+  void st_global_v4(mlir::Value address, mlir::Value v) { store(v, address, kVec4 * kF32Bytes); }
+
+  // --- async copies (templates/prim/cp_async.cuh)
+  // cp.async.cg.shared.global [dst], [src], 16, src_bytes — zero-fills past src_bytes
+  void cp_async_cg_16(mlir::Value dst_shared, mlir::Value src, mlir::Value src_bytes) {
+    constexpr int kCpAsyncBytes = 16;
+    mlir::NVVM::CpAsyncOp::create(
+        b, loc, dst_shared, to_global(src), b.getI32IntegerAttr(kCpAsyncBytes),
+        mlir::NVVM::LoadCacheModifierKindAttr::get(b.getContext(), mlir::NVVM::LoadCacheModifierKind::CG), src_bytes);
+  }
+  // cp.async.commit_group
+  void cp_async_commit_group() { mlir::NVVM::CpAsyncCommitGroupOp::create(b, loc); }
+  // cp.async.wait_group n
+  void cp_async_wait_group(int n) { mlir::NVVM::CpAsyncWaitGroupOp::create(b, loc, b.getI32IntegerAttr(n)); }
+
+  // --- barriers, grid dependencies (templates/prim/griddep.cuh)
+  // bar.sync 0
+  void bar_sync() { mlir::NVVM::Barrier0Op::create(b, loc); }
+  // griddepcontrol.launch_dependents / griddepcontrol.wait
+  void griddepcontrol(mlir::NVVM::GridDepActionKind kind) {
+    mlir::NVVM::GriddepcontrolOp::create(b, loc, mlir::NVVM::GridDepActionKindAttr::get(b.getContext(), kind));
+  }
+
+  // --- tensor cores (templates/prim/ldmatrix.cuh, mma.cuh)
+  // ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 {d0..d3}, [a]
+  std::array<mlir::Value, 4> ldmatrix_x4(mlir::Value address_shared, bool trans) {
+    constexpr int kMatrices = 4, kRows = 8;
+    mlir::Type result = mlir::LLVM::LLVMStructType::getLiteral(b.getContext(), {i32(), i32(), i32(), i32()});
+    mlir::Value v = mlir::NVVM::LdMatrixOp::create(
+        b, loc, result, address_shared, b.getI32IntegerAttr(kMatrices),
+        mlir::NVVM::MMALayoutAttr::get(b.getContext(), trans ? mlir::NVVM::MMALayout::col : mlir::NVVM::MMALayout::row),
+        mlir::NVVM::LdStMatrixShapeAttr::get(b.getContext(), kRows, kRows),
+        mlir::NVVM::LdStMatrixEltTypeAttr::get(b.getContext(), mlir::NVVM::LdStMatrixEltType::B16));
+    std::array<mlir::Value, 4> out;
+    for (int i = 0; i < kMatrices; ++i)
+      out[i] = mlir::LLVM::ExtractValueOp::create(b, loc, v, i);
+    return out;
+  }
+  // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 {d}, {a0..a3}, {b0,b1}, {c0..c3}
+  // a/b are packed pairs as i32; f16 operands travel as vector<2xf16>.
+  std::array<mlir::Value, 4> mma_m16n8k16(DType dtype, const std::array<mlir::Value, 4> &a,
+                                          const std::array<mlir::Value, 2> &bm, const std::array<mlir::Value, 4> &c) {
+    constexpr int64_t kM = 16, kN = 8, kK = 16;
+    auto operand = [&](mlir::Value x) -> mlir::Value {
+      if (dtype == DType::bf16)
+        return x;
+      return mlir::LLVM::BitcastOp::create(b, loc, mlir::VectorType::get({2}, b.getF16Type()), x);
+    };
+    llvm::SmallVector<mlir::Value, 4> va, vb;
+    for (mlir::Value x : a)
+      va.push_back(operand(x));
+    for (mlir::Value x : bm)
+      vb.push_back(operand(x));
+    mlir::Type result = mlir::LLVM::LLVMStructType::getLiteral(b.getContext(), {f32(), f32(), f32(), f32()});
+    const mlir::NVVM::MMATypes type = dtype == DType::bf16 ? mlir::NVVM::MMATypes::bf16 : mlir::NVVM::MMATypes::f16;
+    mlir::Value d = mlir::NVVM::MmaOp::create(
+        b, loc, result, va, vb, mlir::ValueRange{c[0], c[1], c[2], c[3]}, llvm::ArrayRef<int64_t>{kM, kN, kK},
+        std::nullopt, std::nullopt, std::array<mlir::NVVM::MMATypes, 2>{type, type},
+        std::array<mlir::NVVM::MMALayout, 2>{mlir::NVVM::MMALayout::row, mlir::NVVM::MMALayout::col});
+    std::array<mlir::Value, 4> out;
+    for (int i = 0; i < 4; ++i)
+      out[i] = mlir::LLVM::ExtractValueOp::create(b, loc, d, i);
+    return out;
+  }
+
+  // --- warp groups of four lanes (templates/prim/warp.cuh)
+  mlir::Value quad_reduce_max(mlir::Value v) {
+    for (int offset = kQuadSize / 2; offset > 0; offset /= 2)
+      v = max_f32(v, shfl_xor_sync(v, offset));
+    return v;
+  }
+  mlir::Value quad_reduce_sum(mlir::Value v) {
+    for (int offset = kQuadSize / 2; offset > 0; offset /= 2)
+      v = fadd(v, shfl_xor_sync(v, offset));
+    return v;
+  }
 };
 
 } // namespace flashjit::mlirgen

@@ -6,6 +6,7 @@
 // NVRTC kernel: fj_combine(const __grid_constant__ fj_combine_params p).
 #include "compiler/mlir/emit.hpp"
 #include "compiler/mlir/generators.hpp"
+#include "compiler/mlir/merge_states.hpp"
 
 #include "kernel_params.h"
 
@@ -64,12 +65,6 @@ mlir::LLVM::LLVMStructType combine_params_type(Emitter &e) {
   return mlir::LLVM::LLVMStructType::getLiteral(e.b.getContext(), {p, p, i64, i64, p, i64, p, i32, i32, i32, i32});
 }
 
-struct RowMerge {
-  DType dtype;
-  int head_dim_v;
-  bool aligned16;
-};
-
 // sum over lanes of f(state) for states lane, lane + 32, ... < count, then a warp reduction.
 template <typename Combine>
 Value strided_states_reduce(Emitter &e, Value lane, Value count, Value init, Combine &&combine) {
@@ -79,6 +74,8 @@ Value strided_states_reduce(Emitter &e, Value lane, Value count, Value init, Com
                                  });
   return loop.getResult(0);
 }
+
+} // namespace
 
 // merge_states_row of combine.cuh: warp-wide merge of `count` states of one row.
 void merge_states_row(Emitter &e, const RowMerge &m, Value o_states, Value o_stride, Value lse_states, Value lse_stride,
@@ -115,36 +112,36 @@ void merge_states_row(Emitter &e, const RowMerge &m, Value o_states, Value o_str
   std::vector<Value> init(shape.vecs_per_lane, e.c_v4f32(0.f));
   Value last_state = e.add(count, e.c_i32(-1));
   Value upper = e.select(empty, zero_i, count);
-  auto batches = scf::ForOp::create(
-      e.b, e.loc, zero_i, upper, e.c_i32(shape.batch), init,
-      [&](mlir::OpBuilder &, mlir::Location, Value first, ValueRange carried) {
-        std::vector<Value> state(shape.batch), lse(shape.batch);
-        for (int s = 0; s < shape.batch; ++s) {
-          state[s] = e.min_s(e.add(first, e.c_i32(s)), last_state);
-          lse[s] = e.ld_global_nc_f32(lse_at(state[s]));
-        }
-        std::vector<std::vector<Value>> v(shape.batch, std::vector<Value>(shape.vecs_per_lane));
-        for (int s = 0; s < shape.batch; ++s)
-          for (int c = 0; c < shape.vecs_per_lane; ++c) {
-            Value vec = e.min_s(e.add(lane, e.c_i32(c * kWarpSize)), e.c_i32(shape.vecs - 1));
-            Value column = e.sext64(e.mul(vec, e.c_i32(kF32PerVec)));
-            Value offset = e.add(e.mul(e.sext64(state[s]), o_stride), column);
-            v[s][c] = e.ld_global_nc_v4_f32(e.gep(o_states, f32, offset));
-          }
-        std::vector<Value> acc(carried.begin(), carried.end());
-        Value zero4 = e.c_v4f32(0.f);
-        for (int s = 0; s < shape.batch; ++s) {
-          Value in_range = e.cmp(arith::CmpIPredicate::slt, e.add(first, e.c_i32(s)), count);
-          Value exp = e.ex2_approx(e.fmul(e.fsub(lse[s], max_lse), e.c_f32(kLog2e)));
-          Value weight = e.select(in_range, e.fmul(exp, inv_sum), zero_f);
-          // an empty state weighs 0 and its O may be anything (even NaN): select, don't multiply
-          Value counts = e.cmpf(arith::CmpFPredicate::OGT, weight, zero_f);
-          Value w4 = e.splat4(weight);
-          for (int c = 0; c < shape.vecs_per_lane; ++c)
-            acc[c] = e.fadd(acc[c], e.select(counts, e.fmul(w4, v[s][c]), zero4));
-        }
-        scf::YieldOp::create(e.b, e.loc, acc);
-      });
+  auto batches =
+      scf::ForOp::create(e.b, e.loc, zero_i, upper, e.c_i32(shape.batch), init,
+                         [&](mlir::OpBuilder &, mlir::Location, Value first, ValueRange carried) {
+                           std::vector<Value> state(shape.batch), lse(shape.batch);
+                           for (int s = 0; s < shape.batch; ++s) {
+                             state[s] = e.min_s(e.add(first, e.c_i32(s)), last_state);
+                             lse[s] = e.ld_global_nc_f32(lse_at(state[s]));
+                           }
+                           std::vector<std::vector<Value>> v(shape.batch, std::vector<Value>(shape.vecs_per_lane));
+                           for (int s = 0; s < shape.batch; ++s)
+                             for (int c = 0; c < shape.vecs_per_lane; ++c) {
+                               Value vec = e.min_s(e.add(lane, e.c_i32(c * kWarpSize)), e.c_i32(shape.vecs - 1));
+                               Value column = e.sext64(e.mul(vec, e.c_i32(kF32PerVec)));
+                               Value offset = e.add(e.mul(e.sext64(state[s]), o_stride), column);
+                               v[s][c] = e.ld_global_nc_v4_f32(e.gep(o_states, f32, offset));
+                             }
+                           std::vector<Value> acc(carried.begin(), carried.end());
+                           Value zero4 = e.c_v4f32(0.f);
+                           for (int s = 0; s < shape.batch; ++s) {
+                             Value in_range = e.cmp(arith::CmpIPredicate::slt, e.add(first, e.c_i32(s)), count);
+                             Value exp = e.ex2_approx(e.fmul(e.fsub(lse[s], max_lse), e.c_f32(kLog2e)));
+                             Value weight = e.select(in_range, e.fmul(exp, inv_sum), zero_f);
+                             // an empty state weighs 0 and its O may be anything (even NaN): select, don't multiply
+                             Value counts = e.cmpf(arith::CmpFPredicate::OGT, weight, zero_f);
+                             Value w4 = e.splat4(weight);
+                             for (int c = 0; c < shape.vecs_per_lane; ++c)
+                               acc[c] = e.fadd(acc[c], e.select(counts, e.fmul(w4, v[s][c]), zero4));
+                           }
+                           scf::YieldOp::create(e.b, e.loc, acc);
+                         });
 
   // Stores: four 16-bit values per v4 group, 8 bytes at once when rows are 16-byte aligned.
   for (int c = 0; c < shape.vecs_per_lane; ++c) {
@@ -183,14 +180,13 @@ void merge_states_row(Emitter &e, const RowMerge &m, Value o_states, Value o_str
   e.st_global_f32(e.gep(maybe_lse, f32, row64), e.select(empty, neg_inf, merged));
 }
 
-} // namespace
-
 Status build_combine(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const Plan &plan, BuiltKernel *out) {
   if (spec.head_dim_v <= 0 || spec.head_dim_v % kMergeChunk != 0)
     return Status::error(FLASHJIT_INVALID_ARGUMENT, "combine: head_dim_v must be a positive multiple of 8");
   const int threads = int(plan.constant("kCombineThreads", plan.threads));
   if (threads <= 0 || threads % kWarpSize != 0)
-    return Status::error(FLASHJIT_INVALID_ARGUMENT, "combine: the plan's kCombineThreads is not a whole number of warps");
+    return Status::error(FLASHJIT_INVALID_ARGUMENT,
+                         "combine: the plan's kCombineThreads is not a whole number of warps");
   const int warps = threads / kWarpSize;
   const RowMerge merge{spec.dtype == FLASHJIT_FP16 ? DType::fp16 : DType::bf16, spec.head_dim_v,
                        spec.align_bytes >= 16};
@@ -219,16 +215,15 @@ Status build_combine(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, cons
 
   Value first_row = e.add(e.mul(e.ctaid_x(), e.c_i32(warps)), e.warp_id());
   Value row_step = e.mul(e.nctaid_x(), e.c_i32(warps));
-  scf::ForOp::create(b, loc, first_row, rows, row_step, ValueRange{},
-                     [&](mlir::OpBuilder &, mlir::Location, Value row, ValueRange) {
-                       Value row64 = e.sext64(row);
-                       Value o_states = e.gep(partial_o, e.f32(), e.mul(row64, e.c_i64(spec.head_dim_v)));
-                       Value lse_states = e.gep(partial_lse, e.f32(), row64);
-                       Value out_row = e.gep(o, b.getI16Type(), e.mul(row64, o_row_stride));
-                       merge_states_row(e, merge, o_states, stride_o, lse_states, stride_lse, num_states, out_row,
-                                        maybe_lse, row64);
-                       scf::YieldOp::create(b, loc);
-                     });
+  scf::ForOp::create(
+      b, loc, first_row, rows, row_step, ValueRange{}, [&](mlir::OpBuilder &, mlir::Location, Value row, ValueRange) {
+        Value row64 = e.sext64(row);
+        Value o_states = e.gep(partial_o, e.f32(), e.mul(row64, e.c_i64(spec.head_dim_v)));
+        Value lse_states = e.gep(partial_lse, e.f32(), row64);
+        Value out_row = e.gep(o, b.getI16Type(), e.mul(row64, o_row_stride));
+        merge_states_row(e, merge, o_states, stride_o, lse_states, stride_lse, num_states, out_row, maybe_lse, row64);
+        scf::YieldOp::create(b, loc);
+      });
   mlir::gpu::ReturnOp::create(b, loc);
 
   out->entry = plan.entry;
@@ -238,8 +233,8 @@ Status build_combine(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, cons
   const auto layout_bytes = mlir::DataLayout::closest(fn).getTypeSize(params_type);
   if (layout_bytes != uint64_t(out->params_bytes))
     return Status::error(FLASHJIT_INTERNAL, "combine: MLIR lays fj_combine_params out in " +
-                                                      std::to_string(layout_bytes) + " bytes, C in " +
-                                                      std::to_string(out->params_bytes));
+                                                std::to_string(layout_bytes) + " bytes, C in " +
+                                                std::to_string(out->params_bytes));
   return Status::success();
 }
 

@@ -9,6 +9,9 @@
 
 #include <flashjit/flashjit.hpp>
 
+#include <string>
+#include <vector>
+
 namespace flashjit::mlirgen {
 
 // What the lowering must know about a built kernel: its by-value parameter block. The gpu.func
@@ -20,8 +23,16 @@ struct BuiltKernel {
   unsigned params_argument = 0;
   mlir::LLVM::LLVMStructType params_type;
   int params_bytes = 0; // sizeof the C struct in templates/kernel_params.h, checked against the layout
+  int min_ctas = 0;     // > 0: .minnctapersm, the second __launch_bounds__ argument
 };
 
 Status build_combine(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const Plan &plan, BuiltKernel *out);
+
+// Why the MLIR decode generator cannot build `spec` (empty: it can). Checked before anything is built.
+std::string decode_unsupported_reason(const KernelSpec &spec);
+
+// Both entries of templates/kernels/decode_splitk.cuh: fj_decode_splitk, then fj_decode_combine.
+Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const Plan &plan,
+                    std::vector<BuiltKernel> *out);
 
 } // namespace flashjit::mlirgen

@@ -106,8 +106,8 @@ Status parse_target(const Target &target, ParsedTarget *out) {
   out->sm = std::stoi(m[1].str());
   out->arch_specific = m[2].length() > 0;
   if (!std::regex_match(target.features, m, features))
-    return Status::error(FLASHJIT_UNSUPPORTED,
-                         "MLIR backend: features '" + target.features + "' are not a single +ptx<N> (the only form we emit)");
+    return Status::error(FLASHJIT_UNSUPPORTED, "MLIR backend: features '" + target.features +
+                                                   "' are not a single +ptx<N> (the only form we emit)");
   out->ptx = std::stoi(m[1].str());
   return Status::success();
 }
@@ -143,10 +143,10 @@ Status llvm_knows(const Target &target) {
 // --- context ----------------------------------------------------------------------------------
 
 void register_everything(mlir::DialectRegistry &registry) {
-  registry.insert<mlir::arith::ArithDialect, mlir::cf::ControlFlowDialect, mlir::func::FuncDialect,
-                  mlir::gpu::GPUDialect, mlir::index::IndexDialect, mlir::LLVM::LLVMDialect, mlir::math::MathDialect,
-                  mlir::memref::MemRefDialect, mlir::NVVM::NVVMDialect, mlir::scf::SCFDialect, mlir::ub::UBDialect,
-                  mlir::vector::VectorDialect>();
+  registry
+      .insert<mlir::arith::ArithDialect, mlir::cf::ControlFlowDialect, mlir::func::FuncDialect, mlir::gpu::GPUDialect,
+              mlir::index::IndexDialect, mlir::LLVM::LLVMDialect, mlir::math::MathDialect, mlir::memref::MemRefDialect,
+              mlir::NVVM::NVVMDialect, mlir::scf::SCFDialect, mlir::ub::UBDialect, mlir::vector::VectorDialect>();
   // convert-gpu-to-nvvm lowers arith/cf/vector/... through these ConvertToLLVM interfaces.
   mlir::arith::registerConvertArithToLLVMInterface(registry);
   mlir::cf::registerConvertControlFlowToLLVMInterface(registry);
@@ -193,7 +193,9 @@ struct LlvmFatalError {
   std::string reason;
 };
 
-void throw_llvm_fatal(void *, const char *reason, bool) { throw LlvmFatalError{reason ? reason : "unknown"}; }
+void throw_llvm_fatal(void *, const char *reason, bool) {
+  throw LlvmFatalError{reason ? reason : "unknown"};
+}
 
 std::mutex &llvm_mutex() {
   static std::mutex mutex;
@@ -256,6 +258,8 @@ Status mark_params_by_value(mlir::ModuleOp module, const BuiltKernel &kernel) {
     fn.setArgAttr(kernel.params_argument, mlir::LLVM::LLVMDialect::getAlignAttrName(),
                   b.getI64IntegerAttr(kParamsAlign));
     fn.setArgAttr(kernel.params_argument, mlir::NVVM::NVVMDialect::getGridConstantAttrName(), b.getUnitAttr());
+    if (kernel.min_ctas > 0) // __launch_bounds__(threads, min_ctas): .minnctapersm
+      fn->setAttr(mlir::NVVM::NVVMDialect::getMinctasmAttrName(), b.getI32IntegerAttr(kernel.min_ctas));
   });
   if (!found)
     return Status::error(FLASHJIT_INTERNAL, "MLIR backend: no lowered kernel named " + kernel.entry);
@@ -277,19 +281,19 @@ Status serialize(mlir::gpu::GPUModuleOp module, Session &s, std::string *ptx) {
 
 mlir::Attribute nvvm_target(Session &s, const Target &target) {
   return mlir::NVVM::NVVMTargetAttr::getChecked([&] { return mlir::emitError(mlir::UnknownLoc::get(s.context.get())); },
-                                                s.context.get(), kOptLevel, llvm::StringRef(kTriple), llvm::StringRef(target.chip),
-                                                llvm::StringRef(target.features), mlir::DictionaryAttr{},
-                                                mlir::ArrayAttr{}, true);
+                                                s.context.get(), kOptLevel, llvm::StringRef(kTriple),
+                                                llvm::StringRef(target.chip), llvm::StringRef(target.features),
+                                                mlir::DictionaryAttr{}, mlir::ArrayAttr{}, true);
 }
 
-// Lowers every gpu.module of `module` (already verified) and prints PTX; `kernel` (if given) gets
-// its parameter block marked by value.
-Status lower_and_serialize(mlir::ModuleOp module, const BuiltKernel *kernel, Session &s, Stages *out) {
+// Lowers every gpu.module of `module` (already verified) and prints PTX; every kernel of `kernels`
+// gets its parameter block marked by value.
+Status lower_and_serialize(mlir::ModuleOp module, const std::vector<BuiltKernel> &kernels, Session &s, Stages *out) {
   auto start = Clock::now();
   if (mlir::failed(lower(module)))
     return fail("lowering to LLVM+NVVM", s);
-  if (kernel)
-    if (Status st = mark_params_by_value(module, *kernel); !st)
+  for (const BuiltKernel &kernel : kernels)
+    if (Status st = mark_params_by_value(module, kernel); !st)
       return st;
   if (mlir::failed(mlir::verify(module)))
     return fail("verification of the lowered module", s);
@@ -344,13 +348,20 @@ Status validate_target(const Target &target, Variant variant) {
   return Status::success();
 }
 
-bool covers(Variant variant) { return variant == Variant::combine; }
+bool covers(Variant variant) {
+  return variant == Variant::combine;
+}
 
-std::string version_string() { return "mlir " FLASHJIT_LLVM_VERSION; }
+std::string version_string() {
+  return "mlir " FLASHJIT_LLVM_VERSION;
+}
 
 Status generate(const KernelSpec &spec, const Plan &plan, const Options &options, Stages *out) {
   if (!covers(plan.variant))
     return unsupported_variant(plan.variant);
+  if (plan.variant == Variant::decode_splitk)
+    if (std::string why = decode_unsupported_reason(spec); !why.empty())
+      return Status::error(FLASHJIT_UNSUPPORTED, "the MLIR backend does not cover this decode_splitk spec yet: " + why);
   const Target target = options.use_target ? options.target : target_for(spec.arch);
   return guarded(kernel_name(spec, plan), [&]() -> Status {
     if (!options.skip_validation)
@@ -369,10 +380,11 @@ Status generate(const KernelSpec &spec, const Plan &plan, const Options &options
       return fail("target attribute " + target.chip + " " + target.features, s);
     auto gpu = mlir::gpu::GPUModuleOp::create(b, loc, "flashjit", llvm::ArrayRef<mlir::Attribute>{nvvm});
 
-    BuiltKernel kernel;
+    std::vector<BuiltKernel> kernels(1);
     Status built = Status::success();
     switch (plan.variant) {
-    case Variant::combine: built = build_combine(gpu, spec, plan, &kernel); break;
+    case Variant::combine: built = build_combine(gpu, spec, plan, &kernels[0]); break;
+    case Variant::decode_splitk: built = build_decode(gpu, spec, plan, &kernels); break;
     default: built = unsupported_variant(plan.variant); break;
     }
     if (!built)
@@ -381,7 +393,7 @@ Status generate(const KernelSpec &spec, const Plan &plan, const Options &options
       return fail("verification of the built kernel", s);
     stages.built = print(*module);
     stages.build_seconds = seconds_since(start);
-    if (Status st = lower_and_serialize(*module, &kernel, s, &stages); !st)
+    if (Status st = lower_and_serialize(*module, kernels, s, &stages); !st)
       return st;
     *out = std::move(stages);
     return Status::success();
@@ -415,7 +427,7 @@ Status lower_text(const std::string &mlir_text, const Target &target, const Opti
       return fail("verification", s);
     stages.built = print(*module);
     stages.build_seconds = seconds_since(start);
-    if (Status st = lower_and_serialize(*module, nullptr, s, &stages); !st)
+    if (Status st = lower_and_serialize(*module, {}, s, &stages); !st)
       return st;
     *out = std::move(stages);
     return Status::success();

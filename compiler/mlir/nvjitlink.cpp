@@ -67,16 +67,16 @@ Loaded load() {
   }
   Api &a = loaded.api;
   std::string &e = loaded.error;
-  loaded.ok = resolve(handle, "nvJitLinkCreate", &a.create, &e) && resolve(handle, "nvJitLinkDestroy", &a.destroy, &e) &&
-              resolve(handle, "nvJitLinkAddData", &a.add_data, &e) &&
-              resolve(handle, "nvJitLinkComplete", &a.complete, &e) &&
-              resolve(handle, "nvJitLinkGetLinkedCubinSize", &a.cubin_size, &e) &&
-              resolve(handle, "nvJitLinkGetLinkedCubin", &a.cubin, &e) &&
-              resolve(handle, "nvJitLinkGetErrorLogSize", &a.error_log_size, &e) &&
-              resolve(handle, "nvJitLinkGetErrorLog", &a.error_log, &e) &&
-              resolve(handle, "nvJitLinkGetInfoLogSize", &a.info_log_size, &e) &&
-              resolve(handle, "nvJitLinkGetInfoLog", &a.info_log, &e) &&
-              resolve(handle, "nvJitLinkVersion", &a.version, &e) && a.version(&a.major, &a.minor) == NVJITLINK_SUCCESS;
+  loaded.ok =
+      resolve(handle, "nvJitLinkCreate", &a.create, &e) && resolve(handle, "nvJitLinkDestroy", &a.destroy, &e) &&
+      resolve(handle, "nvJitLinkAddData", &a.add_data, &e) && resolve(handle, "nvJitLinkComplete", &a.complete, &e) &&
+      resolve(handle, "nvJitLinkGetLinkedCubinSize", &a.cubin_size, &e) &&
+      resolve(handle, "nvJitLinkGetLinkedCubin", &a.cubin, &e) &&
+      resolve(handle, "nvJitLinkGetErrorLogSize", &a.error_log_size, &e) &&
+      resolve(handle, "nvJitLinkGetErrorLog", &a.error_log, &e) &&
+      resolve(handle, "nvJitLinkGetInfoLogSize", &a.info_log_size, &e) &&
+      resolve(handle, "nvJitLinkGetInfoLog", &a.info_log, &e) && resolve(handle, "nvJitLinkVersion", &a.version, &e) &&
+      a.version(&a.major, &a.minor) == NVJITLINK_SUCCESS;
   return loaded;
 }
 
@@ -98,8 +98,8 @@ std::string read_log(nvJitLinkHandle handle, nvJitLinkResult (*size_fn)(nvJitLin
 
 } // namespace
 
-Status ptx_to_cubin(const std::string &ptx, const std::string &arch, const std::string &name,
-                    std::vector<char> *cubin, std::string *info_log) {
+Status ptx_to_cubin(const std::string &ptx, const std::string &arch, const std::string &name, std::vector<char> *cubin,
+                    std::string *info_log) {
   const Loaded &l = loaded();
   if (!l.ok)
     return Status::error(FLASHJIT_COMPILE_ERROR, l.error);
@@ -119,8 +119,8 @@ Status ptx_to_cubin(const std::string &ptx, const std::string &arch, const std::
   *info_log = read_log(raw, a.info_log_size, a.info_log);
   if (result != NVJITLINK_SUCCESS)
     return Status::error(FLASHJIT_COMPILE_ERROR, "nvJitLink rejected the PTX of " + name + " (error " +
-                                                     std::to_string(int(result)) +
-                                                     "):\n" + read_log(raw, a.error_log_size, a.error_log) + *info_log);
+                                                     std::to_string(int(result)) + "):\n" +
+                                                     read_log(raw, a.error_log_size, a.error_log) + *info_log);
   size_t size = 0;
   if (a.cubin_size(raw, &size) != NVJITLINK_SUCCESS || size == 0)
     return Status::error(FLASHJIT_COMPILE_ERROR, "nvJitLink produced no cubin for " + name);

@@ -63,9 +63,9 @@ Status compile_with_nvrtc(const KernelSpec &spec, const Plan &plan, CompiledKern
 
   nvrtcProgram raw = nullptr;
   std::string file_name = kernel.name + ".cu";
-  nvrtcResult result = api->create_program(&raw, kernel.source.c_str(), file_name.c_str(),
-                                           static_cast<int>(header_texts.size()), header_texts.data(),
-                                           header_names.data());
+  nvrtcResult result =
+      api->create_program(&raw, kernel.source.c_str(), file_name.c_str(), static_cast<int>(header_texts.size()),
+                          header_texts.data(), header_names.data());
   if (result != NVRTC_SUCCESS)
     return Status::error(FLASHJIT_COMPILE_ERROR,
                          "NVRTC could not create a program for " + kernel.name + ": " + api->error_string(result));

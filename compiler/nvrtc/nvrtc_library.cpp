@@ -53,23 +53,21 @@ Loaded load() {
     tried += (tried.empty() ? "" : ", ") + path;
   }
   if (!handle) {
-    loaded.error = "NVRTC is not available (tried " + tried +
-                   "): install the CUDA toolkit's NVRTC or serve kernels from a bundle";
+    loaded.error =
+        "NVRTC is not available (tried " + tried + "): install the CUDA toolkit's NVRTC or serve kernels from a bundle";
     return loaded;
   }
   Api &a = loaded.api;
   std::string &e = loaded.error;
-  bool ok = resolve(handle, "nvrtcVersion", &a.version, &e) &&
-            resolve(handle, "nvrtcGetErrorString", &a.error_string, &e) &&
-            resolve(handle, "nvrtcCreateProgram", &a.create_program, &e) &&
-            resolve(handle, "nvrtcDestroyProgram", &a.destroy_program, &e) &&
-            resolve(handle, "nvrtcCompileProgram", &a.compile_program, &e) &&
-            resolve(handle, "nvrtcGetProgramLogSize", &a.get_log_size, &e) &&
-            resolve(handle, "nvrtcGetProgramLog", &a.get_log, &e) &&
-            resolve(handle, "nvrtcGetPTXSize", &a.get_ptx_size, &e) &&
-            resolve(handle, "nvrtcGetPTX", &a.get_ptx, &e) &&
-            resolve(handle, "nvrtcGetCUBINSize", &a.get_cubin_size, &e) &&
-            resolve(handle, "nvrtcGetCUBIN", &a.get_cubin, &e);
+  bool ok =
+      resolve(handle, "nvrtcVersion", &a.version, &e) && resolve(handle, "nvrtcGetErrorString", &a.error_string, &e) &&
+      resolve(handle, "nvrtcCreateProgram", &a.create_program, &e) &&
+      resolve(handle, "nvrtcDestroyProgram", &a.destroy_program, &e) &&
+      resolve(handle, "nvrtcCompileProgram", &a.compile_program, &e) &&
+      resolve(handle, "nvrtcGetProgramLogSize", &a.get_log_size, &e) &&
+      resolve(handle, "nvrtcGetProgramLog", &a.get_log, &e) &&
+      resolve(handle, "nvrtcGetPTXSize", &a.get_ptx_size, &e) && resolve(handle, "nvrtcGetPTX", &a.get_ptx, &e) &&
+      resolve(handle, "nvrtcGetCUBINSize", &a.get_cubin_size, &e) && resolve(handle, "nvrtcGetCUBIN", &a.get_cubin, &e);
   if (ok)
     ok = a.version(&a.major, &a.minor) == NVRTC_SUCCESS;
   loaded.ok = ok;

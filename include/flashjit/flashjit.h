@@ -29,12 +29,12 @@ extern "C" {
 
 typedef enum flashjit_status {
   FLASHJIT_OK = 0,
-  FLASHJIT_INVALID_ARGUMENT = 1, /* a parameter is wrong; the message names it */
-  FLASHJIT_UNSUPPORTED = 2,      /* valid but not supported (e.g. no kernel for this arch) */
-  FLASHJIT_COMPILE_ERROR = 3,    /* NVRTC / ptxas / nvJitLink failed; the message carries the log */
-  FLASHJIT_DRIVER_ERROR = 4,     /* a CUDA driver call failed, or no driver is present */
-  FLASHJIT_NOT_IN_BUNDLE = 5,    /* JIT is off and no registered bundle or cache has the kernel */
-  FLASHJIT_OUT_OF_RESOURCES = 6, /* the kernel needs more shared memory than the device has */
+  FLASHJIT_INVALID_ARGUMENT = 1,   /* a parameter is wrong; the message names it */
+  FLASHJIT_UNSUPPORTED = 2,        /* valid but not supported (e.g. no kernel for this arch) */
+  FLASHJIT_COMPILE_ERROR = 3,      /* NVRTC / ptxas / nvJitLink failed; the message carries the log */
+  FLASHJIT_DRIVER_ERROR = 4,       /* a CUDA driver call failed, or no driver is present */
+  FLASHJIT_NOT_IN_BUNDLE = 5,      /* JIT is off and no registered bundle or cache has the kernel */
+  FLASHJIT_OUT_OF_RESOURCES = 6,   /* the kernel needs more shared memory than the device has */
   FLASHJIT_FALLBACK_FORBIDDEN = 7, /* strict mode: the preferred kernel cannot run */
   FLASHJIT_INTERNAL = 8
 } flashjit_status;
@@ -93,8 +93,8 @@ typedef struct flashjit_problem {
   float scale;          /* 0: 1/sqrt(head_dim_qk) */
   /* Paged KV (block_table non-null): K/V are pages [num_pages, page_size, heads_kv, dim];
    * k_strides.batch / v_strides.batch are then the strides between pages. */
-  const int32_t *block_table; /* device [batch, max_pages_per_seq] */
-  const int32_t *seqlens_k;   /* device [batch] KV lengths (paged) */
+  const int32_t *block_table;      /* device [batch, max_pages_per_seq] */
+  const int32_t *seqlens_k;        /* device [batch] KV lengths (paged) */
   const int32_t *seqlens_k_host;   /* optional host copy [batch], validated against the table when given */
   const int32_t *block_table_host; /* optional host copy [batch, max_pages_per_seq]: page indices validated */
   int32_t page_size;
@@ -110,10 +110,10 @@ typedef struct flashjit_problem {
 typedef struct flashjit_options {
   uint32_t struct_size;
   flashjit_backend backend;
-  int32_t disk_cache;      /* 1: use the disk cache (default; FLASHJIT_CACHE=off turns it off) */
-  int32_t jit;             /* 1: compile on a miss (default; FLASHJIT_JIT=off turns it off) */
-  int32_t strict;          /* 1: a fallback from the preferred kernel is an error */
-  const char *cache_dir;   /* NULL: FLASHJIT_CACHE_DIR, $XDG_CACHE_HOME/flashjit, ~/.cache/flashjit */
+  int32_t disk_cache;       /* 1: use the disk cache (default; FLASHJIT_CACHE=off turns it off) */
+  int32_t jit;              /* 1: compile on a miss (default; FLASHJIT_JIT=off turns it off) */
+  int32_t strict;           /* 1: a fallback from the preferred kernel is an error */
+  const char *cache_dir;    /* NULL: FLASHJIT_CACHE_DIR, $XDG_CACHE_HOME/flashjit, ~/.cache/flashjit */
   flashjit_variant variant; /* AUTO (default); forcing one that cannot run the problem is an error */
 } flashjit_options;
 
@@ -134,12 +134,11 @@ void flashjit_runtime_destroy(flashjit_runtime runtime);
 /* Compile (or fetch) and load the kernel for this problem without launching it. */
 flashjit_status flashjit_prepare(flashjit_runtime runtime, const flashjit_problem *problem);
 /* Launch on `stream` in the current context. Allocates nothing, never synchronizes. */
-flashjit_status flashjit_forward(flashjit_runtime runtime, const flashjit_problem *problem,
-                                 flashjit_stream stream);
+flashjit_status flashjit_forward(flashjit_runtime runtime, const flashjit_problem *problem, flashjit_stream stream);
 /* Human-readable: the kernel chosen for `problem`, its plan, and why. Writes at most `capacity`
  * bytes (NUL-terminated) and stores the full length in *length if non-null. */
-flashjit_status flashjit_explain(flashjit_runtime runtime, const flashjit_problem *problem,
-                                 char *buffer, size_t capacity, size_t *length);
+flashjit_status flashjit_explain(flashjit_runtime runtime, const flashjit_problem *problem, char *buffer,
+                                 size_t capacity, size_t *length);
 
 /* Decode: plan once, run many
  *
@@ -164,8 +163,8 @@ typedef struct flashjit_merge_problem {
   uint32_t struct_size; /* sizeof(flashjit_merge_problem) */
   flashjit_dtype dtype; /* of o */
   int32_t num_states;
-  int32_t rows;         /* e.g. tokens x heads */
-  int32_t head_dim_v;   /* multiple of 8, up to 256 */
+  int32_t rows;             /* e.g. tokens x heads */
+  int32_t head_dim_v;       /* multiple of 8, up to 256 */
   const float *partial_o;   /* [num_states][rows][head_dim_v], rows contiguous */
   const float *partial_lse; /* [num_states][rows], natural log */
   int64_t state_stride_o;   /* elements between states in partial_o (0: rows * head_dim_v) */

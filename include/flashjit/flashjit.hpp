@@ -51,7 +51,7 @@ struct Explanation {
   int registers = -1;            // from ptxas, -1 when not compiled yet
   int spill_bytes = -1;
   int shared_bytes = -1;
-  std::string text;              // all of the above, for people
+  std::string text; // all of the above, for people
 };
 
 class Runtime {

@@ -38,8 +38,8 @@ std::string dump_sass(const std::vector<char> &cubin, std::string *error) {
     *error = "cuobjdump not found (CUDA toolkit bin/ or PyPI nvidia-cuda-cuobjdump)";
     return "";
   }
-  std::filesystem::path file = std::filesystem::temp_directory_path() /
-                               ("flashjit-sass-" + std::to_string(getpid()) + "-" + std::to_string(std::rand()) + ".cubin");
+  std::filesystem::path file = std::filesystem::temp_directory_path() / ("flashjit-sass-" + std::to_string(getpid()) +
+                                                                         "-" + std::to_string(std::rand()) + ".cubin");
   {
     std::ofstream out(file, std::ios::binary);
     out.write(cubin.data(), static_cast<std::streamsize>(cubin.size()));

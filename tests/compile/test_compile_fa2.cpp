@@ -11,12 +11,14 @@ struct Fa2Case {
   bool causal;
 };
 
-void PrintTo(const Fa2Case &c, std::ostream *out) { *out << c.arch.name() << " d" << c.dqk << "v" << c.dv; }
+void PrintTo(const Fa2Case &c, std::ostream *out) {
+  *out << c.arch.name() << " d" << c.dqk << "v" << c.dv;
+}
 
 std::vector<Fa2Case> fa2_cases() {
   std::vector<Fa2Case> cases;
-  const std::pair<int, int> dims[] = {{8, 8}, {32, 32}, {64, 64}, {72, 72}, {80, 80}, {96, 96}, {104, 104},
-                                      {128, 128}, {160, 160}, {192, 192}, {256, 256}, {192, 128}};
+  const std::pair<int, int> dims[] = {{8, 8},     {32, 32},   {64, 64},   {72, 72},   {80, 80},   {96, 96},
+                                      {104, 104}, {128, 128}, {160, 160}, {192, 192}, {256, 256}, {192, 128}};
   for (Arch arch : {Arch{80, false}, Arch{86, false}, Arch{89, false}, Arch{90, true}})
     for (auto [dqk, dv] : dims)
       for (flashjit_dtype dtype : {FLASHJIT_BF16, FLASHJIT_FP16})

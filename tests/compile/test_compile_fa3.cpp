@@ -12,7 +12,9 @@ struct Fa3Case {
   bool causal;
 };
 
-void PrintTo(const Fa3Case &c, std::ostream *out) { *out << "d" << c.dqk << "v" << c.dv; }
+void PrintTo(const Fa3Case &c, std::ostream *out) {
+  *out << "d" << c.dqk << "v" << c.dv;
+}
 
 std::vector<Fa3Case> fa3_cases() {
   std::vector<Fa3Case> cases;

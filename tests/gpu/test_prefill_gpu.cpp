@@ -39,7 +39,9 @@ CaseOptions varlen(std::vector<int> lq, std::vector<int> lk, int hq, int hkv, in
 }
 
 // gtest prints parameters; the name says all that matters.
-void PrintTo(const PrefillCase &c, std::ostream *out) { *out << c.name; }
+void PrintTo(const PrefillCase &c, std::ostream *out) {
+  *out << c.name;
+}
 
 std::vector<PrefillCase> cases() {
   using ref::Dtype;
@@ -62,14 +64,12 @@ std::vector<PrefillCase> cases() {
     c.problem.causal = true;
     c.problem.window_left = 200;
   });
-  add("d256_fp16_softcap", dense(1, 513, 600, 4, 4, 256, 256, Dtype::fp16), [](CaseOptions &c) {
-    c.problem.softcap = 30;
-  });
+  add("d256_fp16_softcap", dense(1, 513, 600, 4, 4, 256, 256, Dtype::fp16),
+      [](CaseOptions &c) { c.problem.softcap = 30; });
   add("d192v128_bf16_causal", dense(1, 640, 640, 4, 4, 192, 128, Dtype::bf16), causal);
   add("d32_bf16_gqa7", dense(2, 300, 300, 14, 2, 32, 32, Dtype::bf16), none);
-  add("d104_bf16_custom_scale", dense(1, 400, 333, 4, 4, 104, 104, Dtype::bf16), [](CaseOptions &c) {
-    c.problem.scale = 0.3f;
-  });
+  add("d104_bf16_custom_scale", dense(1, 400, 333, 4, 4, 104, 104, Dtype::bf16),
+      [](CaseOptions &c) { c.problem.scale = 0.3f; });
   add("d160_fp16_causal", dense(1, 555, 555, 4, 4, 160, 160, Dtype::fp16), causal);
   add("d8_bf16_short", dense(3, 17, 9, 2, 1, 8, 8, Dtype::bf16), none);
   add("d128_bf16_one_key", dense(1, 64, 1, 2, 2, 128, 128, Dtype::bf16), causal);
@@ -85,7 +85,8 @@ std::vector<PrefillCase> cases() {
     c.problem.causal = true;
   });
   add("strided_aligned_d64", dense(2, 300, 300, 4, 4, 64, 64, Dtype::bf16), [](CaseOptions &c) { c.row_padding = 24; });
-  add("strided_unaligned_d64", dense(2, 300, 300, 4, 4, 64, 64, Dtype::bf16), [](CaseOptions &c) { c.row_padding = 3; });
+  add("strided_unaligned_d64", dense(2, 300, 300, 4, 4, 64, 64, Dtype::bf16),
+      [](CaseOptions &c) { c.row_padding = 3; });
   return all;
 }
 

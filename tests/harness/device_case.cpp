@@ -226,8 +226,8 @@ Status DeviceSession::open(int ordinal) {
   int count = 0;
   HARNESS_CHECK(api->cuDeviceGetCount(&count), "cuDeviceGetCount");
   if (ordinal >= count)
-    return Status::error(FLASHJIT_DRIVER_ERROR, "no CUDA device " + std::to_string(ordinal) + " (" +
-                                                    std::to_string(count) + " present)");
+    return Status::error(FLASHJIT_DRIVER_ERROR,
+                         "no CUDA device " + std::to_string(ordinal) + " (" + std::to_string(count) + " present)");
   HARNESS_CHECK(api->cuDeviceGet(&device_, ordinal), "cuDeviceGet");
   HARNESS_CHECK(api->cuDevicePrimaryCtxRetain(&context_, device_), "cuDevicePrimaryCtxRetain");
   HARNESS_CHECK(api->cuCtxSetCurrent(context_), "cuCtxSetCurrent");

@@ -52,23 +52,23 @@ private:
 };
 
 struct CaseOptions {
-  ref::Problem problem;      // shapes, lengths (one per sequence), mask, softcap, scale
+  ref::Problem problem; // shapes, lengths (one per sequence), mask, softcap, scale
   ref::Dtype dtype = ref::Dtype::bf16;
-  bool varlen = false;       // packed rows through cu_seqlens; else batch mode (equal lengths)
-  int page_size = 0;         // > 0: K/V through a shuffled block table
-  int row_padding = 0;       // extra elements between tokens (non-contiguous strides; odd -> unaligned path)
+  bool varlen = false; // packed rows through cu_seqlens; else batch mode (equal lengths)
+  int page_size = 0;   // > 0: K/V through a shuffled block table
+  int row_padding = 0; // extra elements between tokens (non-contiguous strides; odd -> unaligned path)
   bool with_lse = true;
   bool decode_workspace = false;  // allocate flashjit_workspace_size bytes and plan (split-K decode)
   size_t workspace_shortfall = 0; // tests: allocate this many bytes less than asked for
-  bool graph_capture = false; // prepare, capture forward() into a CUDA graph on a new stream, replay it
+  bool graph_capture = false;     // prepare, capture forward() into a CUDA graph on a new stream, replay it
   uint64_t seed = 1;
 };
 
 struct CaseResult {
-  Status status;              // launch status (the check is meaningful only when ok)
+  Status status; // launch status (the check is meaningful only when ok)
   ref::CheckResult o;
   ref::CheckResult lse;
-  std::string kernel;         // explain().kernel
+  std::string kernel;          // explain().kernel
   std::vector<float> o_values; // the output as computed, [total_q, heads_q, head_dim_v]
   bool pass() const { return status.ok() && o.pass && (lse.count == 0 || lse.pass); }
   std::string summary() const;
@@ -80,7 +80,7 @@ CaseResult run_case(Runtime &runtime, const CaseOptions &options);
 struct BenchResult {
   Status status;
   double median_ms = 0;
-  double tflops = 0;  // 4 * sum(sq * sk) * heads * d (halved for causal)
+  double tflops = 0; // 4 * sum(sq * sk) * heads * d (halved for causal)
   std::string kernel;
 };
 

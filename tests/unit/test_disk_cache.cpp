@@ -107,7 +107,9 @@ size_t count_files(const fs::path &dir, bool temp) {
   return n;
 }
 
-bool warnings_reach_sink() { return flashjit::log_level() >= LogLevel::warn; }
+bool warnings_reach_sink() {
+  return flashjit::log_level() >= LogLevel::warn;
+}
 
 } // namespace
 

@@ -13,7 +13,9 @@ namespace {
 
 // True where a working driver answers; these tests are about machines without one (or with only
 // the toolkit's stub libcuda, which is reported the same way).
-bool driver_works() { return flashjit::driver::api() != nullptr; }
+bool driver_works() {
+  return flashjit::driver::api() != nullptr;
+}
 
 } // namespace
 

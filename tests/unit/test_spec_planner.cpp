@@ -41,7 +41,8 @@ TEST(KernelName, SpellsOutTheSpecAndPlan) {
   spec.page_size = 16;
   spec.dtype = FLASHJIT_FP16;
   spec.head_dim_v = 128;
-  EXPECT_EQ(kernel_name(spec, plan), "prefill.fa2.sm90a.d80v128.fp16.causal.window.softcap.varlen.page16.m128n64s2.al16");
+  EXPECT_EQ(kernel_name(spec, plan),
+            "prefill.fa2.sm90a.d80v128.fp16.causal.window.softcap.varlen.page16.m128n64s2.al16");
 }
 
 TEST(KernelHash, IsStableAndSeparatesEveryField) {

@@ -204,10 +204,12 @@ TEST(Fa3Plan, EveryHeadDimFitsAndIsAligned) {
         EXPECT_LE(plan.block_n, 256);
         EXPECT_EQ(plan.constant("kKStepsQK"), (dqk + 15) / 16);
         EXPECT_EQ(plan.constant("kKStepsPV"), plan.block_n / 16);
-        for (const char *offset : {"kSmemOffsetQ", "kSmemOffsetK", "kSmemOffsetV", "kSmemStageBytesK", "kSmemStageBytesV"})
+        for (const char *offset :
+             {"kSmemOffsetQ", "kSmemOffsetK", "kSmemOffsetV", "kSmemStageBytesK", "kSmemStageBytesV"})
           EXPECT_EQ(plan.constant(offset) % kSwizzleAtom, 0) << offset;
         EXPECT_EQ(plan.threads, 128 * (1 + plan.consumer_warpgroups));
-        EXPECT_EQ(plan.constant("kRegsProducer") + plan.consumer_warpgroups * plan.constant("kRegsConsumer") <= 512, true);
+        EXPECT_EQ(plan.constant("kRegsProducer") + plan.consumer_warpgroups * plan.constant("kRegsConsumer") <= 512,
+                  true);
       }
   Plan plan;
   std::string why;

@@ -1,0 +1,750 @@
+// The split-K decode kernel (templates/kernels/decode_splitk.cuh) built with MLIR: entries
+// fj_decode_splitk (a persistent CTA runs its slice of the host's work list; per piece a kStages
+// cp.async ring of K/V tiles, S = Q K^T and O += P V with mma.sync m16n8k16, online softmax per warp,
+// warps merged through shared memory) and fj_decode_combine (merge of the split units' partial
+// states, one warp per packed row). Same plan constants, entry names and fj_decode_params block.
+//
+// Covered: contiguous KV, 16-byte aligned rows (cp.async), head dims that are multiples of 16,
+// bf16/fp16, any GQA group and q_len of the plan, causal, sliding window, softcap. Not yet: paged
+// KV (the block-table page ring), element-aligned rows, head dims of 8 mod 16 (the zero padding of
+// the last QK k step and the x2 P.V tile); decode_unsupported_reason names them.
+#include "compiler/mlir/emit.hpp"
+#include "compiler/mlir/generators.hpp"
+#include "compiler/mlir/merge_states.hpp"
+
+#include "params_decode.h"
+
+#include "mlir/Interfaces/DataLayoutInterfaces.h"
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace flashjit::mlirgen {
+namespace {
+
+using mlir::Value;
+using mlir::ValueRange;
+namespace arith = mlir::arith;
+namespace scf = mlir::scf;
+using Pred = arith::CmpIPredicate;
+
+constexpr int kMmaM = 16;
+constexpr int kMmaN = 8;
+constexpr int kMmaK = 16;
+constexpr int kElemBytes = 2;
+constexpr int kChunkBytes = 16;
+constexpr int kChunkElems = kChunkBytes / kElemBytes;
+constexpr int kHalfTile = 8;          // rows g and g + 8 of a C fragment
+constexpr int kRowsPerThreadTile = 2; // ... per thread and m tile
+constexpr int kFragment = 4;          // floats of a C fragment per thread
+constexpr int kStatsPerRow = 2;       // (max, sum)
+constexpr int kMergeChunk = 8;        // output columns per thread of the warp merge
+constexpr int kWorkFields = 4;        // fj_decode_work / fj_decode_merge: four int32
+
+// --- parameter block ----------------------------------------------------------------------------
+
+// Field paths into fj_decode_params (attn = field 0). Layout checked against the C struct below and
+// against MLIR's data layout at generation time.
+enum TensorField { kPtr, kBatchStride, kRowStride, kHeadStride };
+enum AttnField {
+  kQ, kK, kV, kO, kMaybeLse, kCuQ, kCuK, kMaybeSeqlensK, kPaged, kBatch, kSeqlenQ, kSeqlenK, kTotalQ, kHeadsQ,
+  kHeadsKv, kGroup, kWindowLeft, kWindowRight, kScaleLog2, kSoftcapField, kSoftcapInv, kScale, kPartialO,
+  kPartialLse, kNumSplits, kNumMBlocks,
+};
+enum DecodeField { kAttn, kHeader, kSlotBegin, kWork, kMerges, kMBlocksField, kPadField };
+static_assert(offsetof(fj_attention_params, maybe_lse) == 128 && offsetof(fj_attention_params, paged) == 160 &&
+                  offsetof(fj_attention_params, batch) == 192 && offsetof(fj_attention_params, scale) == 240 &&
+                  offsetof(fj_attention_params, maybe_partial_o) == 248 && sizeof(fj_attention_params) == 272 &&
+                  offsetof(fj_decode_params, header) == 272 && offsetof(fj_decode_params, m_blocks) == 304 &&
+                  sizeof(fj_decode_params) == 312 && sizeof(fj_decode_work) == kWorkFields * 4 &&
+                  sizeof(fj_decode_merge) == kWorkFields * 4,
+              "decode_params_type below mirrors templates/params_decode.h field for field");
+
+mlir::LLVM::LLVMStructType decode_params_type(Emitter &e) {
+  mlir::MLIRContext *c = e.b.getContext();
+  mlir::Type p = e.ptr(), i64 = e.i64(), i32 = e.i32(), f32 = e.f32();
+  auto tensor = mlir::LLVM::LLVMStructType::getLiteral(c, {p, i64, i64, i64});
+  auto paged = mlir::LLVM::LLVMStructType::getLiteral(c, {p, i32, i32, i64, i64});
+  auto attn = mlir::LLVM::LLVMStructType::getLiteral(
+      c, {tensor, tensor, tensor, tensor, p, p, p, p, paged, i32, i32, i32, i32, i32, i32, i32, i32, i32, f32, f32,
+          f32, f32, p, p, i32, i32});
+  return mlir::LLVM::LLVMStructType::getLiteral(c, {attn, p, p, p, p, i32, i32});
+}
+
+// ld.param of the field at `path` (indices after the leading 0).
+Value param_at(Emitter &e, Value params, mlir::LLVM::LLVMStructType type, std::initializer_list<int> path) {
+  llvm::SmallVector<mlir::LLVM::GEPArg> indices{0};
+  mlir::Type field = type;
+  for (int i : path) {
+    indices.push_back(i);
+    field = llvm::cast<mlir::LLVM::LLVMStructType>(field).getBody()[i];
+  }
+  Value address = mlir::LLVM::GEPOp::create(e.b, e.loc, e.ptr(), type, params, indices);
+  return mlir::LLVM::LoadOp::create(e.b, e.loc, field, address);
+}
+
+// The compile-time shape: KernelConfig of the NVRTC build (spec + plan constants) and its Traits.
+struct Shape {
+  DType dtype;
+  int arch, head_dim_qk, head_dim_v, gqa_group, threads;
+  bool causal, local, softcap;
+  int block_m, block_n, warp_n, stages, m_tiles, ctas_per_sm, combine_threads;
+  int smem_row_qk, smem_row_v, smem_offset_q, smem_offset_kv, smem_stage_bytes, smem_offset_v_in_stage,
+      smem_offset_stats, merge_row_floats;
+  int warps() const { return threads / kWarpSize; }
+  int n_tiles_s() const { return warp_n / kMmaN; }
+  int k_steps_pv() const { return warp_n / kMmaK; }
+  int k_steps_qk() const { return head_dim_qk / kMmaK; }
+  int n_tiles_o() const { return head_dim_v / kMmaN; }
+};
+
+// Runtime values read once per kernel.
+struct Params {
+  Value q, k, v, o, q_strides[3], k_strides[3], v_strides[3], o_strides[3];
+  Value maybe_lse, maybe_seqlens_k, seqlen_q, seqlen_k, heads_q, heads_kv, window_left, window_right;
+  Value scale_log2, softcap, softcap_inv, scale, partial_o, partial_lse, m_blocks;
+};
+
+Params load_params(Emitter &e, Value p, mlir::LLVM::LLVMStructType t) {
+  Params r;
+  auto tensor = [&](int which, Value *ptr, Value (&strides)[3]) {
+    *ptr = param_at(e, p, t, {kAttn, which, kPtr});
+    strides[0] = param_at(e, p, t, {kAttn, which, kBatchStride});
+    strides[1] = param_at(e, p, t, {kAttn, which, kRowStride});
+    strides[2] = param_at(e, p, t, {kAttn, which, kHeadStride});
+  };
+  tensor(kQ, &r.q, r.q_strides);
+  tensor(kK, &r.k, r.k_strides);
+  tensor(kV, &r.v, r.v_strides);
+  tensor(kO, &r.o, r.o_strides);
+  r.maybe_lse = param_at(e, p, t, {kAttn, kMaybeLse});
+  r.maybe_seqlens_k = param_at(e, p, t, {kAttn, kMaybeSeqlensK});
+  r.seqlen_q = param_at(e, p, t, {kAttn, kSeqlenQ});
+  r.seqlen_k = param_at(e, p, t, {kAttn, kSeqlenK});
+  r.heads_q = param_at(e, p, t, {kAttn, kHeadsQ});
+  r.heads_kv = param_at(e, p, t, {kAttn, kHeadsKv});
+  r.window_left = param_at(e, p, t, {kAttn, kWindowLeft});
+  r.window_right = param_at(e, p, t, {kAttn, kWindowRight});
+  r.scale_log2 = param_at(e, p, t, {kAttn, kScaleLog2});
+  r.softcap = param_at(e, p, t, {kAttn, kSoftcapField});
+  r.softcap_inv = param_at(e, p, t, {kAttn, kSoftcapInv});
+  r.scale = param_at(e, p, t, {kAttn, kScale});
+  r.partial_o = param_at(e, p, t, {kAttn, kPartialO});
+  r.partial_lse = param_at(e, p, t, {kAttn, kPartialLse});
+  r.m_blocks = param_at(e, p, t, {kMBlocksField});
+  return r;
+}
+
+// decode_unit of decode_splitk.cuh.
+struct Unit {
+  Value batch, head_kv, m_block, kv_begin, kv_end, state, kv_len, rows_here;
+};
+
+Unit decode_unit(Emitter &e, const Shape &sh, const Params &p, Value unit, bool with_kv_len) {
+  Unit u;
+  u.m_block = e.rem_s(unit, p.m_blocks);
+  Value pair = e.div_s(unit, p.m_blocks);
+  u.head_kv = e.rem_s(pair, p.heads_kv);
+  u.batch = e.div_s(pair, p.heads_kv);
+  if (with_kv_len) {
+    auto kv_len = scf::IfOp::create(e.b, e.loc, mlir::TypeRange{e.i32()}, e.is_null(p.maybe_seqlens_k), true);
+    mlir::OpBuilder::InsertionGuard guard(e.b);
+    e.b.setInsertionPointToStart(kv_len.thenBlock());
+    scf::YieldOp::create(e.b, e.loc, p.seqlen_k);
+    e.b.setInsertionPointToStart(kv_len.elseBlock());
+    scf::YieldOp::create(e.b, e.loc, e.ld_global_nc_s32(e.gep(p.maybe_seqlens_k, e.i32(), e.sext64(u.batch))));
+    u.kv_len = kv_len.getResult(0);
+  }
+  Value rows = e.mul(e.c_i32(sh.gqa_group), p.seqlen_q);
+  Value first = e.mul(u.m_block, e.c_i32(sh.block_m));
+  u.rows_here = e.min_s(e.sub(rows, first), e.c_i32(sh.block_m));
+  return u;
+}
+
+// --- shared memory ------------------------------------------------------------------------------
+
+struct Smem {
+  Value base; // !llvm.ptr<3>
+  Emitter &e;
+  const Shape &sh;
+  Value at(Value byte_offset) const { return e.gep(base, e.b.getI8Type(), byte_offset); }
+  Value q() const { return at(e.c_i32(sh.smem_offset_q)); }
+  Value k(Value stage) const {
+    return at(e.add(e.c_i32(sh.smem_offset_kv), e.mul(stage, e.c_i32(sh.smem_stage_bytes))));
+  }
+  Value v(Value stage) const {
+    return at(e.add(e.c_i32(sh.smem_offset_kv + sh.smem_offset_v_in_stage), e.mul(stage, e.c_i32(sh.smem_stage_bytes))));
+  }
+  Value stats() const { return at(e.c_i32(sh.smem_offset_stats)); }
+  Value merge() const { return at(e.c_i32(sh.smem_offset_kv)); } // aliases the idle ring
+};
+
+// --- global -> shared copies --------------------------------------------------------------------
+
+// Rows of `dim` elements: chunk c = tid, tid + threads, ... < rows * chunks_per_row; row c / cpr.
+// `source(row, col, valid)` gives the chunk's global address.
+template <typename Source>
+void copy_rows(Emitter &e, const Shape &sh, Value smem, int rows, int dim, int smem_row, Value rows_valid,
+               Source &&source) {
+  const int chunks_per_row = dim / kChunkElems;
+  scf::ForOp::create(e.b, e.loc, e.tid_x(), e.c_i32(rows * chunks_per_row), e.c_i32(sh.threads), ValueRange{},
+                     [&](mlir::OpBuilder &, mlir::Location, Value c, ValueRange) {
+                       Value row = e.div_s(c, e.c_i32(chunks_per_row));
+                       Value col = e.mul(e.rem_s(c, e.c_i32(chunks_per_row)), e.c_i32(kChunkElems));
+                       Value valid = e.cmp(Pred::slt, row, rows_valid);
+                       Value dst = e.gep(smem, e.b.getI16Type(), e.add(e.mul(row, e.c_i32(smem_row)), col));
+                       e.cp_async_cg_16(dst, source(row, col, valid),
+                                        e.select(valid, e.c_i32(kChunkBytes), e.c_i32(0)));
+                       scf::YieldOp::create(e.b, e.loc);
+                     });
+}
+
+struct KvSource {
+  Value k, v, k_row, v_row, kv_begin, kv_end;
+};
+
+// KvSource::issue for contiguous KV: tile `tile` into stage tile % kStages.
+void issue_tile(Emitter &e, const Shape &sh, const Smem &smem, const KvSource &src, Value tile) {
+  Value key0 = e.add(src.kv_begin, e.mul(tile, e.c_i32(sh.block_n)));
+  Value rows_valid = e.sub(src.kv_end, key0);
+  Value stage = e.rem_s(tile, e.c_i32(sh.stages));
+  Value key0_64 = e.sext64(key0);
+  Value k_base = e.gep(src.k, e.b.getI16Type(), e.mul(key0_64, src.k_row));
+  Value v_base = e.gep(src.v, e.b.getI16Type(), e.mul(key0_64, src.v_row));
+  auto from = [&](Value base, Value row_stride) {
+    return [&e, base, row_stride](Value row, Value col, Value valid) {
+      Value offset = e.add(e.mul(e.sext64(row), row_stride), e.sext64(col));
+      return e.select(valid, e.gep(base, e.b.getI16Type(), offset), base);
+    };
+  };
+  copy_rows(e, sh, smem.k(stage), sh.block_n, sh.head_dim_qk, sh.smem_row_qk, rows_valid, from(k_base, src.k_row));
+  copy_rows(e, sh, smem.v(stage), sh.block_n, sh.head_dim_v, sh.smem_row_v, rows_valid, from(v_base, src.v_row));
+}
+
+// --- the per-warp state: O fragments, row max (base-2), row sum ----------------------------------
+
+struct WarpState {
+  std::vector<std::array<Value, kFragment>> o; // [m][n]
+  std::vector<Value> row_max, row_sum;         // [m][h]
+  int m_tiles, n_tiles;
+  std::array<Value, kFragment> &acc(int m, int n) { return o[m * n_tiles + n]; }
+
+  std::vector<Value> flatten() const {
+    std::vector<Value> all;
+    for (const auto &f : o)
+      all.insert(all.end(), f.begin(), f.end());
+    all.insert(all.end(), row_max.begin(), row_max.end());
+    all.insert(all.end(), row_sum.begin(), row_sum.end());
+    return all;
+  }
+  static WarpState from(ValueRange values, int m_tiles, int n_tiles) {
+    WarpState st{{}, {}, {}, m_tiles, n_tiles};
+    size_t i = 0;
+    for (int f = 0; f < m_tiles * n_tiles; ++f) {
+      std::array<Value, kFragment> frag;
+      for (Value &x : frag)
+        x = values[i++];
+      st.o.push_back(frag);
+    }
+    for (int r = 0; r < m_tiles * kRowsPerThreadTile; ++r)
+      st.row_max.push_back(values[i++]);
+    for (int r = 0; r < m_tiles * kRowsPerThreadTile; ++r)
+      st.row_sum.push_back(values[i++]);
+    return st;
+  }
+};
+
+using Tile = std::vector<std::array<Value, kFragment>>; // S / P fragments [m][n]
+
+// qk_gemm: S = Q K^T for this warp's kWarpN keys of the K tile at `k_stage`.
+Tile qk_gemm(Emitter &e, const Shape &sh, DType dtype, Value q_smem, Value k_stage) {
+  Value lane = e.lane_id();
+  Value matrix = e.div_s(lane, e.c_i32(kHalfTile)), row8 = e.rem_s(lane, e.c_i32(kHalfTile));
+  Value k_warp = e.gep(k_stage, e.b.getI16Type(), e.mul(e.warp_id(), e.c_i32(sh.warp_n * sh.smem_row_qk)));
+  // lane parts of the ldmatrix addresses (elements): A rows by matrix % 2, B keys by matrix / 2
+  Value half_lo = e.mul(e.rem_s(matrix, e.c_i32(2)), e.c_i32(kHalfTile));
+  Value half_hi = e.mul(e.div_s(matrix, e.c_i32(2)), e.c_i32(kHalfTile));
+  Value a_lane = e.add(e.mul(e.add(half_lo, row8), e.c_i32(sh.smem_row_qk)), half_hi);
+  Value b_lane = e.add(e.mul(e.add(half_hi, row8), e.c_i32(sh.smem_row_qk)), half_lo);
+  const int n_tiles = sh.n_tiles_s();
+  Value zero = e.c_f32(0.f);
+  Tile s(sh.m_tiles * n_tiles, {zero, zero, zero, zero});
+  for (int ks = 0; ks < sh.k_steps_qk(); ++ks) {
+    std::vector<std::array<Value, 4>> a(sh.m_tiles);
+    for (int m = 0; m < sh.m_tiles; ++m)
+      a[m] = e.ldmatrix_x4(
+          e.gep(q_smem, e.b.getI16Type(), e.add(a_lane, e.c_i32(m * kMmaM * sh.smem_row_qk + ks * kMmaK))), false);
+    for (int np = 0; np < n_tiles / 2; ++np) {
+      auto b = e.ldmatrix_x4(
+          e.gep(k_warp, e.b.getI16Type(), e.add(b_lane, e.c_i32(np * 2 * kMmaN * sh.smem_row_qk + ks * kMmaK))),
+          false);
+      for (int m = 0; m < sh.m_tiles; ++m) {
+        s[m * n_tiles + 2 * np] = e.mma_m16n8k16(dtype, a[m], {b[0], b[1]}, s[m * n_tiles + 2 * np]);
+        s[m * n_tiles + 2 * np + 1] = e.mma_m16n8k16(dtype, a[m], {b[2], b[3]}, s[m * n_tiles + 2 * np + 1]);
+      }
+    }
+  }
+  return s;
+}
+
+// pv_gemm: O += P V for this warp's keys; P's C fragments repacked into A fragments.
+void pv_gemm(Emitter &e, const Shape &sh, DType dtype, Value v_stage, const Tile &p, WarpState &st) {
+  Value lane = e.lane_id();
+  Value matrix = e.div_s(lane, e.c_i32(kHalfTile)), row8 = e.rem_s(lane, e.c_i32(kHalfTile));
+  Value v_warp = e.gep(v_stage, e.b.getI16Type(), e.mul(e.warp_id(), e.c_i32(sh.warp_n * sh.smem_row_v)));
+  Value key_half = e.mul(e.rem_s(matrix, e.c_i32(2)), e.c_i32(kHalfTile));
+  Value col_half = e.mul(e.div_s(matrix, e.c_i32(2)), e.c_i32(kHalfTile));
+  Value b_lane = e.add(e.mul(e.add(key_half, row8), e.c_i32(sh.smem_row_v)), col_half);
+  const int n_s = sh.n_tiles_s();
+  for (int ks = 0; ks < sh.k_steps_pv(); ++ks) {
+    std::vector<std::array<Value, 4>> a(sh.m_tiles);
+    for (int m = 0; m < sh.m_tiles; ++m) {
+      const auto &lo = p[m * n_s + 2 * ks], &hi = p[m * n_s + 2 * ks + 1];
+      a[m] = {e.pack2_from_f32(dtype, lo[0], lo[1]), e.pack2_from_f32(dtype, lo[2], lo[3]),
+              e.pack2_from_f32(dtype, hi[0], hi[1]), e.pack2_from_f32(dtype, hi[2], hi[3])};
+    }
+    for (int np = 0; np < sh.n_tiles_o() / 2; ++np) {
+      auto b = e.ldmatrix_x4(
+          e.gep(v_warp, e.b.getI16Type(), e.add(b_lane, e.c_i32(ks * kMmaK * sh.smem_row_v + np * 2 * kMmaN))), true);
+      for (int m = 0; m < sh.m_tiles; ++m) {
+        st.acc(m, 2 * np) = e.mma_m16n8k16(dtype, a[m], {b[0], b[1]}, st.acc(m, 2 * np));
+        st.acc(m, 2 * np + 1) = e.mma_m16n8k16(dtype, a[m], {b[2], b[3]}, st.acc(m, 2 * np + 1));
+      }
+    }
+  }
+}
+
+// tanh through 2^x (tanh_accurate of decode_splitk.cuh): 1 - 2 / (e^{2|y|} + 1).
+Value tanh_accurate(Emitter &e, Value y) {
+  Value negative = e.cmpf(arith::CmpFPredicate::OLT, y, e.c_f32(0.f));
+  Value a = e.select(negative, e.fneg(y), y);
+  Value t = e.fsub(e.c_f32(1.f),
+                   e.fmul(e.c_f32(2.f), e.rcp_approx(e.fadd(e.ex2_approx(e.fmul(a, e.c_f32(2.f * kLog2e))), e.c_f32(1.f)))));
+  return e.select(negative, e.fneg(t), t);
+}
+
+struct RowRange {
+  Value lo, hi;
+};
+
+// online_softmax: masks and scales S into base-2 logits, updates max/sum, rescales O; S becomes P.
+void online_softmax(Emitter &e, const Shape &sh, const Params &p, Tile &s, const std::vector<RowRange> &ranges,
+                    Value tile_key, WarpState &st) {
+  Value lane = e.lane_id();
+  Value quad_col = e.mul(e.rem_s(lane, e.c_i32(kQuadSize)), e.c_i32(2));
+  Value warp_key = e.add(tile_key, e.mul(e.warp_id(), e.c_i32(sh.warp_n)));
+  Value neg_inf = e.neg_inf();
+  const int n_s = sh.n_tiles_s();
+  for (int m = 0; m < sh.m_tiles; ++m)
+    for (int h = 0; h < kRowsPerThreadTile; ++h) {
+      const RowRange &range = ranges[m * kRowsPerThreadTile + h];
+      Value tile_max = neg_inf;
+      for (int n = 0; n < n_s; ++n)
+        for (int i = 0; i < 2; ++i) {
+          Value x = s[m * n_s + n][2 * h + i];
+          if (sh.softcap)
+            x = e.fmul(tanh_accurate(e, e.fmul(e.fmul(x, p.scale), p.softcap_inv)), e.fmul(p.softcap, e.c_f32(kLog2e)));
+          else
+            x = e.fmul(x, p.scale_log2);
+          Value key = e.add(warp_key, e.add(quad_col, e.c_i32(n * kMmaN + i)));
+          Value inside = e.and_(e.cmp(Pred::sge, key, range.lo), e.cmp(Pred::slt, key, range.hi));
+          x = e.select(inside, x, neg_inf);
+          s[m * n_s + n][2 * h + i] = x;
+          tile_max = e.max_f32(tile_max, x);
+        }
+      tile_max = e.quad_reduce_max(tile_max);
+      Value &row_max = st.row_max[m * kRowsPerThreadTile + h];
+      Value new_max = e.max_f32(row_max, tile_max);
+      // a row that has seen no key keeps max = -inf; subtract 0 so that -inf - -inf never occurs
+      Value shift = e.select(e.cmpf(arith::CmpFPredicate::OEQ, new_max, neg_inf), e.c_f32(0.f), new_max);
+      Value correction = e.ex2_approx(e.fsub(row_max, shift));
+      row_max = new_max;
+      Value sum = e.c_f32(0.f);
+      for (int n = 0; n < n_s; ++n)
+        for (int i = 0; i < 2; ++i) {
+          Value prob = e.ex2_approx(e.fsub(s[m * n_s + n][2 * h + i], shift));
+          s[m * n_s + n][2 * h + i] = prob;
+          sum = e.fadd(sum, prob);
+        }
+      Value &row_sum = st.row_sum[m * kRowsPerThreadTile + h];
+      row_sum = e.fadd(e.fmul(row_sum, correction), sum);
+      for (int n = 0; n < sh.n_tiles_o(); ++n) {
+        st.acc(m, n)[2 * h] = e.fmul(st.acc(m, n)[2 * h], correction);
+        st.acc(m, n)[2 * h + 1] = e.fmul(st.acc(m, n)[2 * h + 1], correction);
+      }
+    }
+}
+
+// Emits `body` under `if (cond)`.
+template <typename Body> void when(Emitter &e, Value cond, Body &&body) {
+  auto op = scf::IfOp::create(e.b, e.loc, cond, /*withElseRegion=*/false);
+  mlir::OpBuilder::InsertionGuard guard(e.b);
+  e.b.setInsertionPoint(op.thenBlock()->getTerminator());
+  body();
+}
+
+// finish_piece: merge the warps through shared memory, write O (or a partial state) and the LSE.
+void finish_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, const Smem &smem, WarpState &st) {
+  mlir::Type f32 = e.f32(), v2f32 = mlir::VectorType::get({2}, f32);
+  Value lane = e.lane_id(), warp = e.warp_id();
+  Value group_row = e.div_s(lane, e.c_i32(kQuadSize));
+  Value quad_col = e.mul(e.rem_s(lane, e.c_i32(kQuadSize)), e.c_i32(2));
+  Value stats = smem.stats(), merge = smem.merge();
+  Value warp_rows = e.mul(warp, e.c_i32(sh.block_m));
+  Value warp_merge = e.gep(merge, f32, e.mul(warp_rows, e.c_i32(sh.merge_row_floats)));
+  Value first_lane = e.cmp(Pred::eq, e.rem_s(lane, e.c_i32(kQuadSize)), e.c_i32(0));
+
+  e.bar_sync(); // every warp is done reading the ring, which `merge` aliases
+  for (int m = 0; m < sh.m_tiles; ++m)
+    for (int h = 0; h < kRowsPerThreadTile; ++h) {
+      Value row = e.add(group_row, e.c_i32(m * kMmaM + h * kHalfTile));
+      Value sum = e.quad_reduce_sum(st.row_sum[m * kRowsPerThreadTile + h]);
+      Value max = st.row_max[m * kRowsPerThreadTile + h];
+      when(e, first_lane, [&] {
+        Value slot = e.gep(stats, f32, e.mul(e.add(warp_rows, row), e.c_i32(kStatsPerRow)));
+        e.st_shared(slot, max, kF32Bytes);
+        e.st_shared(e.gep(slot, f32, e.c_i32(1)), sum, kF32Bytes);
+      });
+      for (int n = 0; n < sh.n_tiles_o(); ++n) {
+        Value dst = e.gep(warp_merge, f32, e.add(e.mul(row, e.c_i32(sh.merge_row_floats)), e.add(quad_col, e.c_i32(n * kMmaN))));
+        Value pair = mlir::vector::FromElementsOp::create(e.b, e.loc, v2f32,
+                                                          ValueRange{st.acc(m, n)[2 * h], st.acc(m, n)[2 * h + 1]});
+        e.st_shared(dst, pair, 2 * kF32Bytes);
+      }
+    }
+  e.bar_sync();
+
+  // Threads sweep (row, 8-column chunk) pairs; each recomputes its row's warp weights.
+  const int chunks_per_row = sh.head_dim_v / kMergeChunk;
+  Value neg_inf = e.neg_inf(), zero = e.c_f32(0.f);
+  scf::ForOp::create(
+      e.b, e.loc, e.tid_x(), e.mul(u.rows_here, e.c_i32(chunks_per_row)), e.c_i32(sh.threads), ValueRange{},
+      [&](mlir::OpBuilder &, mlir::Location, Value c, ValueRange) {
+        Value row = e.div_s(c, e.c_i32(chunks_per_row));
+        Value col = e.mul(e.rem_s(c, e.c_i32(chunks_per_row)), e.c_i32(kMergeChunk));
+        std::vector<Value> wmax(sh.warps()), wsum(sh.warps());
+        Value max_all = neg_inf;
+        for (int w = 0; w < sh.warps(); ++w) {
+          Value slot = e.gep(stats, f32, e.mul(e.add(row, e.c_i32(w * sh.block_m)), e.c_i32(kStatsPerRow)));
+          wmax[w] = e.ld_shared(f32, slot, kF32Bytes);
+          wsum[w] = e.ld_shared(f32, e.gep(slot, f32, e.c_i32(1)), kF32Bytes);
+          max_all = e.max_f32(max_all, wmax[w]);
+        }
+        Value empty = e.cmpf(arith::CmpFPredicate::OEQ, max_all, neg_inf);
+        std::vector<Value> weight(sh.warps());
+        Value total = zero;
+        for (int w = 0; w < sh.warps(); ++w) {
+          weight[w] = e.select(empty, zero, e.ex2_approx(e.fsub(wmax[w], max_all)));
+          total = e.fadd(total, e.fmul(weight[w], wsum[w]));
+        }
+        Value positive = e.cmpf(arith::CmpFPredicate::OGT, total, zero);
+        Value inv_total = e.select(positive, e.rcp_approx(total), zero);
+        std::vector<Value> out(kMergeChunk, zero);
+        for (int w = 0; w < sh.warps(); ++w) {
+          Value src = e.gep(merge, f32,
+                            e.add(e.mul(e.add(row, e.c_i32(w * sh.block_m)), e.c_i32(sh.merge_row_floats)), col));
+          for (int half = 0; half < kMergeChunk / kVec4; ++half) {
+            Value v = e.ld_shared(e.v4f32(), e.gep(src, f32, e.c_i32(half * kVec4)), kVec4 * kF32Bytes);
+            for (int i = 0; i < kVec4; ++i)
+              out[half * kVec4 + i] = e.fadd(out[half * kVec4 + i], e.fmul(weight[w], e.extract(v, i)));
+          }
+        }
+        for (Value &x : out)
+          x = e.fmul(x, inv_total);
+        Value lse = e.select(positive, e.fmul(e.fadd(max_all, e.lg2_approx(total)), e.c_f32(kLn2)), neg_inf);
+        Value packed = e.add(e.mul(u.m_block, e.c_i32(sh.block_m)), row);
+        Value direct = e.cmp(Pred::slt, u.state, e.c_i32(0));
+        auto branch = scf::IfOp::create(e.b, e.loc, direct, /*withElseRegion=*/true);
+        {
+          mlir::OpBuilder::InsertionGuard guard(e.b);
+          e.b.setInsertionPoint(branch.thenBlock()->getTerminator());
+          Value token = e.div_s(packed, e.c_i32(sh.gqa_group));
+          Value head = e.add(e.mul(u.head_kv, e.c_i32(sh.gqa_group)), e.rem_s(packed, e.c_i32(sh.gqa_group)));
+          Value offset = e.add(e.add(e.mul(e.sext64(u.batch), p.o_strides[0]), e.mul(e.sext64(token), p.o_strides[1])),
+                               e.add(e.mul(e.sext64(head), p.o_strides[2]), e.sext64(col)));
+          Value dst = e.gep(p.o, e.b.getI16Type(), offset);
+          llvm::SmallVector<Value, 4> words;
+          for (int i = 0; i < kMergeChunk; i += 2)
+            words.push_back(e.pack2_from_f32(sh.dtype, out[i], out[i + 1]));
+          e.st_global_v4(dst, mlir::vector::FromElementsOp::create(
+                                  e.b, e.loc, mlir::VectorType::get({kVec4}, e.i32()), words));
+          when(e, e.and_(e.not_(e.is_null(p.maybe_lse)), e.cmp(Pred::eq, col, e.c_i32(0))), [&] {
+            Value index = e.add(e.mul(e.add(e.mul(e.sext64(u.batch), e.sext64(p.heads_q)), e.sext64(head)),
+                                      e.sext64(p.seqlen_q)),
+                                e.sext64(token));
+            e.st_global_f32(e.gep(p.maybe_lse, f32, index), lse);
+          });
+          e.b.setInsertionPoint(branch.elseBlock()->getTerminator());
+          Value state_row = e.add(e.mul(e.sext64(u.state), e.c_i64(sh.block_m)), e.sext64(row));
+          Value dst_o = e.gep(p.partial_o, f32, e.add(e.mul(state_row, e.c_i64(sh.head_dim_v)), e.sext64(col)));
+          for (int half = 0; half < kMergeChunk / kVec4; ++half) {
+            Value v = mlir::vector::FromElementsOp::create(
+                e.b, e.loc, e.v4f32(),
+                ValueRange{out[half * kVec4], out[half * kVec4 + 1], out[half * kVec4 + 2], out[half * kVec4 + 3]});
+            e.st_global_v4(e.gep(dst_o, f32, e.c_i32(half * kVec4)), v);
+          }
+          when(e, e.cmp(Pred::eq, col, e.c_i32(0)), [&] { e.st_global_f32(e.gep(p.partial_lse, f32, state_row), lse); });
+        }
+        scf::YieldOp::create(e.b, e.loc);
+      });
+  e.bar_sync(); // the next piece's copies overwrite `merge` and `stats`
+}
+
+// run_piece: keys [kv_begin, kv_end) of one unit.
+void run_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, const Smem &smem) {
+  mlir::Type i16 = e.b.getI16Type();
+  KvSource src;
+  src.k = e.gep(p.k, i16, e.add(e.mul(e.sext64(u.batch), p.k_strides[0]), e.mul(e.sext64(u.head_kv), p.k_strides[2])));
+  src.v = e.gep(p.v, i16, e.add(e.mul(e.sext64(u.batch), p.v_strides[0]), e.mul(e.sext64(u.head_kv), p.v_strides[2])));
+  src.k_row = p.k_strides[1];
+  src.v_row = p.v_strides[1];
+  src.kv_begin = u.kv_begin;
+  src.kv_end = u.kv_end;
+  Value num_tiles = e.div_s(e.add(e.sub(u.kv_end, u.kv_begin), e.c_i32(sh.block_n - 1)), e.c_i32(sh.block_n));
+
+  // load_q: rows past the real ones are zero-filled (they never reach HBM)
+  {
+    const int chunks_qk = sh.head_dim_qk / kChunkElems;
+    scf::ForOp::create(
+        e.b, e.loc, e.tid_x(), e.c_i32(sh.block_m * chunks_qk), e.c_i32(sh.threads), ValueRange{},
+        [&](mlir::OpBuilder &, mlir::Location, Value c, ValueRange) {
+          Value r = e.div_s(c, e.c_i32(chunks_qk));
+          Value col = e.mul(e.rem_s(c, e.c_i32(chunks_qk)), e.c_i32(kChunkElems));
+          Value row = e.add(e.mul(u.m_block, e.c_i32(sh.block_m)), r);
+          Value valid = e.cmp(Pred::slt, r, u.rows_here);
+          Value token = e.div_s(row, e.c_i32(sh.gqa_group));
+          Value head = e.add(e.mul(u.head_kv, e.c_i32(sh.gqa_group)), e.rem_s(row, e.c_i32(sh.gqa_group)));
+          Value offset = e.add(e.add(e.mul(e.sext64(u.batch), p.q_strides[0]), e.mul(e.sext64(token), p.q_strides[1])),
+                               e.add(e.mul(e.sext64(head), p.q_strides[2]), e.sext64(col)));
+          Value from = e.select(valid, e.gep(p.q, i16, offset), p.q);
+          Value dst = e.gep(smem.q(), i16, e.add(e.mul(r, e.c_i32(sh.smem_row_qk)), col));
+          e.cp_async_cg_16(dst, from, e.select(valid, e.c_i32(kChunkBytes), e.c_i32(0)));
+          scf::YieldOp::create(e.b, e.loc);
+        });
+  }
+  // prologue: the first kStages - 1 tiles, one commit group per tile, empty or not
+  for (int t = 0; t < sh.stages - 1; ++t) {
+    when(e, e.cmp(Pred::slt, e.c_i32(t), num_tiles), [&] { issue_tile(e, sh, smem, src, e.c_i32(t)); });
+    e.cp_async_commit_group();
+  }
+
+  // row_range per (m tile, half): causal and window aligned to the end of the sequence
+  std::vector<RowRange> ranges;
+  Value group_row = e.div_s(e.lane_id(), e.c_i32(kQuadSize));
+  for (int m = 0; m < sh.m_tiles; ++m)
+    for (int h = 0; h < kRowsPerThreadTile; ++h) {
+      Value row_in_block = e.add(group_row, e.c_i32(m * kMmaM + h * kHalfTile));
+      Value token = e.div_s(e.add(e.mul(u.m_block, e.c_i32(sh.block_m)), row_in_block), e.c_i32(sh.gqa_group));
+      Value diag = e.sub(e.add(token, u.kv_len), p.seqlen_q);
+      Value diag_next = e.add(diag, e.c_i32(1));
+      RowRange r{u.kv_begin, u.kv_end};
+      if (sh.causal)
+        r.hi = e.min_s(r.hi, diag_next);
+      if (sh.local) {
+        r.lo = e.select(e.cmp(Pred::sge, p.window_left, e.c_i32(0)), e.max_s(r.lo, e.sub(diag, p.window_left)), r.lo);
+        r.hi = e.select(e.cmp(Pred::sge, p.window_right, e.c_i32(0)),
+                        e.min_s(r.hi, e.add(diag_next, p.window_right)), r.hi);
+      }
+      ranges.push_back(r);
+    }
+
+  WarpState init{{}, {}, {}, sh.m_tiles, sh.n_tiles_o()};
+  Value zero = e.c_f32(0.f), neg_inf = e.neg_inf();
+  init.o.assign(sh.m_tiles * sh.n_tiles_o(), {zero, zero, zero, zero});
+  init.row_max.assign(sh.m_tiles * kRowsPerThreadTile, neg_inf);
+  init.row_sum.assign(sh.m_tiles * kRowsPerThreadTile, zero);
+  std::vector<Value> carried = init.flatten();
+  auto loop = scf::ForOp::create(
+      e.b, e.loc, e.c_i32(0), num_tiles, e.c_i32(1), carried,
+      [&](mlir::OpBuilder &, mlir::Location, Value t, ValueRange values) {
+        WarpState st = WarpState::from(values, sh.m_tiles, sh.n_tiles_o());
+        e.cp_async_wait_group(sh.stages - 2); // tile t (and Q) has landed for this thread
+        e.bar_sync();                         // ... and for every thread; stage t-1 is free again
+        Value ahead = e.add(t, e.c_i32(sh.stages - 1));
+        when(e, e.cmp(Pred::slt, ahead, num_tiles), [&] { issue_tile(e, sh, smem, src, ahead); });
+        e.cp_async_commit_group();
+        Value stage = e.rem_s(t, e.c_i32(sh.stages));
+        Value tile_key = e.add(u.kv_begin, e.mul(t, e.c_i32(sh.block_n)));
+        Tile s = qk_gemm(e, sh, sh.dtype, smem.q(), smem.k(stage));
+        online_softmax(e, sh, p, s, ranges, tile_key, st);
+        pv_gemm(e, sh, sh.dtype, smem.v(stage), s, st);
+        scf::YieldOp::create(e.b, e.loc, st.flatten());
+      });
+  e.cp_async_wait_group(0); // only empty groups remain, or Q when the piece has no tile
+  WarpState st = WarpState::from(loop.getResults(), sh.m_tiles, sh.n_tiles_o());
+  finish_piece(e, sh, p, u, smem, st);
+}
+
+Status layout_matches(mlir::gpu::GPUFuncOp fn, mlir::LLVM::LLVMStructType type, int bytes) {
+  const auto layout_bytes = mlir::DataLayout::closest(fn).getTypeSize(type);
+  if (layout_bytes != uint64_t(bytes))
+    return Status::error(FLASHJIT_INTERNAL, "decode: MLIR lays fj_decode_params out in " + std::to_string(layout_bytes) +
+                                                " bytes, C in " + std::to_string(bytes));
+  return Status::success();
+}
+
+mlir::gpu::GPUFuncOp kernel_func(Emitter &e, const std::string &name, int threads) {
+  auto fn = mlir::gpu::GPUFuncOp::create(e.b, e.loc, name, e.b.getFunctionType({e.ptr()}, {}));
+  fn->setAttr(mlir::gpu::GPUDialect::getKernelFuncAttrName(), e.b.getUnitAttr());
+  fn.setKnownBlockSizeAttr(e.b.getDenseI32ArrayAttr({threads, 1, 1})); // .maxntid, as __launch_bounds__
+  return fn;
+}
+
+Status plan_int(const Plan &plan, const char *name, int *out) {
+  const long long missing = -1;
+  const long long v = plan.constant(name, missing);
+  if (v == missing)
+    return Status::error(FLASHJIT_INTERNAL, std::string("decode: the plan has no ") + name);
+  *out = int(v);
+  return Status::success();
+}
+
+} // namespace
+
+std::string decode_unsupported_reason(const KernelSpec &spec) {
+  if (spec.page_size > 0)
+    return "paged KV (page_size " + std::to_string(spec.page_size) + ")";
+  if (spec.align_bytes < kChunkBytes)
+    return "element-aligned rows (align_bytes " + std::to_string(spec.align_bytes) + " < 16)";
+  if (spec.head_dim_qk % kMmaK != 0 || spec.head_dim_v % kMmaK != 0)
+    return "head dims that are not multiples of 16 (" + std::to_string(spec.head_dim_qk) + "/" +
+           std::to_string(spec.head_dim_v) + ")";
+  return "";
+}
+
+Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const Plan &plan,
+                    std::vector<BuiltKernel> *out) {
+  if (std::string why = decode_unsupported_reason(spec); !why.empty())
+    return Status::error(FLASHJIT_UNSUPPORTED, "decode (MLIR): " + why);
+  Shape sh{};
+  sh.dtype = spec.dtype == FLASHJIT_FP16 ? DType::fp16 : DType::bf16;
+  sh.arch = spec.arch.sm;
+  sh.head_dim_qk = spec.head_dim_qk;
+  sh.head_dim_v = spec.head_dim_v;
+  sh.gqa_group = spec.gqa_group;
+  sh.threads = plan.threads;
+  sh.causal = spec.causal;
+  sh.local = spec.local;
+  sh.softcap = spec.softcap;
+  struct {
+    const char *name;
+    int *field;
+  } constants[] = {
+      {"kBlockM", &sh.block_m},           {"kBlockN", &sh.block_n},
+      {"kWarpN", &sh.warp_n},             {"kStages", &sh.stages},
+      {"kMTiles", &sh.m_tiles},           {"kCtasPerSm", &sh.ctas_per_sm},
+      {"kCombineThreads", &sh.combine_threads}, {"kSmemRowQK", &sh.smem_row_qk},
+      {"kSmemRowV", &sh.smem_row_v},      {"kSmemOffsetQ", &sh.smem_offset_q},
+      {"kSmemOffsetKV", &sh.smem_offset_kv}, {"kSmemStageBytes", &sh.smem_stage_bytes},
+      {"kSmemOffsetVInStage", &sh.smem_offset_v_in_stage}, {"kSmemOffsetStats", &sh.smem_offset_stats},
+      {"kMergeRowFloats", &sh.merge_row_floats},
+  };
+  for (const auto &c : constants)
+    if (Status s = plan_int(plan, c.name, c.field); !s)
+      return s;
+  // The static_asserts of decode_splitk.cuh's Traits, as errors.
+  if (sh.threads % kWarpSize != 0 || sh.block_n != sh.warp_n * sh.warps() || sh.warp_n % kMmaK != 0 ||
+      sh.block_m != sh.m_tiles * kMmaM || sh.stages < 2 || sh.gqa_group < 1 ||
+      sh.smem_offset_kv + sh.stages * sh.smem_stage_bytes > sh.smem_offset_stats ||
+      sh.smem_offset_kv + sh.warps() * sh.block_m * sh.merge_row_floats * kF32Bytes > sh.smem_offset_stats ||
+      sh.combine_threads % kWarpSize != 0)
+    return Status::error(FLASHJIT_INTERNAL, "decode: the plan's constants break the kernel's invariants");
+
+  mlir::OpBuilder b(module.getContext());
+  mlir::Location loc = b.getUnknownLoc();
+  b.setInsertionPointToEnd(module.getBody());
+  Emitter e{b, loc};
+  mlir::LLVM::LLVMStructType params_type = decode_params_type(e);
+
+  // extern __shared__ __align__(128) char smem_raw[]
+  constexpr int kSmemAlign = 128;
+  auto smem_global = mlir::LLVM::GlobalOp::create(
+      b, loc, mlir::LLVM::LLVMArrayType::get(b.getI8Type(), 0), /*isConstant=*/false, mlir::LLVM::Linkage::External,
+      "fj_decode_smem", mlir::Attribute{}, kSmemAlign, kSharedSpace);
+  (void)smem_global;
+
+  // --- fj_decode_splitk
+  {
+    mlir::OpBuilder::InsertionGuard guard(b);
+    auto fn = kernel_func(e, "fj_decode_splitk", sh.threads);
+    b.setInsertionPointToStart(&fn.getBody().front());
+    Value pp = fn.getArgument(0);
+    Smem smem{mlir::LLVM::AddressOfOp::create(b, loc, e.ptr(kSharedSpace), "fj_decode_smem"), e, sh};
+    if (sh.arch >= 90) // the combine grid may get resident now and wait (PDL)
+      e.griddepcontrol(mlir::NVVM::GridDepActionKind::launch_dependents);
+    const Params p = load_params(e, pp, params_type);
+    Value slot_begin = param_at(e, pp, params_type, {kSlotBegin});
+    Value work = param_at(e, pp, params_type, {kWork});
+    Value cta = e.sext64(e.ctaid_x());
+    Value first = e.load(e.i32(), e.to_global(e.gep(slot_begin, e.i32(), cta)), kF32Bytes);
+    Value last = e.load(e.i32(), e.to_global(e.gep(slot_begin, e.i32(), e.add(cta, e.c_i64(1)))), kF32Bytes);
+    scf::ForOp::create(b, loc, first, last, e.c_i32(1), ValueRange{},
+                       [&](mlir::OpBuilder &, mlir::Location, Value i, ValueRange) {
+                         Value w = e.ld_global_nc_v4_s32(e.gep(work, e.i32(), e.mul(e.sext64(i), e.c_i64(kWorkFields))));
+                         Unit u = decode_unit(e, sh, p, e.extract(w, 0), /*with_kv_len=*/true);
+                         u.kv_begin = e.extract(w, 1);
+                         u.kv_end = e.extract(w, 2);
+                         u.state = e.extract(w, 3);
+                         run_piece(e, sh, p, u, smem);
+                         scf::YieldOp::create(b, loc);
+                       });
+    mlir::gpu::ReturnOp::create(b, loc);
+    if (Status s = layout_matches(fn, params_type, int(sizeof(fj_decode_params))); !s)
+      return s;
+  }
+
+  // --- fj_decode_combine: CTA x merges merges[x]; one warp per packed row
+  {
+    mlir::OpBuilder::InsertionGuard guard(b);
+    auto fn = kernel_func(e, "fj_decode_combine", sh.combine_threads);
+    b.setInsertionPointToStart(&fn.getBody().front());
+    Value pp = fn.getArgument(0);
+    if (sh.arch >= 90) // launched with PDL: wait for the decode grid's partials
+      e.griddepcontrol(mlir::NVVM::GridDepActionKind::wait);
+    const Params p = load_params(e, pp, params_type);
+    Value header = param_at(e, pp, params_type, {kHeader});
+    Value merges = param_at(e, pp, params_type, {kMerges});
+    Value cta = e.ctaid_x();
+    Value num_merges = e.load(e.i32(), e.to_global(header), kF32Bytes); // header->num_merges (field 0)
+    when(e, e.cmp(Pred::slt, cta, num_merges), [&] {
+      Value m = e.ld_global_nc_v4_s32(e.gep(merges, e.i32(), e.mul(e.sext64(cta), e.c_i64(kWorkFields))));
+      Unit u = decode_unit(e, sh, p, e.extract(m, 0), /*with_kv_len=*/false);
+      Value first_state = e.extract(m, 1), count = e.extract(m, 2);
+      const int64_t state_o = int64_t(sh.block_m) * sh.head_dim_v;
+      const RowMerge merge{sh.dtype, sh.head_dim_v, true};
+      const int warps = sh.combine_threads / kWarpSize;
+      scf::ForOp::create(
+          b, loc, e.warp_id(), u.rows_here, e.c_i32(warps), ValueRange{},
+          [&](mlir::OpBuilder &, mlir::Location, Value row, ValueRange) {
+            Value packed = e.add(e.mul(u.m_block, e.c_i32(sh.block_m)), row);
+            Value token = e.div_s(packed, e.c_i32(sh.gqa_group));
+            Value head = e.add(e.mul(u.head_kv, e.c_i32(sh.gqa_group)), e.rem_s(packed, e.c_i32(sh.gqa_group)));
+            Value offset = e.add(e.add(e.mul(e.sext64(u.batch), p.o_strides[0]), e.mul(e.sext64(token), p.o_strides[1])),
+                                 e.mul(e.sext64(head), p.o_strides[2]));
+            Value dst = e.gep(p.o, b.getI16Type(), offset);
+            Value lse_index = e.add(
+                e.mul(e.add(e.mul(e.sext64(u.batch), e.sext64(p.heads_q)), e.sext64(head)), e.sext64(p.seqlen_q)),
+                e.sext64(token));
+            Value row64 = e.sext64(row);
+            Value o_states = e.gep(p.partial_o, e.f32(),
+                                   e.add(e.mul(e.sext64(first_state), e.c_i64(state_o)),
+                                         e.mul(row64, e.c_i64(sh.head_dim_v))));
+            Value lse_states =
+                e.gep(p.partial_lse, e.f32(), e.add(e.mul(e.sext64(first_state), e.c_i64(sh.block_m)), row64));
+            merge_states_row(e, merge, o_states, e.c_i64(state_o), lse_states, e.c_i64(sh.block_m), count, dst,
+                             p.maybe_lse, lse_index);
+            scf::YieldOp::create(b, loc);
+          });
+    });
+    mlir::gpu::ReturnOp::create(b, loc);
+  }
+
+  const int bytes = int(sizeof(fj_decode_params));
+  out->assign(2, BuiltKernel{});
+  (*out)[0] = {"fj_decode_splitk", 0, params_type, bytes, sh.ctas_per_sm};
+  (*out)[1] = {"fj_decode_combine", 0, params_type, bytes, 1};
+  return Status::success();
+}
+
+} // namespace flashjit::mlirgen
