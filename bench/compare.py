@@ -47,8 +47,18 @@ class Problem(ctypes.Structure):
                 ("workspace_bytes", ctypes.c_size_t), ("flags", ctypes.c_uint64)]
 
 
+class Options(ctypes.Structure):
+    """Mirror of flashjit_options in include/flashjit/flashjit.h."""
+    _fields_ = [("struct_size", ctypes.c_uint32), ("backend", ctypes.c_int), ("disk_cache", ctypes.c_int32),
+                ("jit", ctypes.c_int32), ("strict", ctypes.c_int32), ("cache_dir", ctypes.c_char_p),
+                ("variant", ctypes.c_int)]
+
+
+VARIANTS = {"auto": 0, "fa2": 1, "fa3": 2}
+
+
 class FlashJit:
-    def __init__(self, path):
+    def __init__(self, path, variant="auto"):
         self.lib = ctypes.CDLL(path)
         self.lib.flashjit_last_error.restype = ctypes.c_char_p
         self.lib.flashjit_explain.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem), ctypes.c_char_p,
@@ -59,7 +69,11 @@ class FlashJit:
         self.lib.flashjit_workspace_size.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem),
                                                      ctypes.POINTER(ctypes.c_size_t)]
         self.runtime = ctypes.c_void_p()
-        self.check(self.lib.flashjit_runtime_create(None, ctypes.byref(self.runtime)))
+        options = Options()
+        self.lib.flashjit_options_init(ctypes.byref(options))
+        assert options.struct_size == ctypes.sizeof(Options), "bench/compare.py Options is out of date"
+        options.variant = VARIANTS[variant]
+        self.check(self.lib.flashjit_runtime_create(ctypes.byref(options), ctypes.byref(self.runtime)))
         assert ctypes.sizeof(Problem) >= 8
 
     def check(self, status):
@@ -256,10 +270,12 @@ def main():
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--dtypes", default="bf16,fp16")
     ap.add_argument("--ops", default="prefill,decode")
+    ap.add_argument("--variant", default="auto", choices=sorted(VARIANTS),
+                    help="force a prefill kernel family (fa2 rows answer issue 2's fa2 >= PyTorch FA-2)")
     args = ap.parse_args()
     torch.cuda.init()
     torch.zeros(1, device="cuda")  # makes the primary context current for flashjit
-    fj = FlashJit(args.lib)
+    fj = FlashJit(args.lib, args.variant)
     rows = []
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     for dname in args.dtypes.split(","):

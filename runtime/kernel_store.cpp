@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 
 namespace flashjit {
@@ -88,6 +89,23 @@ std::vector<std::filesystem::path> split_paths(const std::string &text) {
     if (!item.empty())
       paths.emplace_back(item);
   return paths;
+}
+
+// FLASHJIT_DUMP_DIR: the generated source and the PTX of every kernel this process compiles.
+void dump_artifacts(const std::string &name, const CompiledKernel &kernel) {
+  const std::string dir = env("FLASHJIT_DUMP_DIR");
+  if (dir.empty())
+    return;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  for (const auto &[suffix, text] : {std::pair<const char *, const std::string *>{".cu", &kernel.source},
+                                     {".ptx", &kernel.ptx}, {".log", &kernel.log}}) {
+    if (text->empty())
+      continue;
+    std::ofstream out(std::filesystem::path(dir) / (name + suffix), std::ios::trunc);
+    out << *text;
+  }
+  log(LogLevel::info, "dumped " + name + " source and PTX to " + dir);
 }
 
 } // namespace
@@ -262,6 +280,7 @@ Status KernelStore::fetch_or_build(const PlanChoice &choice, CompiledKernel *out
         kernel.cubin = std::move(entry->cubin);
         *out = std::move(kernel);
         *origin = "disk";
+        log(LogLevel::debug, "disk cache hit: " + name + " (" + key + ")");
         return Status::success();
       }
       log(LogLevel::warn, "disk cache entry for " + name + " has unreadable metadata; recompiling");
@@ -269,9 +288,14 @@ Status KernelStore::fetch_or_build(const PlanChoice &choice, CompiledKernel *out
   }
   if (!config_.jit)
     return Status::error(FLASHJIT_NOT_IN_BUNDLE, not_in_bundle_message(choice));
+ // A JIT compile takes a noticeable fraction of a second: say so before, so it never looks like a hang.
+  log(LogLevel::info, "compiling " + name + " with " + backend_name(backend) + " (cache miss " + key +
+                          "; typically 0.2-1 s)");
   CompiledKernel kernel;
-  if (Status s = build_kernel(choice.spec, choice.plan, backend, &kernel); !s)
-    return s;
+  const Status built = build_kernel(choice.spec, choice.plan, backend, &kernel);
+  dump_artifacts(name, kernel);
+  if (!built)
+    return built;
   log(LogLevel::info, "compiled " + name + " with " + kernel.backend + " in " +
                           std::to_string(static_cast<int>(kernel.compile_seconds * 1000)) + " ms (" +
                           std::to_string(kernel.resources.registers) + " registers, " +

@@ -349,7 +349,7 @@ Status validate_target(const Target &target, Variant variant) {
 }
 
 bool covers(Variant variant) {
-  return variant == Variant::combine;
+  return variant == Variant::combine || variant == Variant::decode_splitk;
 }
 
 std::string version_string() {

@@ -1,11 +1,13 @@
 // Planner for the FlashAttention-2 prefill kernel (templates/kernels/fa2_prefill.cuh).
 //
-// Tiles: every warp owns 16 query rows (one m16 mma.sync fragment), so kThreads = 32 * kBlockM / 16.
+// Tiles: every warp owns kRowsPerWarp query rows, 16 (one m16 mma.sync fragment, the default) or
+// 32 (two, Fa2Tuning::rows_per_warp), so kThreads = 32 * kBlockM / kRowsPerWarp.
 // Shared memory holds Q (reused as the O staging tile) plus kStages buffers each of K and V:
 //   bytes = kBlockM * max(strideQ, strideO) * 2 + kStages * kBlockN * (strideK + strideV) * 2
 // where a row stride is the row's 16-byte chunk count made odd (one chunk of padding when even),
 // so the 8 rows read by one ldmatrix phase fall in 8 different bank groups. The first candidate
 // (largest tiles first) that fits max_shared_bytes_per_block(arch) wins.
+#include "compiler/plans/fa2_plan.hpp"
 #include "compiler/planner.hpp"
 
 #include <algorithm>
@@ -18,8 +20,9 @@ namespace {
 constexpr int kMinArch = 80; // mma.sync m16n8k16 bf16, cp.async, ldmatrix
 constexpr int kDimAlign = 8; // head dims are whole 16-byte chunks of 16-bit values
 constexpr int kMaxHeadDim = 256;
-constexpr int kMmaK = 16;        // Q K^T reduces over head_dim_qk in steps of 16 (zero-padded)
-constexpr int kRowsPerWarp = 16; // one m16 fragment per warp
+constexpr int kMmaK = 16;            // Q K^T reduces over head_dim_qk in steps of 16 (zero-padded)
+constexpr int kRowsPerWarp = 16;     // default: one m16 fragment per warp
+constexpr int kWideRowsPerWarp = 32; // two m16 fragments per warp (Fa2Tuning::rows_per_warp)
 constexpr int kWarpThreads = 32;
 constexpr int kElemBytes = 2;
 constexpr int kChunkElems = 8; // 16 bytes
@@ -39,6 +42,16 @@ constexpr std::array<Tiles, 6> kMediumTiles{
     {{128, 128, 2}, {128, 64, 2}, {128, 64, 1}, {64, 64, 2}, {64, 64, 1}, {64, 32, 1}}};
 constexpr std::array<Tiles, 6> kLargeTiles{
     {{128, 64, 2}, {128, 64, 1}, {64, 64, 1}, {64, 32, 2}, {64, 32, 1}, {64, 16, 1}}};
+
+// 32 rows per warp: a thread holds O = head_dim_v and S = block_n fp32 registers, twice the 16-row
+// count, so block_n halves where O is large: 128 keys up to head dim 64, 64 up to 128 (FA-2's
+// forward uses the same 128 x 128 / 128 x 64 tiles with 4 warps on A100 / H100). A 128-row tile
+// is then 4 warps; at d128 with 2 stages it takes 102 KiB of shared memory and <= 255 registers,
+// so two CTAs share an sm_90 SM and one's softmax overlaps the other's MMAs. Above 128 the O
+// accumulators alone fill the register file: those tiles compile but spill (use 16 rows there).
+constexpr std::array<Tiles, 4> kWideSmallTiles{{{128, 128, 2}, {128, 64, 2}, {128, 64, 1}, {64, 64, 1}}};
+constexpr std::array<Tiles, 5> kWideMediumTiles{{{128, 64, 2}, {128, 64, 1}, {64, 64, 2}, {64, 64, 1}, {64, 32, 1}}};
+constexpr std::array<Tiles, 5> kWideLargeTiles{{{128, 32, 2}, {128, 32, 1}, {64, 32, 2}, {64, 32, 1}, {64, 16, 1}}};
 
 int round_up(int value, int multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -76,10 +89,42 @@ Layout layout_for(const Tiles &tiles, int head_dim_qk_pad, int head_dim_v) {
   return l;
 }
 
+bool valid_head_dim(int dim) {
+  return dim >= kDimAlign && dim <= kMaxHeadDim && dim % kDimAlign == 0;
+}
+
+bool valid_tuning(const Fa2Tuning &tuning, int rows_per_warp, std::string *why_not) {
+  if (rows_per_warp != kRowsPerWarp && rows_per_warp != kWideRowsPerWarp) {
+    *why_not = "fa2 rows_per_warp must be 16 or 32, got " + std::to_string(rows_per_warp);
+    return false;
+  }
+  if (tuning.block_m < 0 || tuning.block_m % rows_per_warp != 0) {
+    *why_not = "fa2 block_m must be a multiple of rows_per_warp, got " + std::to_string(tuning.block_m);
+    return false;
+  }
+  if (tuning.block_n < 0 || tuning.block_n % kMmaK != 0) {
+    *why_not = "fa2 block_n must be a multiple of 16, got " + std::to_string(tuning.block_n);
+    return false;
+  }
+  if (tuning.stages < 0) {
+    *why_not = "fa2 stages must be positive, got " + std::to_string(tuning.stages);
+    return false;
+  }
+  return true;
+}
+
+// Tiles from the candidate table of the head-dim class, each field the tuning sets overriding the
+// candidate's; the first result that fits the shared memory wins.
 template <std::size_t N>
-bool pick(const std::array<Tiles, N> &candidates, int head_dim_qk_pad, int head_dim_v, int max_smem, Tiles *tiles,
-          Layout *layout) {
-  for (const Tiles &candidate : candidates) {
+bool pick(const std::array<Tiles, N> &candidates, const Fa2Tuning &tuning, int head_dim_qk_pad, int head_dim_v,
+          int max_smem, Tiles *tiles, Layout *layout) {
+  for (Tiles candidate : candidates) {
+    if (tuning.block_m > 0)
+      candidate.block_m = tuning.block_m;
+    if (tuning.block_n > 0)
+      candidate.block_n = tuning.block_n;
+    if (tuning.stages > 0)
+      candidate.stages = tuning.stages;
     const Layout l = layout_for(candidate, head_dim_qk_pad, head_dim_v);
     if (l.bytes <= max_smem) {
       *tiles = candidate;
@@ -90,13 +135,13 @@ bool pick(const std::array<Tiles, N> &candidates, int head_dim_qk_pad, int head_
   return false;
 }
 
-bool valid_head_dim(int dim) {
-  return dim >= kDimAlign && dim <= kMaxHeadDim && dim % kDimAlign == 0;
-}
-
 } // namespace
 
 bool plan_fa2(const KernelSpec &spec, Plan *plan, std::string *why_not) {
+  return plan_fa2_tuned(spec, Fa2Tuning{}, plan, why_not);
+}
+
+bool plan_fa2_tuned(const KernelSpec &spec, const Fa2Tuning &tuning, Plan *plan, std::string *why_not) {
   if (spec.op != Op::prefill) {
     *why_not = std::string("fa2 runs prefill only, not ") + op_name(spec.op);
     return false;
@@ -119,24 +164,32 @@ bool plan_fa2(const KernelSpec &spec, Plan *plan, std::string *why_not) {
     return false;
   }
 
+  const int rows_per_warp = tuning.rows_per_warp > 0 ? tuning.rows_per_warp : kRowsPerWarp;
+  if (!valid_tuning(tuning, rows_per_warp, why_not))
+    return false;
+
   const int head_dim_qk_pad = round_up(spec.head_dim_qk, kMmaK);
   const int head_dim_max = std::max(head_dim_qk_pad, spec.head_dim_v);
   const int max_smem = max_shared_bytes_per_block(spec.arch);
+  const bool wide = rows_per_warp == kWideRowsPerWarp;
   Tiles tiles{};
   Layout layout{};
   bool found = false;
   if (head_dim_max <= kSmallHeadDim)
-    found = pick(kSmallTiles, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
+    found = wide ? pick(kWideSmallTiles, tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout)
+                 : pick(kSmallTiles, tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
   else if (head_dim_max <= kMediumHeadDim)
-    found = pick(kMediumTiles, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
+    found = wide ? pick(kWideMediumTiles, tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout)
+                 : pick(kMediumTiles, tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
   else
-    found = pick(kLargeTiles, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
+    found = wide ? pick(kWideLargeTiles, tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout)
+                 : pick(kLargeTiles, tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
   if (!found) {
     *why_not = "no fa2 tile fits " + std::to_string(max_smem) + " bytes of shared memory";
     return false;
   }
 
-  const int warps = tiles.block_m / kRowsPerWarp;
+  const int warps = tiles.block_m / rows_per_warp;
   *plan = Plan{};
   plan->variant = Variant::fa2;
   plan->entry = "fj_fa2_prefill";
@@ -149,7 +202,7 @@ bool plan_fa2(const KernelSpec &spec, Plan *plan, std::string *why_not) {
   plan->add("kBlockN", tiles.block_n);
   plan->add("kStages", tiles.stages);
   plan->add("kWarps", warps);
-  plan->add("kRowsPerWarp", kRowsPerWarp);
+  plan->add("kRowsPerWarp", rows_per_warp);
   plan->add("kHeadDimQKPad", head_dim_qk_pad);
   plan->add("kSmemStrideQ", layout.stride_q);
   plan->add("kSmemStrideK", layout.stride_k);

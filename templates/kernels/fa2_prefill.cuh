@@ -1,7 +1,10 @@
 // FlashAttention-2 forward (prefill) on mma.sync: runs on sm_80, sm_86, sm_89 and sm_90.
 //
-// One CTA computes kBlockM query rows of one (batch, head); each warp owns kRowsPerWarp = 16 rows
-// (one m16 MMA fragment), so softmax statistics never leave a warp. Key/value blocks of kBlockN
+// One CTA computes kBlockM query rows of one (batch, head); each warp owns kRowsPerWarp rows, 16
+// or 32 (one or two m16 MMA row blocks), so softmax statistics never leave a warp. With 32 rows
+// every K / V fragment a warp loads with ldmatrix feeds two MMAs instead of one, halving the
+// shared-memory reads per MMA, and the non-softcap logits skip their scaling pass (the scale is
+// folded into the exponent's FFMA; see kFoldScale). Key/value blocks of kBlockN
 // rows stream through kStages shared-memory buffers each, filled with cp.async (16-byte path) or
 // predicated element loads (unaligned path). Two schedules, chosen by kStages:
 //   kStages >= 2 (ring): wait K_j, V_j -> refill the buffers of block j-1 with block j+kStages-1
@@ -40,6 +43,12 @@ constexpr int kTilesN = Cfg::kBlockN / kMmaN;            // S fragments per warp
 constexpr int kTilesDV = Cfg::kHeadDimV / kMmaN;         // O fragments (exactly head_dim_v)
 constexpr int kStepsQK = Cfg::kHeadDimQKPad / kMmaK;     // k-steps of Q K^T (zero-padded)
 constexpr int kStepsPV = Cfg::kBlockN / kMmaK;           // k-steps of P V
+constexpr int kMBlocks = Cfg::kRowsPerWarp / kMmaM;      // m16 row blocks per warp (1 or 2)
+// The scale goes into the exponent, exp2(s * scale_log2 - max * scale_log2) as one FFMA, instead
+// of a separate multiply of every logit (the max commutes with a positive scale). A softcap needs
+// the scaled logit for its tanh, so it keeps the pass. Only the 32-row schedule folds for now: the
+// 16-row one keeps its GPU-verified arithmetic bit for bit until the new path has been measured.
+constexpr bool kFoldScale = kMBlocks > 1 && !Cfg::kSoftcap;
 // Ring schedule with kStages >= 2, else the interleaved single-buffer one (see the top).
 constexpr bool kRing = Cfg::kStages >= 2;
 // Blocks loaded before the loop: the ring keeps kStages - 1 blocks ahead of the one in use.
@@ -49,7 +58,7 @@ constexpr int kPrologueBlocks = kRing ? Cfg::kStages - 1 : 1;
 // waits for K_j behind V_j, and for V_j behind the refill of K.
 constexpr int kGroupsInFlight = kRing ? 2 * (Cfg::kStages - 2) : 1;
 
-static_assert(Cfg::kRowsPerWarp == kMmaM, "one m16 fragment per warp");
+static_assert(Cfg::kRowsPerWarp % kMmaM == 0 && kMBlocks >= 1 && kMBlocks <= 2, "one or two m16 blocks per warp");
 static_assert(Cfg::kWarps * kWarpSize == Cfg::kThreads && Cfg::kWarps * Cfg::kRowsPerWarp == Cfg::kBlockM);
 static_assert(Cfg::kBlockN % kMmaK == 0, "key blocks are whole k-steps of P V");
 static_assert(Cfg::kHeadDimQK % kChunkElems == 0 && Cfg::kHeadDimV % kChunkElems == 0);
@@ -194,36 +203,46 @@ __device__ __forceinline__ void zero_qk_padding(u16 *smem_q, u16 *smem_k) {
   }
 }
 
-// S = Q K^T for this warp's 16 rows and the kBlockN keys of one buffer.
-__device__ __forceinline__ void gemm_qk(float (&s)[kTilesN][4], const u16 *smem_q_warp, const u16 *smem_k) {
+// S = Q K^T for this warp's kRowsPerWarp rows and the kBlockN keys of one buffer; each K fragment
+// is loaded once and multiplied into every m16 row block.
+__device__ __forceinline__ void gemm_qk(float (&s)[kMBlocks][kTilesN][4], const u16 *smem_q_warp, const u16 *smem_k) {
   const int lane = lane_id();
   // ldmatrix row pointers: A (Q) matrices go rows 0-7 / 8-15 then columns 0-7 / 8-15; each x4 of
   // K covers two n8 key tiles (keys 0-7 then 8-15), columns 0-7 / 8-15 within each.
   const u32 q_addr = cvta_to_shared_u32(smem_q_warp + (lane % 16) * Cfg::kSmemStrideQ + (lane / 16) * 8);
   const u32 k_addr =
       cvta_to_shared_u32(smem_k + ((lane % 8) + (lane / 16) * 8) * Cfg::kSmemStrideK + ((lane / 8) % 2) * 8);
+  constexpr u32 kQBlockBytes = kMmaM * Cfg::kSmemStrideQ * kElemBytes; // one m16 row block of Q
 #pragma unroll
-  for (int j = 0; j < kTilesN; ++j)
-    s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+  for (int mb = 0; mb < kMBlocks; ++mb)
+#pragma unroll
+    for (int j = 0; j < kTilesN; ++j)
+      s[mb][j][0] = s[mb][j][1] = s[mb][j][2] = s[mb][j][3] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < kStepsQK; ++kk) {
-    u32 a[4];
-    ldmatrix_x4(a, q_addr + kk * kMmaK * kElemBytes);
+    u32 a[kMBlocks][4];
+#pragma unroll
+    for (int mb = 0; mb < kMBlocks; ++mb)
+      ldmatrix_x4(a[mb], q_addr + mb * kQBlockBytes + kk * kMmaK * kElemBytes);
 #pragma unroll
     for (int jj = 0; jj < kTilesN / 2; ++jj) {
       u32 b[4];
       ldmatrix_x4(b, k_addr + (jj * 2 * kMmaN * Cfg::kSmemStrideK + kk * kMmaK) * kElemBytes);
       const u32 b_lo[2] = {b[0], b[1]};
       const u32 b_hi[2] = {b[2], b[3]};
-      mma_m16n8k16<Cfg::kDType>(s[2 * jj], a, b_lo);
-      mma_m16n8k16<Cfg::kDType>(s[2 * jj + 1], a, b_hi);
+#pragma unroll
+      for (int mb = 0; mb < kMBlocks; ++mb) {
+        mma_m16n8k16<Cfg::kDType>(s[mb][2 * jj], a[mb], b_lo);
+        mma_m16n8k16<Cfg::kDType>(s[mb][2 * jj + 1], a[mb], b_hi);
+      }
     }
   }
 }
 
 // O += P V, with P taken from the S accumulators (the C layout of two n8 tiles is the A layout
-// of one k16 step) and V read transposed by ldmatrix.trans.
-__device__ __forceinline__ void gemm_pv(float (&o)[kTilesDV][4], const u32 (&pf)[kStepsPV][4], const u16 *smem_v) {
+// of one k16 step) and V read transposed by ldmatrix.trans; each V fragment feeds every row block.
+__device__ __forceinline__ void gemm_pv(float (&o)[kMBlocks][kTilesDV][4], const u32 (&pf)[kMBlocks][kStepsPV][4],
+                                        const u16 *smem_v) {
   const int lane = lane_id();
   const u32 v_addr =
       cvta_to_shared_u32(smem_v + ((lane % 8) + ((lane / 8) % 2) * 8) * Cfg::kSmemStrideV + (lane / 16) * 8);
@@ -236,14 +255,19 @@ __device__ __forceinline__ void gemm_pv(float (&o)[kTilesDV][4], const u32 (&pf)
       ldmatrix_x4_trans(b, v_addr + row_offset + jj * 2 * kMmaN * kElemBytes);
       const u32 b_lo[2] = {b[0], b[1]};
       const u32 b_hi[2] = {b[2], b[3]};
-      mma_m16n8k16<Cfg::kDType>(o[2 * jj], pf[kk], b_lo);
-      mma_m16n8k16<Cfg::kDType>(o[2 * jj + 1], pf[kk], b_hi);
+#pragma unroll
+      for (int mb = 0; mb < kMBlocks; ++mb) {
+        mma_m16n8k16<Cfg::kDType>(o[mb][2 * jj], pf[mb][kk], b_lo);
+        mma_m16n8k16<Cfg::kDType>(o[mb][2 * jj + 1], pf[mb][kk], b_hi);
+      }
     }
     if constexpr (kTilesDV % 2 == 1) {
       // head_dim_v = 8 (mod 16): the last n8 tile alone (lanes 0-15 address keys 0-15).
       u32 b[2];
       ldmatrix_x2_trans(b, v_addr + row_offset + (kTilesDV - 1) * kMmaN * kElemBytes);
-      mma_m16n8k16<Cfg::kDType>(o[kTilesDV - 1], pf[kk], b);
+#pragma unroll
+      for (int mb = 0; mb < kMBlocks; ++mb)
+        mma_m16n8k16<Cfg::kDType>(o[mb][kTilesDV - 1], pf[mb][kk], b);
     }
   }
 }
@@ -282,10 +306,12 @@ __device__ __forceinline__ void mask_logits(float (&s)[kTilesN][4], const Tile &
     }
 }
 
-// Online softmax over one key block: updates the running max / (thread-partial) sum of the two
-// rows this thread holds, rescales O, and turns S into P in place (log2 units -> probabilities).
+// Online softmax over one key block of one m16 row block: updates the running max / (thread-
+// partial) sum of the two rows this thread holds, rescales O, and turns S into P in place (log2
+// units -> probabilities). With kFoldScale, S and the running max are raw Q K^T and `scale_log2`
+// is applied inside the exponent.
 __device__ __forceinline__ void softmax_update(float (&s)[kTilesN][4], float (&o)[kTilesDV][4], float (&row_max)[2],
-                                               float (&row_sum)[2]) {
+                                               float (&row_sum)[2], float scale_log2) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float block_max = neg_inf();
@@ -295,14 +321,25 @@ __device__ __forceinline__ void softmax_update(float (&s)[kTilesN][4], float (&o
     const float new_max = max_f32(row_max[r], quad_reduce_max(block_max));
     // A row that has seen only masked keys keeps max -inf; exponentiate against 0 so that
     // exp2(-inf - -inf) never produces NaN (every p is then exp2(-inf) = 0).
-    const float ref = new_max == neg_inf() ? 0.0f : new_max;
-    const float correction = ex2_approx(row_max[r] - ref);
+    float ref, correction;
+    if constexpr (kFoldScale) {
+      ref = new_max == neg_inf() ? 0.0f : new_max * scale_log2;
+      correction = ex2_approx(fma_rn_f32(row_max[r], scale_log2, -ref));
+    } else {
+      ref = new_max == neg_inf() ? 0.0f : new_max;
+      correction = ex2_approx(row_max[r] - ref);
+    }
     row_max[r] = new_max;
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < kTilesN; ++j) {
-      s[j][2 * r] = ex2_approx(s[j][2 * r] - ref);
-      s[j][2 * r + 1] = ex2_approx(s[j][2 * r + 1] - ref);
+      if constexpr (kFoldScale) {
+        s[j][2 * r] = ex2_approx(fma_rn_f32(s[j][2 * r], scale_log2, -ref));
+        s[j][2 * r + 1] = ex2_approx(fma_rn_f32(s[j][2 * r + 1], scale_log2, -ref));
+      } else {
+        s[j][2 * r] = ex2_approx(s[j][2 * r] - ref);
+        s[j][2 * r + 1] = ex2_approx(s[j][2 * r + 1] - ref);
+      }
       sum += s[j][2 * r] + s[j][2 * r + 1];
     }
     row_sum[r] = row_sum[r] * correction + sum;
@@ -326,19 +363,28 @@ __device__ __forceinline__ void pack_p(u32 (&pf)[kStepsPV][4], const float (&s)[
 }
 
 // Scores of one key block -> probabilities: scale (or softcap), mask where the block needs it,
-// online softmax update of O and the row statistics, 16-bit P fragments.
-__device__ __forceinline__ void scores_to_p(u32 (&pf)[kStepsPV][4], float (&s)[kTilesN][4], float (&o)[kTilesDV][4],
-                                            float (&row_max)[2], float (&row_sum)[2], const fj_attention_params &p,
-                                            const Tile &t, int row0, int n0) {
-  scale_logits(s, p);
+// online softmax update of O and the row statistics, 16-bit P fragments, for every row block.
+__device__ __forceinline__ void scores_to_p(u32 (&pf)[kMBlocks][kStepsPV][4], float (&s)[kMBlocks][kTilesN][4],
+                                            float (&o)[kMBlocks][kTilesDV][4], float (&row_max)[kMBlocks][2],
+                                            float (&row_sum)[kMBlocks][2], const fj_attention_params &p, const Tile &t,
+                                            int row0, int n0) {
+  if constexpr (!kFoldScale) {
+#pragma unroll
+    for (int mb = 0; mb < kMBlocks; ++mb)
+      scale_logits(s[mb], p);
+  }
   // Only blocks that cross seqlen_k or an edge of the band pay for the mask.
   const bool crosses_end = n0 + Cfg::kBlockN > t.seqlen_k;
   const bool crosses_right = t.right >= 0 && n0 + Cfg::kBlockN - 1 > t.m0 + t.shift + t.right;
   const bool crosses_left = t.left >= 0 && n0 < t.m0 + Cfg::kBlockM - 1 + t.shift - t.left;
-  if (crosses_end || crosses_right || crosses_left)
-    mask_logits(s, t, row0, n0);
-  softmax_update(s, o, row_max, row_sum);
-  pack_p(pf, s);
+  const bool needs_mask = crosses_end || crosses_right || crosses_left;
+#pragma unroll
+  for (int mb = 0; mb < kMBlocks; ++mb) {
+    if (needs_mask)
+      mask_logits(s[mb], t, row0 + mb * kMmaM, n0);
+    softmax_update(s[mb], o[mb], row_max[mb], row_sum[mb], p.scale_log2);
+    pack_p(pf[mb], s[mb]);
+  }
 }
 
 // LSE element of query row `row` (natural log), laid out [batch, heads_q, seqlen_q] or, varlen,
@@ -453,22 +499,27 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   const int warp = warp_id();
   const int lane = lane_id();
   const u16 *smem_q_warp = smem_q + warp * Cfg::kRowsPerWarp * Cfg::kSmemStrideQ;
-  const int row0 = t.m0 + warp * Cfg::kRowsPerWarp + lane / kQuadSize; // query row of c0, c1
+  const int row0 = t.m0 + warp * Cfg::kRowsPerWarp + lane / kQuadSize; // query row of c0, c1 (block 0)
 
-  float o[kTilesDV][4];
+  float o[kMBlocks][kTilesDV][4];
+  float row_max[kMBlocks][2];
+  float row_sum[kMBlocks][2];
 #pragma unroll
-  for (int d = 0; d < kTilesDV; ++d)
-    o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
-  float row_max[2] = {neg_inf(), neg_inf()};
-  float row_sum[2] = {0.0f, 0.0f};
+  for (int mb = 0; mb < kMBlocks; ++mb) {
+#pragma unroll
+    for (int d = 0; d < kTilesDV; ++d)
+      o[mb][d][0] = o[mb][d][1] = o[mb][d][2] = o[mb][d][3] = 0.0f;
+    row_max[mb][0] = row_max[mb][1] = neg_inf();
+    row_sum[mb][0] = row_sum[mb][1] = 0.0f;
+  }
 
   for (int n_block = n_begin; n_block < n_end; ++n_block) {
     const int stage = (n_block - n_begin) % Cfg::kStages;
     const int n0 = n_block * Cfg::kBlockN;
     u16 *k_buf = smem_k + stage * kStageK;
     u16 *v_buf = smem_v + stage * kStageV;
-    float s[kTilesN][4];
-    u32 pf[kStepsPV][4];
+    float s[kMBlocks][kTilesN][4];
+    u32 pf[kMBlocks][kStepsPV][4];
     if constexpr (kRing) {
       cp_async_wait_group<kGroupsInFlight>();
       __syncthreads(); // K_j, V_j visible; every warp is done with block j-1, whose buffers refill
@@ -496,28 +547,34 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   cp_async_wait_all();
 
   // Epilogue: normalize, stage O through shared memory for 16-byte row stores, write the LSE.
-  float inv_sum[2];
+  float inv_sum[kMBlocks][2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float sum = quad_reduce_sum(row_sum[r]);
-    inv_sum[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
-    if (p.maybe_lse != nullptr && lane % kQuadSize == 0) {
-      const int row = row0 + r * 8;
-      if (row < t.seqlen_q)
-        *lse_at(p, t, row) = sum > 0.0f ? (row_max[r] + lg2_approx(sum)) * kLn2 : neg_inf();
+  for (int mb = 0; mb < kMBlocks; ++mb)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float sum = quad_reduce_sum(row_sum[mb][r]);
+      inv_sum[mb][r] = sum > 0.0f ? 1.0f / sum : 0.0f;
+      if (p.maybe_lse != nullptr && lane % kQuadSize == 0) {
+        const int row = row0 + mb * kMmaM + r * 8;
+        // The running max is in log2 units, or raw Q K^T when the scale is folded.
+        const float max_log2 = kFoldScale ? row_max[mb][r] * p.scale_log2 : row_max[mb][r];
+        if (row < t.seqlen_q)
+          *lse_at(p, t, row) = sum > 0.0f ? (max_log2 + lg2_approx(sum)) * kLn2 : neg_inf();
+      }
     }
-  }
   __syncthreads(); // the O staging area may overlap Q / K rows other warps still read
   u16 *smem_o_warp = smem_o + warp * Cfg::kRowsPerWarp * Cfg::kSmemStrideO;
   const int col = (lane % kQuadSize) * 2;
 #pragma unroll
-  for (int d = 0; d < kTilesDV; ++d)
+  for (int mb = 0; mb < kMBlocks; ++mb)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = lane / kQuadSize + r * 8;
-      *(u32 *)(smem_o_warp + row * Cfg::kSmemStrideO + d * kMmaN + col) =
-          pack2_from_f32<Cfg::kDType>(o[d][2 * r] * inv_sum[r], o[d][2 * r + 1] * inv_sum[r]);
-    }
+    for (int d = 0; d < kTilesDV; ++d)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = mb * kMmaM + lane / kQuadSize + r * 8;
+        *(u32 *)(smem_o_warp + row * Cfg::kSmemStrideO + d * kMmaN + col) =
+            pack2_from_f32<Cfg::kDType>(o[mb][d][2 * r] * inv_sum[mb][r], o[mb][d][2 * r + 1] * inv_sum[mb][r]);
+      }
   __syncthreads();
   store_tile<Cfg::kBlockM, kChunksV, Cfg::kSmemStrideO>(smem_o, t.seqlen_q - t.m0, t.o + (i64)t.m0 * p.o.row_stride,
                                                         p.o.row_stride);

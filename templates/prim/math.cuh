@@ -46,6 +46,14 @@ __device__ __forceinline__ float tanh_fast(float x) {
   return 1.0f - 2.0f * rcp_approx(ex2_approx(x * kTwoLog2e) + 1.0f);
 }
 
+// fma.rn.f32 d, a, b, c — a * b + c with one rounding; spelled out so that the softmax's folded
+// scale is one FFMA whatever the compiler's contraction flags.
+__device__ __forceinline__ float fma_rn_f32(float a, float b, float c) {
+  float out;
+  asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(out) : "f"(a), "f"(b), "f"(c));
+  return out;
+}
+
 // max.f32 d, a, b — returns the non-NaN operand when one is NaN; -inf is the identity.
 __device__ __forceinline__ float max_f32(float a, float b) {
   float out;

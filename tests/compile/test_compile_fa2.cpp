@@ -15,14 +15,23 @@ void PrintTo(const Fa2Case &c, std::ostream *out) {
   *out << c.arch.name() << " d" << c.dqk << "v" << c.dv;
 }
 
+// Issue 2's matrix: every head dim 8..256 (step 8) x fp16/bf16 x causal/full for sm_80 and sm_90a;
+// sm_86/sm_89 (99 KB of shared memory: other tiles) and head_dim_v != head_dim_qk on a sample.
 std::vector<Fa2Case> fa2_cases() {
+  constexpr int kHeadDimStep = 8, kMaxHeadDim = 256;
   std::vector<Fa2Case> cases;
-  const std::pair<int, int> dims[] = {{8, 8},     {32, 32},   {64, 64},   {72, 72},   {80, 80},   {96, 96},
-                                      {104, 104}, {128, 128}, {160, 160}, {192, 192}, {256, 256}, {192, 128}};
-  for (Arch arch : {Arch{80, false}, Arch{86, false}, Arch{89, false}, Arch{90, true}})
-    for (auto [dqk, dv] : dims)
+  for (Arch arch : {Arch{80, false}, Arch{90, true}})
+    for (int d = kHeadDimStep; d <= kMaxHeadDim; d += kHeadDimStep)
       for (flashjit_dtype dtype : {FLASHJIT_BF16, FLASHJIT_FP16})
-        cases.push_back({arch, dqk, dv, dtype, (dqk / 8) % 2 == 0});
+        for (bool causal : {false, true})
+          cases.push_back({arch, d, d, dtype, causal});
+  const std::pair<int, int> sample[] = {{8, 8}, {64, 64}, {72, 72}, {128, 128}, {192, 128}, {256, 256}};
+  for (Arch arch : {Arch{86, false}, Arch{89, false}})
+    for (auto [dqk, dv] : sample)
+      for (flashjit_dtype dtype : {FLASHJIT_BF16, FLASHJIT_FP16})
+        cases.push_back({arch, dqk, dv, dtype, dqk % 16 == 0});
+  for (Arch arch : {Arch{80, false}, Arch{90, true}})
+    cases.push_back({arch, 192, 128, FLASHJIT_BF16, true});
   return cases;
 }
 

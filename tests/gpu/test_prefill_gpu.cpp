@@ -72,6 +72,7 @@ std::vector<PrefillCase> cases() {
       [](CaseOptions &c) { c.problem.scale = 0.3f; });
   add("d160_fp16_causal", dense(1, 555, 555, 4, 4, 160, 160, Dtype::fp16), causal);
   add("d8_bf16_short", dense(3, 17, 9, 2, 1, 8, 8, Dtype::bf16), none);
+  add("d40_fp16_causal_sq_gt_sk", dense(2, 333, 200, 6, 3, 40, 40, Dtype::fp16), causal);
   add("d128_bf16_one_key", dense(1, 64, 1, 2, 2, 128, 128, Dtype::bf16), causal);
   add("varlen_d128_with_len1_and_len0", varlen({1, 513, 77, 0}, {300, 600, 77, 5}, 8, 4, 128, Dtype::bf16), none);
   add("varlen_d64_causal", varlen({1, 200, 129}, {1, 350, 64}, 6, 6, 64, Dtype::fp16), causal);

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <unistd.h>
 
 namespace flashjit {
@@ -61,6 +63,27 @@ TEST_F(KernelStoreTest, CompilesOnceThenServesFromDisk) {
   EXPECT_EQ(first.cubin, second.cubin);
   EXPECT_EQ(second.entry, "fj_fa2_prefill");
   EXPECT_EQ(second.resources.registers, first.resources.registers);
+}
+
+TEST_F(KernelStoreTest, DumpDirReceivesSourceAndPtx) {
+  const std::filesystem::path dump = dir_ / "dump";
+  setenv("FLASHJIT_DUMP_DIR", dump.c_str(), 1);
+  StoreConfig c = config();
+  c.disk_cache = false;
+  KernelStore store(c);
+  CompiledKernel k;
+  PlanChoice choice;
+  std::string origin;
+  const Status s = store.compile(spec(), &k, &choice, &origin);
+  unsetenv("FLASHJIT_DUMP_DIR");
+  ASSERT_TRUE(s.ok()) << s.message;
+  std::ifstream source(dump / (k.name + ".cu")), ptx(dump / (k.name + ".ptx"));
+  std::string first_line;
+  ASSERT_TRUE(std::getline(source, first_line)) << "no dumped source";
+  EXPECT_NE(first_line.find(k.name), std::string::npos);
+  std::stringstream ptx_text;
+  ptx_text << ptx.rdbuf();
+  EXPECT_NE(ptx_text.str().find(".entry fj_fa2_prefill"), std::string::npos);
 }
 
 TEST_F(KernelStoreTest, CorruptEntryIsRebuilt) {

@@ -1,0 +1,224 @@
+// The MLIR backend's split-K decode kernel (compiler/mlir/gen_decode.cpp): string checks per stage
+// in the manner of FileCheck, both entries with the NVRTC parameter block (fj_decode_params, 312
+// bytes), ptxas (inside nvJitLink) accepting every covered specialization with zero spills, and
+// FLASHJIT_UNSUPPORTED with a reason for the specs the generator does not cover yet. No GPU needed.
+#include "compiler/build.hpp"
+#include "compiler/planner.hpp"
+
+#ifdef FLASHJIT_WITH_MLIR
+#include "compiler/mlir/mlir_backend.hpp"
+#endif
+
+#include "params_decode.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace flashjit {
+namespace {
+
+KernelSpec decode_spec(Arch arch, int dim, flashjit_dtype dtype, int group, int q_len) {
+  KernelSpec spec;
+  spec.op = Op::decode;
+  spec.arch = arch;
+  spec.head_dim_qk = dim;
+  spec.head_dim_v = dim;
+  spec.dtype = dtype;
+  spec.gqa_group = group;
+  spec.q_len = q_len;
+  return spec;
+}
+
+Plan decode_plan(const KernelSpec &spec) {
+  Plan plan;
+  std::string why;
+  EXPECT_TRUE(plan_decode(spec, &plan, &why)) << why;
+  return plan;
+}
+
+const Arch kSm90a{90, true};
+const Arch kSm80{80, false};
+
+#ifndef FLASHJIT_WITH_MLIR
+TEST(MlirDecode, NotInThisBuild) {
+  KernelSpec spec = decode_spec(kSm90a, 128, FLASHJIT_BF16, 1, 1);
+  CompiledKernel kernel;
+  Status s = build_kernel(spec, decode_plan(spec), FLASHJIT_BACKEND_MLIR, &kernel);
+  EXPECT_EQ(s.code, FLASHJIT_UNSUPPORTED);
+  GTEST_SKIP() << "built without FLASHJIT_WITH_MLIR (no LLVM/MLIR 22)";
+}
+#else
+
+::testing::AssertionResult check_in_order(const std::string &text, const std::vector<std::string> &patterns) {
+  size_t at = 0;
+  for (const std::string &pattern : patterns) {
+    size_t found = text.find(pattern, at);
+    if (found == std::string::npos)
+      return ::testing::AssertionFailure() << "CHECK: '" << pattern << "' not found after offset " << at;
+    at = found + pattern.size();
+  }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult check_not(const std::string &text, const std::vector<std::string> &patterns) {
+  for (const std::string &pattern : patterns)
+    if (text.find(pattern) != std::string::npos)
+      return ::testing::AssertionFailure() << "CHECK-NOT: '" << pattern << "' found";
+  return ::testing::AssertionSuccess();
+}
+
+const std::string kParamDecl = ".param .align 8 .b8 fj_decode_splitk_param_0[" + std::to_string(sizeof(fj_decode_params)) + "]";
+const std::string kCombineParamDecl =
+    ".param .align 8 .b8 fj_decode_combine_param_0[" + std::to_string(sizeof(fj_decode_params)) + "]";
+
+TEST(MlirDecodeStages, BuiltIr) {
+  KernelSpec spec = decode_spec(kSm90a, 128, FLASHJIT_BF16, 4, 1);
+  mlirgen::Stages stages;
+  Status s = mlirgen::generate(spec, decode_plan(spec), {}, &stages);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_TRUE(check_in_order(stages.built, {
+                                               "gpu.module @flashjit [#nvvm.target<O = 3, chip = \"sm_90a\"",
+                                               "llvm.mlir.global external @fj_decode_smem()",
+                                               "addr_space = 3",
+                                               "gpu.func @fj_decode_splitk(%arg0: !llvm.ptr) kernel",
+                                               "known_block_size = array<i32: 128, 1, 1>",
+                                               "nvvm.griddepcontrol launch_dependents",
+                                               "scf.for", // the CTA's work items
+                                               "nvvm.cp.async.shared.global",
+                                               "nvvm.cp.async.commit.group",
+                                               "nvvm.cp.async.wait.group",
+                                               "nvvm.barrier0",
+                                               "nvvm.ldmatrix",
+                                               "nvvm.mma.sync",
+                                               "llvm.nvvm.ex2.approx.ftz.f32",
+                                               "layout = #nvvm.mma_layout<col>", // V: ldmatrix .trans
+                                               "gpu.func @fj_decode_combine(%arg0: !llvm.ptr) kernel",
+                                               "nvvm.griddepcontrol wait",
+                                               "gpu.return",
+                                           }));
+}
+
+TEST(MlirDecodeStages, LoweredIr) {
+  KernelSpec spec = decode_spec(kSm90a, 128, FLASHJIT_BF16, 4, 1);
+  mlirgen::Stages stages;
+  Status s = mlirgen::generate(spec, decode_plan(spec), {}, &stages);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_TRUE(check_in_order(stages.lowered, {"llvm.func @fj_decode_splitk(%arg0: !llvm.ptr {llvm.align = 8 : i64, "
+                                              "llvm.byval = !llvm.struct<(struct<(struct<(ptr, i64, i64, i64)>",
+                                              "nvvm.grid_constant}", "nvvm.kernel", "nvvm.maxntid = array<i32: 128, 1, 1>",
+                                              "nvvm.minctasm", "llvm.func @fj_decode_combine", "nvvm.minctasm = 1"}));
+  EXPECT_TRUE(check_not(stages.lowered, {"scf.", "arith.", "gpu.func", "vector.", "unrealized_conversion_cast"}));
+}
+
+TEST(MlirDecodeStages, Ptx) {
+  KernelSpec spec = decode_spec(kSm90a, 128, FLASHJIT_BF16, 4, 1);
+  mlirgen::Stages stages;
+  Status s = mlirgen::generate(spec, decode_plan(spec), {}, &stages);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_TRUE(check_in_order(stages.ptx, {".target sm_90a", ".extern .shared .align 128 .b8 fj_decode_smem[]",
+                                          ".visible .entry fj_decode_splitk(", kParamDecl, ".maxntid 128, 1, 1",
+                                          ".minnctapersm", "griddepcontrol.launch_dependents", "ld.global.nc.v4",
+                                          "cp.async.cg.shared.global", "cp.async.commit_group", "cp.async.wait_group",
+                                          "bar.sync", "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+                                          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ex2.approx.ftz.f32",
+                                          "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cvt.rn.bf16x2.f32",
+                                          "st.global.v4.b32", ".visible .entry fj_decode_combine(", kCombineParamDecl,
+                                          "griddepcontrol.wait", "shfl.sync.bfly.b32"}));
+  EXPECT_TRUE(check_not(stages.ptx, {".local", "__nv_"}));
+}
+
+TEST(MlirDecodeStages, Fp16Sm80NoPdl) {
+  KernelSpec spec = decode_spec(kSm80, 64, FLASHJIT_FP16, 8, 2);
+  spec.causal = true;
+  mlirgen::Stages stages;
+  Status s = mlirgen::generate(spec, decode_plan(spec), {}, &stages);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_TRUE(check_in_order(stages.ptx, {".target sm_80", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+                                          "cvt.rn.f16x2.f32"}));
+  EXPECT_TRUE(check_not(stages.ptx, {"griddepcontrol"}));
+}
+
+// --- ptxas (through nvJitLink) accepts every covered specialization, zero spills ----------------
+
+struct DecodeCase {
+  Arch arch;
+  int dim_qk, dim_v;
+  flashjit_dtype dtype;
+  int group, q_len;
+  bool causal, local, softcap;
+};
+
+void PrintTo(const DecodeCase &c, std::ostream *out) {
+  *out << c.arch.name() << " d" << c.dim_qk << "/" << c.dim_v << (c.dtype == FLASHJIT_FP16 ? " fp16" : " bf16") << " g"
+       << c.group << " q" << c.q_len << (c.causal ? " causal" : "") << (c.local ? " local" : "")
+       << (c.softcap ? " softcap" : "");
+}
+
+std::vector<DecodeCase> decode_cases() {
+  std::vector<DecodeCase> cases;
+  for (int dim : {64, 128, 256})
+    for (flashjit_dtype dtype : {FLASHJIT_BF16, FLASHJIT_FP16})
+      for (auto [group, q_len] : {std::pair{1, 1}, std::pair{8, 1}, std::pair{4, 4}})
+        cases.push_back({kSm90a, dim, dim, dtype, group, q_len, q_len > 1, false, false});
+  cases.push_back({kSm90a, 128, 128, FLASHJIT_BF16, 8, 1, false, true, true});
+  cases.push_back({kSm90a, 192, 128, FLASHJIT_BF16, 4, 1, false, false, false});
+  cases.push_back({kSm90a, 96, 96, FLASHJIT_FP16, 16, 4, true, true, false}); // 4 m tiles
+  cases.push_back({kSm80, 128, 128, FLASHJIT_BF16, 4, 2, true, false, false});
+  cases.push_back({Arch{86, false}, 256, 256, FLASHJIT_FP16, 1, 1, false, false, true});
+  return cases;
+}
+
+class MlirDecodeCompile : public ::testing::TestWithParam<DecodeCase> {};
+
+TEST_P(MlirDecodeCompile, PtxasAcceptsWithoutSpills) {
+  const DecodeCase &c = GetParam();
+  KernelSpec spec = decode_spec(c.arch, c.dim_qk, c.dtype, c.group, c.q_len);
+  spec.head_dim_v = c.dim_v;
+  spec.causal = c.causal;
+  spec.local = c.local;
+  spec.softcap = c.softcap;
+  CompiledKernel kernel;
+  Status s = build_kernel(spec, decode_plan(spec), FLASHJIT_BACKEND_MLIR, &kernel);
+  if (!s.ok() && s.message.find("nvJitLink is not available") != std::string::npos)
+    GTEST_SKIP() << s.message;
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_EQ(kernel.entry, "fj_decode_splitk");
+  ASSERT_FALSE(kernel.cubin.empty());
+  EXPECT_GT(kernel.resources.registers, 0) << "no ptxas report in the log:\n" << kernel.log;
+  EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name << "\n" << kernel.log;
+  EXPECT_EQ(kernel.resources.spill_load_bytes, 0) << kernel.name << "\n" << kernel.log;
+  EXPECT_TRUE(kernel.resources.warnings.empty()) << kernel.log;
+  // Both entries, each with the NVRTC parameter block.
+  EXPECT_NE(kernel.ptx.find(".entry fj_decode_splitk("), std::string::npos);
+  EXPECT_NE(kernel.ptx.find(".entry fj_decode_combine("), std::string::npos);
+  EXPECT_NE(kernel.ptx.find("fj_decode_splitk_param_0[" + std::to_string(sizeof(fj_decode_params)) + "]"),
+            std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(CoveredDecode, MlirDecodeCompile, ::testing::ValuesIn(decode_cases()));
+
+// --- what is not covered yet is refused, with the reason ------------------------------------------
+
+TEST(MlirDecode, UncoveredSpecsAreUnsupported) {
+  KernelSpec paged = decode_spec(kSm90a, 128, FLASHJIT_BF16, 4, 1);
+  paged.page_size = 16;
+  KernelSpec unaligned = decode_spec(kSm90a, 128, FLASHJIT_BF16, 4, 1);
+  unaligned.align_bytes = 2;
+  KernelSpec dim72 = decode_spec(kSm90a, 72, FLASHJIT_BF16, 4, 1);
+  const std::pair<KernelSpec, const char *> cases[] = {
+      {paged, "paged KV"}, {unaligned, "element-aligned rows"}, {dim72, "not multiples of 16"}};
+  for (const auto &[spec, reason] : cases) {
+    CompiledKernel kernel;
+    Status s = build_kernel(spec, decode_plan(spec), FLASHJIT_BACKEND_MLIR, &kernel);
+    EXPECT_EQ(s.code, FLASHJIT_UNSUPPORTED) << s.message;
+    EXPECT_NE(s.message.find(reason), std::string::npos) << s.message;
+    EXPECT_TRUE(kernel.cubin.empty());
+  }
+}
+
+#endif
+
+} // namespace
+} // namespace flashjit
