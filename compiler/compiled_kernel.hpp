@@ -27,7 +27,8 @@ struct CompiledKernel {
   double compile_seconds = 0;
 };
 
-// Parses ptxas -v output (as NVRTC returns it in the program log).
-ResourceUsage parse_ptxas_report(const std::string &log);
+// Parses ptxas -v output (as NVRTC returns it in the program log). Registers and shared memory are
+// those of `entry` ("" = the largest of any entry); spills and stack are the worst of any entry.
+ResourceUsage parse_ptxas_report(const std::string &log, const std::string &entry = "");
 
 } // namespace flashjit

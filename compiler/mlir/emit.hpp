@@ -14,8 +14,8 @@
 
 #include <array>
 #include <cstdint>
-#include <optional>
 #include <limits>
+#include <optional>
 
 namespace flashjit::mlirgen {
 

@@ -48,9 +48,32 @@ constexpr int kWorkFields = 4;        // fj_decode_work / fj_decode_merge: four 
 // against MLIR's data layout at generation time.
 enum TensorField { kPtr, kBatchStride, kRowStride, kHeadStride };
 enum AttnField {
-  kQ, kK, kV, kO, kMaybeLse, kCuQ, kCuK, kMaybeSeqlensK, kPaged, kBatch, kSeqlenQ, kSeqlenK, kTotalQ, kHeadsQ,
-  kHeadsKv, kGroup, kWindowLeft, kWindowRight, kScaleLog2, kSoftcapField, kSoftcapInv, kScale, kPartialO,
-  kPartialLse, kNumSplits, kNumMBlocks,
+  kQ,
+  kK,
+  kV,
+  kO,
+  kMaybeLse,
+  kCuQ,
+  kCuK,
+  kMaybeSeqlensK,
+  kPaged,
+  kBatch,
+  kSeqlenQ,
+  kSeqlenK,
+  kTotalQ,
+  kHeadsQ,
+  kHeadsKv,
+  kGroup,
+  kWindowLeft,
+  kWindowRight,
+  kScaleLog2,
+  kSoftcapField,
+  kSoftcapInv,
+  kScale,
+  kPartialO,
+  kPartialLse,
+  kNumSplits,
+  kNumMBlocks,
 };
 enum DecodeField { kAttn, kHeader, kSlotBegin, kWork, kMerges, kMBlocksField, kPadField };
 static_assert(offsetof(fj_attention_params, maybe_lse) == 128 && offsetof(fj_attention_params, paged) == 160 &&
@@ -66,9 +89,9 @@ mlir::LLVM::LLVMStructType decode_params_type(Emitter &e) {
   mlir::Type p = e.ptr(), i64 = e.i64(), i32 = e.i32(), f32 = e.f32();
   auto tensor = mlir::LLVM::LLVMStructType::getLiteral(c, {p, i64, i64, i64});
   auto paged = mlir::LLVM::LLVMStructType::getLiteral(c, {p, i32, i32, i64, i64});
-  auto attn = mlir::LLVM::LLVMStructType::getLiteral(
-      c, {tensor, tensor, tensor, tensor, p, p, p, p, paged, i32, i32, i32, i32, i32, i32, i32, i32, i32, f32, f32,
-          f32, f32, p, p, i32, i32});
+  auto attn = mlir::LLVM::LLVMStructType::getLiteral(c, {tensor, tensor, tensor, tensor, p,   p,   p,   p,   paged,
+                                                         i32,    i32,    i32,    i32,    i32, i32, i32, i32, i32,
+                                                         f32,    f32,    f32,    f32,    p,   p,   i32, i32});
   return mlir::LLVM::LLVMStructType::getLiteral(c, {attn, p, p, p, p, i32, i32});
 }
 
@@ -108,7 +131,7 @@ struct Params {
 
 Params load_params(Emitter &e, Value p, mlir::LLVM::LLVMStructType t) {
   Params r;
-  auto tensor = [&](int which, Value *ptr, Value (&strides)[3]) {
+  auto tensor = [&](int which, Value *ptr, Value(&strides)[3]) {
     *ptr = param_at(e, p, t, {kAttn, which, kPtr});
     strides[0] = param_at(e, p, t, {kAttn, which, kBatchStride});
     strides[1] = param_at(e, p, t, {kAttn, which, kRowStride});
@@ -174,7 +197,8 @@ struct Smem {
     return at(e.add(e.c_i32(sh.smem_offset_kv), e.mul(stage, e.c_i32(sh.smem_stage_bytes))));
   }
   Value v(Value stage) const {
-    return at(e.add(e.c_i32(sh.smem_offset_kv + sh.smem_offset_v_in_stage), e.mul(stage, e.c_i32(sh.smem_stage_bytes))));
+    return at(
+        e.add(e.c_i32(sh.smem_offset_kv + sh.smem_offset_v_in_stage), e.mul(stage, e.c_i32(sh.smem_stage_bytes))));
   }
   Value stats() const { return at(e.c_i32(sh.smem_offset_stats)); }
   Value merge() const { return at(e.c_i32(sh.smem_offset_kv)); } // aliases the idle ring
@@ -277,8 +301,7 @@ Tile qk_gemm(Emitter &e, const Shape &sh, DType dtype, Value q_smem, Value k_sta
           e.gep(q_smem, e.b.getI16Type(), e.add(a_lane, e.c_i32(m * kMmaM * sh.smem_row_qk + ks * kMmaK))), false);
     for (int np = 0; np < n_tiles / 2; ++np) {
       auto b = e.ldmatrix_x4(
-          e.gep(k_warp, e.b.getI16Type(), e.add(b_lane, e.c_i32(np * 2 * kMmaN * sh.smem_row_qk + ks * kMmaK))),
-          false);
+          e.gep(k_warp, e.b.getI16Type(), e.add(b_lane, e.c_i32(np * 2 * kMmaN * sh.smem_row_qk + ks * kMmaK))), false);
       for (int m = 0; m < sh.m_tiles; ++m) {
         s[m * n_tiles + 2 * np] = e.mma_m16n8k16(dtype, a[m], {b[0], b[1]}, s[m * n_tiles + 2 * np]);
         s[m * n_tiles + 2 * np + 1] = e.mma_m16n8k16(dtype, a[m], {b[2], b[3]}, s[m * n_tiles + 2 * np + 1]);
@@ -319,8 +342,9 @@ void pv_gemm(Emitter &e, const Shape &sh, DType dtype, Value v_stage, const Tile
 Value tanh_accurate(Emitter &e, Value y) {
   Value negative = e.cmpf(arith::CmpFPredicate::OLT, y, e.c_f32(0.f));
   Value a = e.select(negative, e.fneg(y), y);
-  Value t = e.fsub(e.c_f32(1.f),
-                   e.fmul(e.c_f32(2.f), e.rcp_approx(e.fadd(e.ex2_approx(e.fmul(a, e.c_f32(2.f * kLog2e))), e.c_f32(1.f)))));
+  Value t =
+      e.fsub(e.c_f32(1.f),
+             e.fmul(e.c_f32(2.f), e.rcp_approx(e.fadd(e.ex2_approx(e.fmul(a, e.c_f32(2.f * kLog2e))), e.c_f32(1.f)))));
   return e.select(negative, e.fneg(t), t);
 }
 
@@ -407,7 +431,8 @@ void finish_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, c
         e.st_shared(e.gep(slot, f32, e.c_i32(1)), sum, kF32Bytes);
       });
       for (int n = 0; n < sh.n_tiles_o(); ++n) {
-        Value dst = e.gep(warp_merge, f32, e.add(e.mul(row, e.c_i32(sh.merge_row_floats)), e.add(quad_col, e.c_i32(n * kMmaN))));
+        Value dst = e.gep(warp_merge, f32,
+                          e.add(e.mul(row, e.c_i32(sh.merge_row_floats)), e.add(quad_col, e.c_i32(n * kMmaN))));
         Value pair = mlir::vector::FromElementsOp::create(e.b, e.loc, v2f32,
                                                           ValueRange{st.acc(m, n)[2 * h], st.acc(m, n)[2 * h + 1]});
         e.st_shared(dst, pair, 2 * kF32Bytes);
@@ -442,8 +467,8 @@ void finish_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, c
         Value inv_total = e.select(positive, e.rcp_approx(total), zero);
         std::vector<Value> out(kMergeChunk, zero);
         for (int w = 0; w < sh.warps(); ++w) {
-          Value src = e.gep(merge, f32,
-                            e.add(e.mul(e.add(row, e.c_i32(w * sh.block_m)), e.c_i32(sh.merge_row_floats)), col));
+          Value src =
+              e.gep(merge, f32, e.add(e.mul(e.add(row, e.c_i32(w * sh.block_m)), e.c_i32(sh.merge_row_floats)), col));
           for (int half = 0; half < kMergeChunk / kVec4; ++half) {
             Value v = e.ld_shared(e.v4f32(), e.gep(src, f32, e.c_i32(half * kVec4)), kVec4 * kF32Bytes);
             for (int i = 0; i < kVec4; ++i)
@@ -467,12 +492,12 @@ void finish_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, c
           llvm::SmallVector<Value, 4> words;
           for (int i = 0; i < kMergeChunk; i += 2)
             words.push_back(e.pack2_from_f32(sh.dtype, out[i], out[i + 1]));
-          e.st_global_v4(dst, mlir::vector::FromElementsOp::create(
-                                  e.b, e.loc, mlir::VectorType::get({kVec4}, e.i32()), words));
+          e.st_global_v4(
+              dst, mlir::vector::FromElementsOp::create(e.b, e.loc, mlir::VectorType::get({kVec4}, e.i32()), words));
           when(e, e.and_(e.not_(e.is_null(p.maybe_lse)), e.cmp(Pred::eq, col, e.c_i32(0))), [&] {
-            Value index = e.add(e.mul(e.add(e.mul(e.sext64(u.batch), e.sext64(p.heads_q)), e.sext64(head)),
-                                      e.sext64(p.seqlen_q)),
-                                e.sext64(token));
+            Value index =
+                e.add(e.mul(e.add(e.mul(e.sext64(u.batch), e.sext64(p.heads_q)), e.sext64(head)), e.sext64(p.seqlen_q)),
+                      e.sext64(token));
             e.st_global_f32(e.gep(p.maybe_lse, f32, index), lse);
           });
           e.b.setInsertionPoint(branch.elseBlock()->getTerminator());
@@ -484,7 +509,8 @@ void finish_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, c
                 ValueRange{out[half * kVec4], out[half * kVec4 + 1], out[half * kVec4 + 2], out[half * kVec4 + 3]});
             e.st_global_v4(e.gep(dst_o, f32, e.c_i32(half * kVec4)), v);
           }
-          when(e, e.cmp(Pred::eq, col, e.c_i32(0)), [&] { e.st_global_f32(e.gep(p.partial_lse, f32, state_row), lse); });
+          when(e, e.cmp(Pred::eq, col, e.c_i32(0)),
+               [&] { e.st_global_f32(e.gep(p.partial_lse, f32, state_row), lse); });
         }
         scf::YieldOp::create(e.b, e.loc);
       });
@@ -543,8 +569,8 @@ void run_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, cons
         r.hi = e.min_s(r.hi, diag_next);
       if (sh.local) {
         r.lo = e.select(e.cmp(Pred::sge, p.window_left, e.c_i32(0)), e.max_s(r.lo, e.sub(diag, p.window_left)), r.lo);
-        r.hi = e.select(e.cmp(Pred::sge, p.window_right, e.c_i32(0)),
-                        e.min_s(r.hi, e.add(diag_next, p.window_right)), r.hi);
+        r.hi = e.select(e.cmp(Pred::sge, p.window_right, e.c_i32(0)), e.min_s(r.hi, e.add(diag_next, p.window_right)),
+                        r.hi);
       }
       ranges.push_back(r);
     }
@@ -555,22 +581,22 @@ void run_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, cons
   init.row_max.assign(sh.m_tiles * kRowsPerThreadTile, neg_inf);
   init.row_sum.assign(sh.m_tiles * kRowsPerThreadTile, zero);
   std::vector<Value> carried = init.flatten();
-  auto loop = scf::ForOp::create(
-      e.b, e.loc, e.c_i32(0), num_tiles, e.c_i32(1), carried,
-      [&](mlir::OpBuilder &, mlir::Location, Value t, ValueRange values) {
-        WarpState st = WarpState::from(values, sh.m_tiles, sh.n_tiles_o());
-        e.cp_async_wait_group(sh.stages - 2); // tile t (and Q) has landed for this thread
-        e.bar_sync();                         // ... and for every thread; stage t-1 is free again
-        Value ahead = e.add(t, e.c_i32(sh.stages - 1));
-        when(e, e.cmp(Pred::slt, ahead, num_tiles), [&] { issue_tile(e, sh, smem, src, ahead); });
-        e.cp_async_commit_group();
-        Value stage = e.rem_s(t, e.c_i32(sh.stages));
-        Value tile_key = e.add(u.kv_begin, e.mul(t, e.c_i32(sh.block_n)));
-        Tile s = qk_gemm(e, sh, sh.dtype, smem.q(), smem.k(stage));
-        online_softmax(e, sh, p, s, ranges, tile_key, st);
-        pv_gemm(e, sh, sh.dtype, smem.v(stage), s, st);
-        scf::YieldOp::create(e.b, e.loc, st.flatten());
-      });
+  auto loop =
+      scf::ForOp::create(e.b, e.loc, e.c_i32(0), num_tiles, e.c_i32(1), carried,
+                         [&](mlir::OpBuilder &, mlir::Location, Value t, ValueRange values) {
+                           WarpState st = WarpState::from(values, sh.m_tiles, sh.n_tiles_o());
+                           e.cp_async_wait_group(sh.stages - 2); // tile t (and Q) has landed for this thread
+                           e.bar_sync();                         // ... and for every thread; stage t-1 is free again
+                           Value ahead = e.add(t, e.c_i32(sh.stages - 1));
+                           when(e, e.cmp(Pred::slt, ahead, num_tiles), [&] { issue_tile(e, sh, smem, src, ahead); });
+                           e.cp_async_commit_group();
+                           Value stage = e.rem_s(t, e.c_i32(sh.stages));
+                           Value tile_key = e.add(u.kv_begin, e.mul(t, e.c_i32(sh.block_n)));
+                           Tile s = qk_gemm(e, sh, sh.dtype, smem.q(), smem.k(stage));
+                           online_softmax(e, sh, p, s, ranges, tile_key, st);
+                           pv_gemm(e, sh, sh.dtype, smem.v(stage), s, st);
+                           scf::YieldOp::create(e.b, e.loc, st.flatten());
+                         });
   e.cp_async_wait_group(0); // only empty groups remain, or Q when the piece has no tile
   WarpState st = WarpState::from(loop.getResults(), sh.m_tiles, sh.n_tiles_o());
   finish_piece(e, sh, p, u, smem, st);
@@ -579,8 +605,8 @@ void run_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, cons
 Status layout_matches(mlir::gpu::GPUFuncOp fn, mlir::LLVM::LLVMStructType type, int bytes) {
   const auto layout_bytes = mlir::DataLayout::closest(fn).getTypeSize(type);
   if (layout_bytes != uint64_t(bytes))
-    return Status::error(FLASHJIT_INTERNAL, "decode: MLIR lays fj_decode_params out in " + std::to_string(layout_bytes) +
-                                                " bytes, C in " + std::to_string(bytes));
+    return Status::error(FLASHJIT_INTERNAL, "decode: MLIR lays fj_decode_params out in " +
+                                                std::to_string(layout_bytes) + " bytes, C in " + std::to_string(bytes));
   return Status::success();
 }
 
@@ -631,13 +657,20 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
     const char *name;
     int *field;
   } constants[] = {
-      {"kBlockM", &sh.block_m},           {"kBlockN", &sh.block_n},
-      {"kWarpN", &sh.warp_n},             {"kStages", &sh.stages},
-      {"kMTiles", &sh.m_tiles},           {"kCtasPerSm", &sh.ctas_per_sm},
-      {"kCombineThreads", &sh.combine_threads}, {"kSmemRowQK", &sh.smem_row_qk},
-      {"kSmemRowV", &sh.smem_row_v},      {"kSmemOffsetQ", &sh.smem_offset_q},
-      {"kSmemOffsetKV", &sh.smem_offset_kv}, {"kSmemStageBytes", &sh.smem_stage_bytes},
-      {"kSmemOffsetVInStage", &sh.smem_offset_v_in_stage}, {"kSmemOffsetStats", &sh.smem_offset_stats},
+      {"kBlockM", &sh.block_m},
+      {"kBlockN", &sh.block_n},
+      {"kWarpN", &sh.warp_n},
+      {"kStages", &sh.stages},
+      {"kMTiles", &sh.m_tiles},
+      {"kCtasPerSm", &sh.ctas_per_sm},
+      {"kCombineThreads", &sh.combine_threads},
+      {"kSmemRowQK", &sh.smem_row_qk},
+      {"kSmemRowV", &sh.smem_row_v},
+      {"kSmemOffsetQ", &sh.smem_offset_q},
+      {"kSmemOffsetKV", &sh.smem_offset_kv},
+      {"kSmemStageBytes", &sh.smem_stage_bytes},
+      {"kSmemOffsetVInStage", &sh.smem_offset_v_in_stage},
+      {"kSmemOffsetStats", &sh.smem_offset_stats},
       {"kMergeRowFloats", &sh.merge_row_floats},
   };
   for (const auto &c : constants)
@@ -659,9 +692,9 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
 
   // extern __shared__ __align__(128) char smem_raw[]
   constexpr int kSmemAlign = 128;
-  auto smem_global = mlir::LLVM::GlobalOp::create(
-      b, loc, mlir::LLVM::LLVMArrayType::get(b.getI8Type(), 0), /*isConstant=*/false, mlir::LLVM::Linkage::External,
-      "fj_decode_smem", mlir::Attribute{}, kSmemAlign, kSharedSpace);
+  auto smem_global = mlir::LLVM::GlobalOp::create(b, loc, mlir::LLVM::LLVMArrayType::get(b.getI8Type(), 0),
+                                                  /*isConstant=*/false, mlir::LLVM::Linkage::External, "fj_decode_smem",
+                                                  mlir::Attribute{}, kSmemAlign, kSharedSpace);
   (void)smem_global;
 
   // --- fj_decode_splitk
@@ -679,16 +712,16 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
     Value cta = e.sext64(e.ctaid_x());
     Value first = e.load(e.i32(), e.to_global(e.gep(slot_begin, e.i32(), cta)), kF32Bytes);
     Value last = e.load(e.i32(), e.to_global(e.gep(slot_begin, e.i32(), e.add(cta, e.c_i64(1)))), kF32Bytes);
-    scf::ForOp::create(b, loc, first, last, e.c_i32(1), ValueRange{},
-                       [&](mlir::OpBuilder &, mlir::Location, Value i, ValueRange) {
-                         Value w = e.ld_global_nc_v4_s32(e.gep(work, e.i32(), e.mul(e.sext64(i), e.c_i64(kWorkFields))));
-                         Unit u = decode_unit(e, sh, p, e.extract(w, 0), /*with_kv_len=*/true);
-                         u.kv_begin = e.extract(w, 1);
-                         u.kv_end = e.extract(w, 2);
-                         u.state = e.extract(w, 3);
-                         run_piece(e, sh, p, u, smem);
-                         scf::YieldOp::create(b, loc);
-                       });
+    scf::ForOp::create(
+        b, loc, first, last, e.c_i32(1), ValueRange{}, [&](mlir::OpBuilder &, mlir::Location, Value i, ValueRange) {
+          Value w = e.ld_global_nc_v4_s32(e.gep(work, e.i32(), e.mul(e.sext64(i), e.c_i64(kWorkFields))));
+          Unit u = decode_unit(e, sh, p, e.extract(w, 0), /*with_kv_len=*/true);
+          u.kv_begin = e.extract(w, 1);
+          u.kv_end = e.extract(w, 2);
+          u.state = e.extract(w, 3);
+          run_piece(e, sh, p, u, smem);
+          scf::YieldOp::create(b, loc);
+        });
     mlir::gpu::ReturnOp::create(b, loc);
     if (Status s = layout_matches(fn, params_type, int(sizeof(fj_decode_params))); !s)
       return s;
@@ -720,16 +753,17 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
             Value packed = e.add(e.mul(u.m_block, e.c_i32(sh.block_m)), row);
             Value token = e.div_s(packed, e.c_i32(sh.gqa_group));
             Value head = e.add(e.mul(u.head_kv, e.c_i32(sh.gqa_group)), e.rem_s(packed, e.c_i32(sh.gqa_group)));
-            Value offset = e.add(e.add(e.mul(e.sext64(u.batch), p.o_strides[0]), e.mul(e.sext64(token), p.o_strides[1])),
-                                 e.mul(e.sext64(head), p.o_strides[2]));
+            Value offset =
+                e.add(e.add(e.mul(e.sext64(u.batch), p.o_strides[0]), e.mul(e.sext64(token), p.o_strides[1])),
+                      e.mul(e.sext64(head), p.o_strides[2]));
             Value dst = e.gep(p.o, b.getI16Type(), offset);
-            Value lse_index = e.add(
-                e.mul(e.add(e.mul(e.sext64(u.batch), e.sext64(p.heads_q)), e.sext64(head)), e.sext64(p.seqlen_q)),
-                e.sext64(token));
+            Value lse_index =
+                e.add(e.mul(e.add(e.mul(e.sext64(u.batch), e.sext64(p.heads_q)), e.sext64(head)), e.sext64(p.seqlen_q)),
+                      e.sext64(token));
             Value row64 = e.sext64(row);
-            Value o_states = e.gep(p.partial_o, e.f32(),
-                                   e.add(e.mul(e.sext64(first_state), e.c_i64(state_o)),
-                                         e.mul(row64, e.c_i64(sh.head_dim_v))));
+            Value o_states =
+                e.gep(p.partial_o, e.f32(),
+                      e.add(e.mul(e.sext64(first_state), e.c_i64(state_o)), e.mul(row64, e.c_i64(sh.head_dim_v))));
             Value lse_states =
                 e.gep(p.partial_lse, e.f32(), e.add(e.mul(e.sext64(first_state), e.c_i64(sh.block_m)), row64));
             merge_states_row(e, merge, o_states, e.c_i64(state_o), lse_states, e.c_i64(sh.block_m), count, dst,

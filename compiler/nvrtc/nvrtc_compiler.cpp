@@ -92,7 +92,7 @@ Status compile_with_nvrtc(const KernelSpec &spec, const Plan &plan, CompiledKern
   kernel.cubin.resize(size);
   api->get_cubin(program.get(), kernel.cubin.data());
 
-  kernel.resources = parse_ptxas_report(kernel.log);
+  kernel.resources = parse_ptxas_report(kernel.log, kernel.entry);
   kernel.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   *out = std::move(kernel);
   return Status::success();

@@ -509,7 +509,8 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 #pragma unroll
     for (int d = 0; d < kTilesDV; ++d)
       o[mb][d][0] = o[mb][d][1] = o[mb][d][2] = o[mb][d][3] = 0.0f;
-    row_max[mb][0] = row_max[mb][1] = neg_inf();
+    row_max[mb][0] = neg_inf();
+    row_max[mb][1] = neg_inf();
     row_sum[mb][0] = row_sum[mb][1] = 0.0f;
   }
 

@@ -69,7 +69,8 @@ TEST(MlirDecode, NotInThisBuild) {
   return ::testing::AssertionSuccess();
 }
 
-const std::string kParamDecl = ".param .align 8 .b8 fj_decode_splitk_param_0[" + std::to_string(sizeof(fj_decode_params)) + "]";
+const std::string kParamDecl =
+    ".param .align 8 .b8 fj_decode_splitk_param_0[" + std::to_string(sizeof(fj_decode_params)) + "]";
 const std::string kCombineParamDecl =
     ".param .align 8 .b8 fj_decode_combine_param_0[" + std::to_string(sizeof(fj_decode_params)) + "]";
 
@@ -84,7 +85,7 @@ TEST(MlirDecodeStages, BuiltIr) {
                                                "addr_space = 3",
                                                "gpu.func @fj_decode_splitk(%arg0: !llvm.ptr) kernel",
                                                "known_block_size = array<i32: 128, 1, 1>",
-                                               "nvvm.griddepcontrol launch_dependents",
+                                               "nvvm.griddepcontrol  launch_dependents",
                                                "scf.for", // the CTA's work items
                                                "nvvm.cp.async.shared.global",
                                                "nvvm.cp.async.commit.group",
@@ -95,7 +96,7 @@ TEST(MlirDecodeStages, BuiltIr) {
                                                "llvm.nvvm.ex2.approx.ftz.f32",
                                                "layout = #nvvm.mma_layout<col>", // V: ldmatrix .trans
                                                "gpu.func @fj_decode_combine(%arg0: !llvm.ptr) kernel",
-                                               "nvvm.griddepcontrol wait",
+                                               "nvvm.griddepcontrol  wait",
                                                "gpu.return",
                                            }));
 }
@@ -105,10 +106,11 @@ TEST(MlirDecodeStages, LoweredIr) {
   mlirgen::Stages stages;
   Status s = mlirgen::generate(spec, decode_plan(spec), {}, &stages);
   ASSERT_TRUE(s.ok()) << s.message;
-  EXPECT_TRUE(check_in_order(stages.lowered, {"llvm.func @fj_decode_splitk(%arg0: !llvm.ptr {llvm.align = 8 : i64, "
-                                              "llvm.byval = !llvm.struct<(struct<(struct<(ptr, i64, i64, i64)>",
-                                              "nvvm.grid_constant}", "nvvm.kernel", "nvvm.maxntid = array<i32: 128, 1, 1>",
-                                              "nvvm.minctasm", "llvm.func @fj_decode_combine", "nvvm.minctasm = 1"}));
+  EXPECT_TRUE(
+      check_in_order(stages.lowered, {"llvm.func @fj_decode_splitk(%arg0: !llvm.ptr {llvm.align = 8 : i64, "
+                                      "llvm.byval = !llvm.struct<(struct<(struct<(ptr, i64, i64, i64)>",
+                                      "nvvm.grid_constant}", "nvvm.kernel", "nvvm.maxntid = array<i32: 128, 1, 1>",
+                                      "nvvm.minctasm", "llvm.func @fj_decode_combine", "nvvm.minctasm = 1"}));
   EXPECT_TRUE(check_not(stages.lowered, {"scf.", "arith.", "gpu.func", "vector.", "unrealized_conversion_cast"}));
 }
 
@@ -117,15 +119,19 @@ TEST(MlirDecodeStages, Ptx) {
   mlirgen::Stages stages;
   Status s = mlirgen::generate(spec, decode_plan(spec), {}, &stages);
   ASSERT_TRUE(s.ok()) << s.message;
-  EXPECT_TRUE(check_in_order(stages.ptx, {".target sm_90a", ".extern .shared .align 128 .b8 fj_decode_smem[]",
-                                          ".visible .entry fj_decode_splitk(", kParamDecl, ".maxntid 128, 1, 1",
-                                          ".minnctapersm", "griddepcontrol.launch_dependents", "ld.global.nc.v4",
-                                          "cp.async.cg.shared.global", "cp.async.commit_group", "cp.async.wait_group",
-                                          "bar.sync", "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
-                                          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ex2.approx.ftz.f32",
-                                          "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cvt.rn.bf16x2.f32",
-                                          "st.global.v4.b32", ".visible .entry fj_decode_combine(", kCombineParamDecl,
-                                          "griddepcontrol.wait", "shfl.sync.bfly.b32"}));
+  EXPECT_TRUE(check_in_order(stages.ptx,
+                             {".target sm_90a", ".extern .shared .align 128 .b8 fj_decode_smem[]",
+                              ".visible .entry fj_decode_splitk(", kParamDecl, ".maxntid 128, 1, 1", ".minnctapersm",
+                              "griddepcontrol.launch_dependents", ".visible .entry fj_decode_combine(",
+                              kCombineParamDecl, ".minnctapersm 1", "griddepcontrol.wait", "shfl.sync.bfly.b32"}));
+  // The decode entry's instruction families (order left to the scheduler).
+  const std::string decode_entry = stages.ptx.substr(0, stages.ptx.find(".entry fj_decode_combine("));
+  for (const char *op :
+       {"ld.global.nc.v4", "cp.async.cg.shared.global", "cp.async.commit_group", "cp.async.wait_group", "bar.sync",
+        "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ex2.approx.ftz.f32", "cvt.rn.bf16x2.f32",
+        "st.global.v4.b32", "shfl.sync.bfly.b32", "lg2.approx.ftz.f32", "rcp.approx.ftz.f32"})
+    EXPECT_NE(decode_entry.find(op), std::string::npos) << op;
   EXPECT_TRUE(check_not(stages.ptx, {".local", "__nv_"}));
 }
 
@@ -135,8 +141,8 @@ TEST(MlirDecodeStages, Fp16Sm80NoPdl) {
   mlirgen::Stages stages;
   Status s = mlirgen::generate(spec, decode_plan(spec), {}, &stages);
   ASSERT_TRUE(s.ok()) << s.message;
-  EXPECT_TRUE(check_in_order(stages.ptx, {".target sm_80", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
-                                          "cvt.rn.f16x2.f32"}));
+  EXPECT_TRUE(check_in_order(
+      stages.ptx, {".target sm_80", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "cvt.rn.f16x2.f32"}));
   EXPECT_TRUE(check_not(stages.ptx, {"griddepcontrol"}));
 }
 
@@ -190,6 +196,14 @@ TEST_P(MlirDecodeCompile, PtxasAcceptsWithoutSpills) {
   EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name << "\n" << kernel.log;
   EXPECT_EQ(kernel.resources.spill_load_bytes, 0) << kernel.name << "\n" << kernel.log;
   EXPECT_TRUE(kernel.resources.warnings.empty()) << kernel.log;
+  // resources describe one entry; every entry of the module must be free of spills and stack.
+  int entries = 0;
+  for (size_t at = kernel.log.find("bytes stack frame"); at != std::string::npos;
+       at = kernel.log.find("bytes stack frame", at + 1), ++entries) {
+    const std::string line = kernel.log.substr(at - 8, kernel.log.find('\n', at) - (at - 8));
+    EXPECT_NE(line.find(" 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"), std::string::npos) << line;
+  }
+  EXPECT_EQ(entries, 2) << kernel.log;
   // Both entries, each with the NVRTC parameter block.
   EXPECT_NE(kernel.ptx.find(".entry fj_decode_splitk("), std::string::npos);
   EXPECT_NE(kernel.ptx.find(".entry fj_decode_combine("), std::string::npos);
