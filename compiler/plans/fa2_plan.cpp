@@ -43,15 +43,32 @@ constexpr std::array<Tiles, 6> kMediumTiles{
 constexpr std::array<Tiles, 6> kLargeTiles{
     {{128, 64, 2}, {128, 64, 1}, {64, 64, 1}, {64, 32, 2}, {64, 32, 1}, {64, 16, 1}}};
 
-// 32 rows per warp: a thread holds O = head_dim_v and S = block_n fp32 registers, twice the 16-row
-// count, so block_n halves where O is large: 128 keys up to head dim 64, 64 up to 128 (FA-2's
-// forward uses the same 128 x 128 / 128 x 64 tiles with 4 warps on A100 / H100). A 128-row tile
-// is then 4 warps; at d128 with 2 stages it takes 102 KiB of shared memory and <= 255 registers,
-// so two CTAs share an sm_90 SM and one's softmax overlaps the other's MMAs. Above 128 the O
-// accumulators alone fill the register file: those tiles compile but spill (use 16 rows there).
-constexpr std::array<Tiles, 4> kWideSmallTiles{{{128, 128, 2}, {128, 64, 2}, {128, 64, 1}, {64, 64, 1}}};
-constexpr std::array<Tiles, 5> kWideMediumTiles{{{128, 64, 2}, {128, 64, 1}, {64, 64, 2}, {64, 64, 1}, {64, 32, 1}}};
-constexpr std::array<Tiles, 5> kWideLargeTiles{{{128, 32, 2}, {128, 32, 1}, {64, 32, 2}, {64, 32, 1}, {64, 16, 1}}};
+// 32 rows per warp: a thread holds O = head_dim_v and S = block_n fp32 accumulators (twice the
+// 16-row counts) plus ~95 registers of P fragments, addresses, tile bounds and temporaries
+// (measured with ptxas on sm_90a). Keeping head_dim_v + block_n <= kWideRegBudget stays at or
+// under 255 registers with 0 spills: d64 n64 = 226-230, d80 n64 = 242-254 (with window, softcap,
+// varlen, paging), d96 n48 = 242; d128 n64 spills 32-92 bytes. So block_n shrinks as the head dim
+// grows (FA-2's forward uses 4 warps x 32 rows too, with 128 x 128 at d64 and 128 x 64 at d128;
+// it fits those tiles in fewer registers than this kernel does, which is the next thing to fix).
+// A 128-row tile is 4 warps; two CTAs share an SM wherever the shared memory allows.
+constexpr int kWideRegBudget = 144;
+constexpr int kWideMaxBlockN = 128;
+constexpr int kWideMinBlockN = 32;
+constexpr int kWideBlockM = 128;
+constexpr int kWideSmallBlockM = 64;
+constexpr int kWideCandidates = 5;
+
+// Candidates for 32 rows per warp, preferred first: the widest key block within the register
+// budget, two stages, then one, then 64-row tiles, then the smallest key block.
+std::array<Tiles, kWideCandidates> wide_tiles(int head_dim_v) {
+  const int budget_n = (kWideRegBudget - head_dim_v) / kMmaK * kMmaK;
+  const int block_n = std::clamp(budget_n, kWideMinBlockN, kWideMaxBlockN);
+  return {{{kWideBlockM, block_n, 2},
+           {kWideBlockM, block_n, 1},
+           {kWideSmallBlockM, block_n, 2},
+           {kWideSmallBlockM, block_n, 1},
+           {kWideSmallBlockM, kMmaK, 1}}};
+}
 
 int round_up(int value, int multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -175,15 +192,14 @@ bool plan_fa2_tuned(const KernelSpec &spec, const Fa2Tuning &tuning, Plan *plan,
   Tiles tiles{};
   Layout layout{};
   bool found = false;
-  if (head_dim_max <= kSmallHeadDim)
-    found = wide ? pick(kWideSmallTiles, tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout)
-                 : pick(kSmallTiles, tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
+  if (wide)
+    found = pick(wide_tiles(spec.head_dim_v), tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
+  else if (head_dim_max <= kSmallHeadDim)
+    found = pick(kSmallTiles, tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
   else if (head_dim_max <= kMediumHeadDim)
-    found = wide ? pick(kWideMediumTiles, tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout)
-                 : pick(kMediumTiles, tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
+    found = pick(kMediumTiles, tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
   else
-    found = wide ? pick(kWideLargeTiles, tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout)
-                 : pick(kLargeTiles, tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
+    found = pick(kLargeTiles, tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
   if (!found) {
     *why_not = "no fa2 tile fits " + std::to_string(max_smem) + " bytes of shared memory";
     return false;
