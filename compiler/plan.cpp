@@ -6,6 +6,10 @@
 
 namespace flashjit {
 
+namespace {
+constexpr int64_t kDefaultFa2RowsPerWarp = 16; // one m16 MMA row block per warp
+} // namespace
+
 int64_t Plan::constant(const std::string &name, int64_t fallback) const {
   for (const PlanConstant &c : constants)
     if (c.name == name)
@@ -39,6 +43,10 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   if (plan.block_m > 0)
     name +=
         ".m" + std::to_string(plan.block_m) + "n" + std::to_string(plan.block_n) + "s" + std::to_string(plan.stages);
+  // fa2 with a non-default warp shape (Fa2Tuning::rows_per_warp) must not share a name with the default.
+  if (const int64_t rows_per_warp = plan.constant("kRowsPerWarp", kDefaultFa2RowsPerWarp);
+      plan.variant == Variant::fa2 && rows_per_warp != kDefaultFa2RowsPerWarp)
+    name += ".r" + std::to_string(rows_per_warp);
   if (plan.consumer_warpgroups > 0)
     name += ".wg" + std::to_string(plan.consumer_warpgroups) + (plan.pingpong ? "pp" : "");
   name += ".al" + std::to_string(spec.align_bytes);

@@ -315,6 +315,20 @@ Status lower_and_serialize(mlir::ModuleOp module, const std::vector<BuiltKernel>
   return Status::success();
 }
 
+// A fatal error inside LLVM leaves the context and the module mid-translation; destroying them while
+// the exception unwinds frees state LLVM left inconsistent. On that path they are leaked instead
+// (the process lives on; one context per failed compile is the price).
+Status lower_and_serialize_or_leak(mlir::OwningOpRef<mlir::ModuleOp> &module, const std::vector<BuiltKernel> &kernels,
+                                   std::unique_ptr<Session> &session, Stages *out) {
+  try {
+    return lower_and_serialize(*module, kernels, *session, out);
+  } catch (const LlvmFatalError &) {
+    (void)module.release();
+    (void)session.release();
+    throw;
+  }
+}
+
 Status unsupported_variant(Variant variant) {
   return Status::error(FLASHJIT_UNSUPPORTED,
                        std::string("the MLIR backend does not cover ") + variant_name(variant) + " yet");
@@ -367,7 +381,8 @@ Status generate(const KernelSpec &spec, const Plan &plan, const Options &options
     if (!options.skip_validation)
       if (Status s = validate_target(target, plan.variant); !s)
         return s;
-    Session s;
+    auto session = std::make_unique<Session>();
+    Session &s = *session;
     Stages stages;
     auto start = Clock::now();
     mlir::OpBuilder b(s.context.get());
@@ -393,7 +408,7 @@ Status generate(const KernelSpec &spec, const Plan &plan, const Options &options
       return fail("verification of the built kernel", s);
     stages.built = print(*module);
     stages.build_seconds = seconds_since(start);
-    if (Status st = lower_and_serialize(*module, kernels, s, &stages); !st)
+    if (Status st = lower_and_serialize_or_leak(module, kernels, session, &stages); !st)
       return st;
     *out = std::move(stages);
     return Status::success();
@@ -409,7 +424,8 @@ Status lower_text(const std::string &mlir_text, const Target &target, const Opti
       if (Status s = llvm_knows(target); !s)
         return s;
     }
-    Session s;
+    auto session = std::make_unique<Session>();
+    Session &s = *session;
     Stages stages;
     auto start = Clock::now();
     mlir::OwningOpRef<mlir::ModuleOp> module =
@@ -427,7 +443,7 @@ Status lower_text(const std::string &mlir_text, const Target &target, const Opti
       return fail("verification", s);
     stages.built = print(*module);
     stages.build_seconds = seconds_since(start);
-    if (Status st = lower_and_serialize(*module, {}, s, &stages); !st)
+    if (Status st = lower_and_serialize_or_leak(module, {}, session, &stages); !st)
       return st;
     *out = std::move(stages);
     return Status::success();

@@ -45,12 +45,14 @@ constexpr std::array<Tiles, 6> kLargeTiles{
 
 // 32 rows per warp: a thread holds O = head_dim_v and S = block_n fp32 accumulators (twice the
 // 16-row counts) plus ~95 registers of P fragments, addresses, tile bounds and temporaries
-// (measured with ptxas on sm_90a). Keeping head_dim_v + block_n <= kWideRegBudget stays at or
-// under 255 registers with 0 spills: d64 n64 = 226-230, d80 n64 = 242-254 (with window, softcap,
-// varlen, paging), d96 n48 = 242; d128 n64 spills 32-92 bytes. So block_n shrinks as the head dim
-// grows (FA-2's forward uses 4 warps x 32 rows too, with 128 x 128 at d64 and 128 x 64 at d128;
-// it fits those tiles in fewer registers than this kernel does, which is the next thing to fix).
-// A 128-row tile is 4 warps; two CTAs share an SM wherever the shared memory allows.
+// (measured with ptxas). head_dim_v + block_n <= kWideRegBudget stays within 255 registers with 0
+// spills on sm_80..sm_90a, fp16/bf16, causal or not: d64 n80 = 238-244 registers, d80 n64 =
+// 238-244, d96 n48 = 238-246, d128 n32 = 249-255 (d128 n64 spills 32-92 bytes). So block_n
+// shrinks as the head dim grows. FA-2's forward also runs 4 warps x 32 rows, with 128 x 128 at
+// d64 and 128 x 64 at d128: it fits those in fewer registers, which is the next thing to fix here.
+// Above head dim 128 the O accumulators alone crowd the register file and every tile spills
+// (24-1300 bytes): keep 16 rows there. Two 128-row CTAs (4 warps each) share an SM wherever the
+// shared memory allows.
 constexpr int kWideRegBudget = 144;
 constexpr int kWideMaxBlockN = 128;
 constexpr int kWideMinBlockN = 32;

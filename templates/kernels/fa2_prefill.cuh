@@ -408,6 +408,14 @@ __device__ __forceinline__ void write_empty_tile(const fj_attention_params &p, c
       *lse_at(p, t, t.m0 + row) = neg_inf();
 }
 
+// Row 0 of this (batch, head) in O, as make_tile computes t.o; the 32-row schedule recomputes it
+// after the key loop instead of keeping t.o live through it (make_tile keeps its own copy of the
+// formula so that the 16-row kernels compile exactly as before).
+__device__ __forceinline__ u16 *output_base(const fj_attention_params &p, const Tile &t) {
+  const i64 o_off = Cfg::kVarlen ? t.q_row0 * p.o.row_stride : (i64)t.batch * p.o.batch_stride;
+  return (u16 *)p.o.ptr + o_off + (i64)t.head * p.o.head_stride;
+}
+
 // Builds the CTA's view; returns false when the tile lies past the end of its sequence (varlen
 // grids are sized for the longest one).
 __device__ __forceinline__ bool make_tile(const fj_attention_params &p, Tile *t) {
@@ -577,6 +585,8 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
             pack2_from_f32<Cfg::kDType>(o[mb][d][2 * r] * inv_sum[mb][r], o[mb][d][2 * r + 1] * inv_sum[mb][r]);
       }
   __syncthreads();
-  store_tile<Cfg::kBlockM, kChunksV, Cfg::kSmemStrideO>(smem_o, t.seqlen_q - t.m0, t.o + (i64)t.m0 * p.o.row_stride,
+  // The 32-row schedule recomputes the O base here rather than keep it live through the loop.
+  u16 *o_base = kMBlocks > 1 ? output_base(p, t) : t.o;
+  store_tile<Cfg::kBlockM, kChunksV, Cfg::kSmemStrideO>(smem_o, t.seqlen_q - t.m0, o_base + (i64)t.m0 * p.o.row_stride,
                                                         p.o.row_stride);
 }

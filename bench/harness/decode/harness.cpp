@@ -1,0 +1,784 @@
+// GPU harness for the split-K decode + combine: correctness against a float64 CPU reference, and
+// KV-read bandwidth. Loads cubins compiled here by gen (NVRTC, templates from memory), launches
+// through the driver API, schedules with compiler/splitk_schedule.
+//   harness <cubin dir> [check|perf|all]
+#include "compiler/splitk_schedule.hpp"
+#include "params_decode.h"
+
+#include <cuda.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace flashjit;
+
+#define CK(x)                                                                                                   \
+  do {                                                                                                          \
+    CUresult r_ = (x);                                                                                          \
+    if (r_ != CUDA_SUCCESS) {                                                                                   \
+      const char *s_ = nullptr;                                                                                 \
+      cuGetErrorString(r_, &s_);                                                                                \
+      fprintf(stderr, "%s:%d %s -> %s\n", __FILE__, __LINE__, #x, s_ ? s_ : "?");                               \
+      exit(2);                                                                                                  \
+    }                                                                                                           \
+  } while (0)
+
+// ---- 16-bit conversions (host) ----
+static uint16_t f2bf(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t r = 0x7fff + ((u >> 16) & 1);
+  return (uint16_t)((u + r) >> 16);
+}
+static float bf2f(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static uint16_t f2h(float f) {
+  // round-to-nearest-even float -> half (normal range + subnormals; inputs here are small)
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000;
+  int exp = ((x >> 23) & 0xff) - 127 + 15;
+  uint32_t mant = x & 0x7fffff;
+  if (((x >> 23) & 0xff) == 0xff)
+    return sign | 0x7c00 | (mant ? 0x200 : 0);
+  if (exp >= 31)
+    return sign | 0x7c00;
+  if (exp <= 0) {
+    if (exp < -10)
+      return sign;
+    mant |= 0x800000;
+    int shift = 14 - exp;
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1)))
+      ++half;
+    return sign | half;
+  }
+  uint32_t half = sign | (exp << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1)))
+    ++half;
+  return half;
+}
+static float h2f(uint16_t h) {
+  uint32_t sign = (h & 0x8000) << 16;
+  int exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t u;
+  if (exp == 0) {
+    if (mant == 0)
+      u = sign;
+    else {
+      exp = 1;
+      while (!(mant & 0x400)) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ff;
+      u = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+    }
+  } else if (exp == 31)
+    u = sign | 0x7f800000 | (mant << 13);
+  else
+    u = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+struct DT {
+  bool bf;
+  uint16_t to(float f) const { return bf ? f2bf(f) : f2h(f); }
+  float from(uint16_t b) const { return bf ? bf2f(b) : h2f(b); }
+  float round(float f) const { return from(to(f)); }
+};
+
+// ---- kernels ----
+struct Kernel {
+  CUmodule mod;
+  CUfunction decode, combine, merge;
+  std::map<std::string, long> c;
+};
+static std::map<std::string, std::string> g_index;
+static std::string g_dir;
+
+static Kernel load_kernel(const std::string &tag) {
+  Kernel k;
+  auto it = g_index.find(tag);
+  if (it == g_index.end()) {
+    fprintf(stderr, "no cubin for %s\n", tag.c_str());
+    exit(2);
+  }
+  std::ifstream f(g_dir + "/" + it->second + ".cubin", std::ios::binary);
+  std::vector<char> bin((std::istreambuf_iterator<char>(f)), {});
+  CK(cuModuleLoadData(&k.mod, bin.data()));
+  CK(cuModuleGetFunction(&k.decode, k.mod, "fj_decode_splitk"));
+  CK(cuModuleGetFunction(&k.combine, k.mod, "fj_decode_combine"));
+  CK(cuModuleGetFunction(&k.merge, k.mod, "fj_combine"));
+  std::ifstream m(g_dir + "/" + it->second + ".meta");
+  std::string name;
+  long v;
+  while (m >> name >> v)
+    k.c[name] = v;
+  CK(cuFuncSetAttribute(k.decode, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)k.c["smem"]));
+  return k;
+}
+
+struct Dev {
+  CUdeviceptr p = 0;
+  size_t n = 0;
+  void alloc(size_t bytes) {
+    n = bytes;
+    CK(cuMemAlloc(&p, std::max<size_t>(bytes, 16)));
+  }
+  void up(const void *h, size_t bytes) { CK(cuMemcpyHtoD(p, h, bytes)); }
+  void down(void *h, size_t bytes) const { CK(cuMemcpyDtoH(h, p, bytes)); }
+  void free() {
+    if (p)
+      cuMemFree(p);
+    p = 0;
+  }
+};
+
+static int g_sms = 132;
+
+// ---- one decode problem ----
+struct Case {
+  std::string name, tag;
+  bool bf = true;
+  int dqk = 128, dv = 128, group = 4, q_len = 1, page = 0;
+  bool causal = false, local = false, softcap = false;
+  int wl = -1, wr = -1;
+  float cap = 0;
+  int heads_kv = 2;
+  std::vector<int> lens;
+  int row_pad = 0; // extra elements per K/V/Q row (unaligned strides when odd)
+  uint64_t seed = 0; // 0: from the name
+};
+
+struct Problem {
+  Case c;
+  int batch, hq, max_len, max_pages, num_pages;
+  std::vector<uint16_t> q, k, v;      // logical: q [b, q_len, hq, dqk] with row pad; k/v layout below
+  std::vector<int> table;
+  // K/V storage: paged: [num_pages, page, hkv, d(+pad)], contiguous: [b, max_len, hkv, d(+pad)]
+  long k_row, k_head, k_page_or_batch, v_row, v_head, v_page_or_batch, q_row, q_head, q_batch;
+};
+
+static uint16_t kv_at(const Problem &P, const std::vector<uint16_t> &buf, bool is_k, int b, int j, int h, int d) {
+  long row = is_k ? P.k_row : P.v_row, head = is_k ? P.k_head : P.v_head,
+       pb = is_k ? P.k_page_or_batch : P.v_page_or_batch;
+  if (P.c.page > 0) {
+    int page = P.table[b * P.max_pages + j / P.c.page];
+    return buf[page * pb + (j % P.c.page) * row + h * head + d];
+  }
+  return buf[b * pb + (long)j * row + h * head + d];
+}
+
+static Problem make_problem(const Case &c, uint64_t seed) {
+  Problem P;
+  P.c = c;
+  DT dt{c.bf};
+  P.batch = (int)c.lens.size();
+  P.hq = c.heads_kv * c.group;
+  P.max_len = std::max(1, *std::max_element(c.lens.begin(), c.lens.end()));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> U(-1.f, 1.f);
+  int dq = c.dqk + c.row_pad, dvv = c.dv + c.row_pad;
+  P.q_head = dq;
+  P.q_row = (long)P.hq * dq;
+  P.q_batch = (long)c.q_len * P.q_row;
+  constexpr uint16_t kNaN = 0x7fff; // storage no key maps to: reading it would poison O
+  P.q.assign(P.batch * P.q_batch, kNaN);
+  for (int b = 0; b < P.batch; ++b)
+    for (int i = 0; i < c.q_len; ++i)
+      for (int h = 0; h < P.hq; ++h)
+        for (int d = 0; d < c.dqk; ++d)
+          P.q[b * P.q_batch + i * P.q_row + h * P.q_head + d] = dt.to(U(rng));
+  P.k_head = dq;
+  P.k_row = (long)c.heads_kv * dq;
+  P.v_head = dvv;
+  P.v_row = (long)c.heads_kv * dvv;
+  if (c.page > 0) {
+    P.max_pages = (P.max_len + c.page - 1) / c.page;
+    P.num_pages = P.batch * P.max_pages + 3; // a few unused pages
+    std::vector<int> perm(P.num_pages);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::mt19937_64 shuffle_rng(seed ^ 0x5eed);
+    std::shuffle(perm.begin(), perm.end(), shuffle_rng);
+    P.table.assign(P.batch * P.max_pages, 0);
+    for (int i = 0; i < P.batch * P.max_pages; ++i)
+      P.table[i] = perm[i];
+    P.k_page_or_batch = c.page * P.k_row;
+    P.v_page_or_batch = c.page * P.v_row;
+    P.k.assign(P.num_pages * P.k_page_or_batch, kNaN);
+    P.v.assign(P.num_pages * P.v_page_or_batch, kNaN);
+  } else {
+    P.max_pages = 0;
+    P.k_page_or_batch = P.max_len * P.k_row;
+    P.v_page_or_batch = P.max_len * P.v_row;
+    P.k.assign(P.batch * P.k_page_or_batch, kNaN);
+    P.v.assign(P.batch * P.v_page_or_batch, kNaN);
+  }
+  if (c.name == "perf") { // timing only: any finite values, filled fast
+    uint32_t x = 12345;
+    for (auto *buf : {&P.k, &P.v})
+      for (auto &e : *buf) {
+        x = x * 1664525u + 1013904223u;
+        e = dt.to(((x >> 9) & 0xffff) / 32768.f - 1.f);
+      }
+    return P;
+  }
+  // Logical K/V values in (b, j, h, d) order, so paged and contiguous layouts hold the same data.
+  for (int b = 0; b < P.batch; ++b)
+    for (int j = 0; j < c.lens[b]; ++j)
+      for (int h = 0; h < c.heads_kv; ++h) {
+        for (int d = 0; d < c.dqk; ++d) {
+          long at = c.page > 0 ? P.table[b * P.max_pages + j / c.page] * P.k_page_or_batch + (j % c.page) * P.k_row
+                               : b * P.k_page_or_batch + (long)j * P.k_row;
+          P.k[at + h * P.k_head + d] = dt.to(U(rng));
+        }
+        for (int d = 0; d < c.dv; ++d) {
+          long at = c.page > 0 ? P.table[b * P.max_pages + j / c.page] * P.v_page_or_batch + (j % c.page) * P.v_row
+                               : b * P.v_page_or_batch + (long)j * P.v_row;
+          P.v[at + h * P.v_head + d] = dt.to(U(rng));
+        }
+      }
+  return P;
+}
+
+// float64 reference and the naive low-precision one (fp32 math, P and O rounded to 16 bits).
+static void reference(const Problem &P, std::vector<double> &o64, std::vector<double> &lse64, std::vector<float> &olp) {
+  const Case &c = P.c;
+  DT dt{c.bf};
+  double scale = 1.0 / std::sqrt((double)c.dqk);
+  o64.assign((size_t)P.batch * c.q_len * P.hq * c.dv, 0);
+  lse64.assign((size_t)P.batch * P.hq * c.q_len, -INFINITY);
+  olp.assign(o64.size(), 0);
+  int jobs = P.batch * P.hq * c.q_len;
+  auto work = [&](int t0, int stride) {
+    std::vector<double> s(P.max_len);
+    std::vector<float> sf(P.max_len);
+    for (int t = t0; t < jobs; t += stride) {
+      int b = t / (P.hq * c.q_len), h = (t / c.q_len) % P.hq, i = t % c.q_len;
+      int hk = h / c.group, L = c.lens[b];
+      int diag = i + L - c.q_len;
+      double mx = -INFINITY;
+      float mxf = -INFINITY;
+      std::vector<int> vis;
+      for (int j = 0; j < L; ++j) {
+        bool ok = true;
+        if (c.causal && j > diag)
+          ok = false;
+        if (c.local && c.wl >= 0 && j < diag - c.wl)
+          ok = false;
+        if (c.local && c.wr >= 0 && j > diag + c.wr)
+          ok = false;
+        if (!ok)
+          continue;
+        double acc = 0;
+        float accf = 0;
+        for (int d = 0; d < c.dqk; ++d) {
+          double qv = dt.from(P.q[b * P.q_batch + i * P.q_row + h * P.q_head + d]);
+          double kv = dt.from(kv_at(P, P.k, true, b, j, hk, d));
+          acc += qv * kv;
+          accf += (float)qv * (float)kv;
+        }
+        double x = acc * scale;
+        float xf = accf * (float)scale;
+        if (c.softcap) {
+          x = c.cap * std::tanh(x / c.cap);
+          xf = c.cap * std::tanh(xf / c.cap);
+        }
+        s[j] = x;
+        sf[j] = xf;
+        vis.push_back(j);
+        mx = std::max(mx, x);
+        mxf = std::max(mxf, xf);
+      }
+      size_t obase = (((size_t)b * c.q_len + i) * P.hq + h) * c.dv;
+      if (vis.empty())
+        continue; // O = 0, LSE = -inf
+      double sum = 0;
+      float sumf = 0;
+      for (int j : vis) {
+        sum += std::exp(s[j] - mx);
+        sumf += std::exp(sf[j] - mxf);
+      }
+      lse64[((size_t)b * P.hq + h) * c.q_len + i] = mx + std::log(sum);
+      std::vector<double> acc(c.dv, 0);
+      std::vector<float> accf(c.dv, 0);
+      for (int j : vis) {
+        double p = std::exp(s[j] - mx) / sum;
+        float pf = dt.round(std::exp(sf[j] - mxf)); // unnormalized P rounded to 16 bits, as FA does
+        for (int d = 0; d < c.dv; ++d) {
+          double vv = dt.from(kv_at(P, P.v, false, b, j, hk, d));
+          acc[d] += p * vv;
+          accf[d] += pf * (float)vv;
+        }
+      }
+      for (int d = 0; d < c.dv; ++d) {
+        o64[obase + d] = acc[d];
+        olp[obase + d] = dt.round(accf[d] / sumf);
+      }
+    }
+  };
+  int nt = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> th;
+  for (int t = 0; t < nt; ++t)
+    th.emplace_back(work, t, nt);
+  for (auto &t : th)
+    t.join();
+}
+
+struct Gpu {
+  Dev q, k, v, o, lse, table, lens, ws;
+  SplitKLayout layout;
+  SplitKShape shape;
+  SplitKSchedule sched;
+  fj_decode_params params{};
+  Kernel *kern;
+};
+
+static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0) {
+  const Case &c = P.c;
+  g.kern = &K;
+  g.q.alloc(P.q.size() * 2);
+  g.q.up(P.q.data(), P.q.size() * 2);
+  g.k.alloc(P.k.size() * 2);
+  g.k.up(P.k.data(), P.k.size() * 2);
+  g.v.alloc(P.v.size() * 2);
+  g.v.up(P.v.data(), P.v.size() * 2);
+  // O: [b, q_len, hq, dv (+pad)] with the same row padding as the inputs
+  long o_head = c.dv + c.row_pad, o_row = P.hq * o_head, o_batch = c.q_len * o_row;
+  g.o.alloc(P.batch * o_batch * 2);
+  g.lse.alloc((size_t)P.batch * P.hq * c.q_len * 4);
+  if (!P.table.empty()) {
+    g.table.alloc(P.table.size() * 4);
+    g.table.up(P.table.data(), P.table.size() * 4);
+  }
+  g.lens.alloc(P.batch * 4);
+  g.lens.up(c.lens.data(), P.batch * 4);
+
+  g.shape.num_sms = g_sms;
+  g.shape.ctas_per_sm = (int)K.c["kCtasPerSm"];
+  g.shape.block_m = (int)K.c["kBlockM"];
+  g.shape.block_n = (int)K.c["kBlockN"];
+  g.shape.m_blocks = (int)K.c["kMBlocks"];
+  g.shape.head_dim_v = c.dv;
+  g.shape.heads_kv = c.heads_kv;
+  g.shape.max_batch = P.batch + max_batch_pad;
+  std::string err;
+  if (!splitk_layout(g.shape, &g.layout, &err)) {
+    fprintf(stderr, "layout: %s\n", err.c_str());
+    exit(2);
+  }
+  std::vector<char> host(g.layout.int_bytes);
+  SplitKProblem sp;
+  sp.seqlens_k = c.lens.data();
+  sp.batch = P.batch;
+  sp.q_len = c.q_len;
+  sp.window_left = c.local ? c.wl : -1;
+  if (!splitk_schedule(g.shape, g.layout, sp, host.data(), host.size(), &g.sched, &err)) {
+    fprintf(stderr, "schedule: %s\n", err.c_str());
+    exit(2);
+  }
+  g.ws.alloc(g.layout.total_bytes);
+  g.ws.up(host.data(), host.size());
+
+  fj_attention_params &a = g.params.attn;
+  a.q = {(const void *)g.q.p, P.q_batch, P.q_row, P.q_head};
+  a.k = {(const void *)g.k.p, c.page ? 0 : P.k_page_or_batch, P.k_row, P.k_head};
+  a.v = {(const void *)g.v.p, c.page ? 0 : P.v_page_or_batch, P.v_row, P.v_head};
+  a.o = {(const void *)g.o.p, o_batch, o_row, o_head};
+  a.maybe_lse = (float *)g.lse.p;
+  a.maybe_seqlens_k = (const int *)g.lens.p;
+  a.paged.block_table = c.page ? (const int *)g.table.p : nullptr;
+  a.paged.max_pages_per_seq = P.max_pages;
+  a.paged.page_size = c.page;
+  a.paged.page_stride_k = P.k_page_or_batch;
+  a.paged.page_stride_v = P.v_page_or_batch;
+  a.batch = P.batch;
+  a.seqlen_q = c.q_len;
+  a.seqlen_k = P.max_len;
+  a.heads_q = P.hq;
+  a.heads_kv = c.heads_kv;
+  a.group = c.group;
+  a.window_left = c.local ? c.wl : -1;
+  a.window_right = c.local ? c.wr : -1;
+  a.scale = 1.f / std::sqrt((float)c.dqk);
+  a.scale_log2 = a.scale * 1.4426950408889634f;
+  a.softcap = c.softcap ? c.cap : 0.f;
+  a.softcap_inv = c.softcap ? 1.f / c.cap : 0.f;
+  a.maybe_partial_o = (float *)(g.ws.p + g.layout.partial_o_offset);
+  a.maybe_partial_lse = (float *)(g.ws.p + g.layout.partial_lse_offset);
+  a.num_splits = 0;
+  g.params.header = (const fj_decode_header *)(g.ws.p + g.layout.header_offset);
+  g.params.slot_begin = (const int *)(g.ws.p + g.layout.slot_offset);
+  g.params.work = (const fj_decode_work *)(g.ws.p + g.layout.work_offset);
+  g.params.merges = (const fj_decode_merge *)(g.ws.p + g.layout.merge_offset);
+  g.params.m_blocks = g.shape.m_blocks;
+}
+
+static bool g_pdl = true;
+static void launch(Gpu &g, CUstream s = 0) {
+  void *args[] = {&g.params};
+  Kernel &K = *g.kern;
+  CK(cuLaunchKernel(K.decode, g.layout.grid, 1, 1, (unsigned)K.c["threads"], 1, 1, (unsigned)K.c["smem"], s, args,
+                    nullptr));
+  if (g.sched.num_merges == 0)
+    return;
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = g.layout.grid;
+  cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = (unsigned)K.c["kCombineThreads"];
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = 0;
+  cfg.hStream = s;
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = g_pdl ? 1 : 0;
+  CK(cuLaunchKernelEx(&cfg, K.combine, args, nullptr));
+}
+
+static void free_gpu(Gpu &g) {
+  for (Dev *d : {&g.q, &g.k, &g.v, &g.o, &g.lse, &g.table, &g.lens, &g.ws})
+    d->free();
+}
+
+// Reads O (16-bit) and LSE back, NaN-poisoned beforehand.
+static bool run_check(const Case &c, Kernel &K, std::vector<uint16_t> *o_out = nullptr) {
+  Problem P = make_problem(c, c.seed ? c.seed : std::hash<std::string>()(c.name));
+  Gpu g;
+  setup_gpu(g, P, K);
+  long o_head = c.dv + c.row_pad, o_row = P.hq * o_head, o_batch = c.q_len * o_row;
+  std::vector<uint16_t> poison(P.batch * o_batch, 0x7fff); // NaN in both fp16 and bf16
+  g.o.up(poison.data(), poison.size() * 2);
+  std::vector<float> lpoison(P.batch * P.hq * c.q_len, NAN);
+  g.lse.up(lpoison.data(), lpoison.size() * 4);
+  launch(g);
+  CK(cuCtxSynchronize());
+  std::vector<uint16_t> o(poison.size());
+  g.o.down(o.data(), o.size() * 2);
+  std::vector<float> lse(lpoison.size());
+  g.lse.down(lse.data(), lse.size() * 4);
+  std::vector<double> o64, lse64;
+  std::vector<float> olp;
+  reference(P, o64, lse64, olp);
+  DT dt{c.bf};
+  double err = 0, err_lp = 0, err_lse = 0;
+  long bad = 0;
+  for (int b = 0; b < P.batch; ++b)
+    for (int i = 0; i < c.q_len; ++i)
+      for (int h = 0; h < P.hq; ++h)
+        for (int d = 0; d < c.dv; ++d) {
+          size_t r = (((size_t)b * c.q_len + i) * P.hq + h) * c.dv + d;
+          float ours = dt.from(o[b * o_batch + i * o_row + h * o_head + d]);
+          if (!std::isfinite(ours)) {
+            ++bad;
+            continue;
+          }
+          err = std::max(err, std::fabs(ours - o64[r]));
+          err_lp = std::max(err_lp, std::fabs(olp[r] - o64[r]));
+        }
+  for (size_t r = 0; r < lse.size(); ++r) {
+    if (std::isinf(lse64[r])) {
+      if (!(std::isinf(lse[r]) && lse[r] < 0))
+        ++bad;
+    } else if (!std::isfinite(lse[r]))
+      ++bad;
+    else
+      err_lse = std::max(err_lse, std::fabs(lse[r] - lse64[r]));
+  }
+  double bound = 2 * err_lp + 1e-5;
+  bool ok = bad == 0 && err <= bound && err_lse <= 1e-3;
+  printf("%-4s %-28s tag=%-10s units=%d work=%d merges=%d states=%d | max|o-ref|=%.3e bound=%.3e lse_err=%.2e bad=%ld\n",
+         ok ? "PASS" : "FAIL", c.name.c_str(), c.tag.c_str(), P.batch * c.heads_kv * g.shape.m_blocks, g.sched.num_work,
+         g.sched.num_merges, g.sched.num_states, err, bound, err_lse, bad);
+  if (o_out)
+    *o_out = o;
+  free_gpu(g);
+  return ok;
+}
+
+// Standalone merge of random states (fj_combine) vs float64.
+static bool run_merge_check(Kernel &K, bool bf, int dv, int states, int rows) {
+  std::mt19937_64 rng(states * 7919 + rows);
+  std::uniform_real_distribution<float> U(-1.f, 1.f);
+  std::vector<float> po((size_t)states * rows * dv), pl((size_t)states * rows);
+  for (auto &x : po)
+    x = U(rng);
+  for (size_t i = 0; i < pl.size(); ++i) {
+    pl[i] = U(rng) * 10.f;
+    if (rng() % 5 == 0)
+      pl[i] = -INFINITY; // empty states
+  }
+  for (int s = 0; s < states; ++s) // row 0: every state empty
+    pl[(size_t)s * rows] = -INFINITY;
+  Dev dpo, dpl, dout, dlse;
+  dpo.alloc(po.size() * 4);
+  dpo.up(po.data(), po.size() * 4);
+  dpl.alloc(pl.size() * 4);
+  dpl.up(pl.data(), pl.size() * 4);
+  dout.alloc((size_t)rows * dv * 2);
+  std::vector<uint16_t> poison((size_t)rows * dv, 0x7fff);
+  dout.up(poison.data(), poison.size() * 2);
+  dlse.alloc(rows * 4);
+  fj_combine_params p{};
+  p.partial_o = (const float *)dpo.p;
+  p.partial_lse = (const float *)dpl.p;
+  p.state_stride_o = (long)rows * dv;
+  p.state_stride_lse = rows;
+  p.o = (void *)dout.p;
+  p.o_row_stride = dv;
+  p.maybe_lse = (float *)dlse.p;
+  p.num_states = states;
+  p.rows = rows;
+  p.head_dim_v = dv;
+  void *args[] = {&p};
+  CK(cuLaunchKernel(K.merge, g_sms * 2, 1, 1, (unsigned)K.c["kCombineThreads"], 1, 1, 0, 0, args, nullptr));
+  CK(cuCtxSynchronize());
+  std::vector<uint16_t> out(poison.size());
+  dout.down(out.data(), out.size() * 2);
+  std::vector<float> lse(rows);
+  dlse.down(lse.data(), rows * 4);
+  DT dt{bf};
+  double err = 0, err_lp = 0, err_lse = 0;
+  long bad = 0;
+  for (int r = 0; r < rows; ++r) {
+    double mx = -INFINITY;
+    for (int s = 0; s < states; ++s)
+      mx = std::max(mx, (double)pl[(size_t)s * rows + r]);
+    double sum = 0;
+    if (!std::isinf(mx))
+      for (int s = 0; s < states; ++s)
+        sum += std::exp(pl[(size_t)s * rows + r] - mx);
+    double lref = std::isinf(mx) ? -INFINITY : mx + std::log(sum);
+    if (std::isinf(lref) ? !(std::isinf(lse[r]) && lse[r] < 0) : !std::isfinite(lse[r]))
+      ++bad;
+    else if (!std::isinf(lref))
+      err_lse = std::max(err_lse, std::fabs(lse[r] - lref));
+    for (int d = 0; d < dv; ++d) {
+      double ref = 0;
+      if (!std::isinf(mx))
+        for (int s = 0; s < states; ++s)
+          ref += std::exp(pl[(size_t)s * rows + r] - lref) * po[((size_t)s * rows + r) * dv + d];
+      float ours = dt.from(out[(size_t)r * dv + d]);
+      if (!std::isfinite(ours)) {
+        ++bad;
+        continue;
+      }
+      err = std::max(err, std::fabs(ours - ref));
+      err_lp = std::max(err_lp, std::fabs(dt.round((float)ref) - ref));
+    }
+  }
+  double bound = 2 * err_lp + 1e-5;
+  bool ok = bad == 0 && err <= bound && err_lse <= 1e-4;
+  printf("%-4s merge_states states=%d rows=%d dv=%d %s | max|o-ref|=%.3e bound=%.3e lse_err=%.2e bad=%ld\n",
+         ok ? "PASS" : "FAIL", states, rows, dv, bf ? "bf16" : "fp16", err, bound, err_lse, bad);
+  for (Dev *d : {&dpo, &dpl, &dout, &dlse})
+    d->free();
+  return ok;
+}
+
+// ---- bandwidth ----
+static void run_perf(Kernel &K, const char *mode, const char *tag_of_perf, int batch, int len, int page) {
+  const int hkv = 8, group = 4, d = 128;
+  Case c;
+  c.name = "perf";
+  c.dqk = c.dv = d;
+  c.group = group;
+  c.heads_kv = hkv;
+  c.page = page;
+  c.lens.assign(batch, len);
+  const double kv_bytes = (double)batch * len * hkv * d * 2 * 2;
+  // Enough copies that the rotation walks >= 1 GB, so L2 (50 MB) never holds the next one.
+  int copies = std::max(2, (int)std::ceil(1.0e9 / kv_bytes));
+  // Build one problem (random data once, uploaded to every copy, block tables shuffled).
+  Problem P = make_problem(c, 1234);
+  std::vector<Gpu> gs(copies);
+  for (int i = 0; i < copies; ++i)
+    setup_gpu(gs[i], P, K);
+  CUevent e0, e1;
+  CK(cuEventCreate(&e0, 0));
+  CK(cuEventCreate(&e1, 0));
+  const int warm = 5, iters = 30;
+  std::vector<float> ms;
+  for (int it = 0; it < warm + iters; ++it) {
+    Gpu &g = gs[it % copies];
+    CK(cuEventRecord(e0, 0));
+    launch(g);
+    CK(cuEventRecord(e1, 0));
+    CK(cuEventSynchronize(e1));
+    float t;
+    CK(cuEventElapsedTime(&t, e0, e1));
+    if (it >= warm)
+      ms.push_back(t);
+  }
+  std::vector<float> ms_nopdl;
+  g_pdl = false;
+  for (int it = 0; it < warm + iters; ++it) {
+    Gpu &g = gs[it % copies];
+    CK(cuEventRecord(e0, 0));
+    launch(g);
+    CK(cuEventRecord(e1, 0));
+    CK(cuEventSynchronize(e1));
+    float t;
+    CK(cuEventElapsedTime(&t, e0, e1));
+    if (it >= warm)
+      ms_nopdl.push_back(t);
+  }
+  g_pdl = true;
+  std::sort(ms_nopdl.begin(), ms_nopdl.end());
+  // decode kernel alone
+  std::vector<float> ms_dec;
+  for (int it = 0; it < warm + iters; ++it) {
+    Gpu &g = gs[it % copies];
+    void *args[] = {&g.params};
+    CK(cuEventRecord(e0, 0));
+    CK(cuLaunchKernel(K.decode, g.layout.grid, 1, 1, (unsigned)K.c["threads"], 1, 1, (unsigned)K.c["smem"], 0, args,
+                      nullptr));
+    CK(cuEventRecord(e1, 0));
+    CK(cuEventSynchronize(e1));
+    float t;
+    CK(cuEventElapsedTime(&t, e0, e1));
+    if (it >= warm)
+      ms_dec.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  std::sort(ms_dec.begin(), ms_dec.end());
+  double med = ms[ms.size() / 2], med_dec = ms_dec[ms_dec.size() / 2];
+  const double med_nopdl = ms_nopdl[ms_nopdl.size() / 2];
+  printf("PERF %-10s %-8s %3d x %-6d page=%-3d grid=%d work=%d merges=%d tiles/cta=%ld | total(PDL) %.1f us %.3f TB/s | "
+         "total(no PDL) %.1f us %.3f TB/s | decode only %.1f us %.3f TB/s\n",
+         mode, tag_of_perf, batch, len, page, gs[0].layout.grid, gs[0].sched.num_work, gs[0].sched.num_merges,
+         (long)gs[0].sched.tiles_per_cta, med * 1e3, kv_bytes / (med * 1e-3) / 1e12, med_nopdl * 1e3,
+         kv_bytes / (med_nopdl * 1e-3) / 1e12, med_dec * 1e3, kv_bytes / (med_dec * 1e-3) / 1e12);
+  fflush(stdout);
+  for (auto &g : gs)
+    free_gpu(g);
+}
+
+int main(int argc, char **argv) {
+  g_dir = argc > 1 ? argv[1] : "cubins";
+  std::string what = argc > 2 ? argv[2] : "all";
+  {
+    std::ifstream idx(g_dir + "/index.txt");
+    std::string tag, name;
+    while (idx >> tag >> name)
+      g_index[tag] = name;
+  }
+  CK(cuInit(0));
+  CUdevice dev;
+  CK(cuDeviceGet(&dev, 0));
+  CUcontext ctx;
+  CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CK(cuCtxSetCurrent(ctx));
+  CK(cuDeviceGetAttribute(&g_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  char devname[256];
+  cuDeviceGetName(devname, sizeof devname, dev);
+  printf("device %s, %d SMs\n", devname, g_sms);
+  std::map<std::string, Kernel> kernels;
+  auto K = [&](const std::string &tag) -> Kernel & {
+    auto it = kernels.find(tag);
+    if (it == kernels.end()) {
+      it = kernels.emplace(tag, load_kernel(tag)).first;
+      int blocks = 0;
+      CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, it->second.decode, (int)it->second.c["threads"],
+                                                     (size_t)it->second.c["smem"]));
+      printf("  [%s] %s: threads %ld smem %ld planned ctas/SM %ld, occupancy %d\n", tag.c_str(), g_index[tag].c_str(),
+             it->second.c["threads"], it->second.c["smem"], it->second.c["kCtasPerSm"], blocks);
+    }
+    return it->second;
+  };
+  int fails = 0;
+  if (what == "check" || what == "all") {
+    std::vector<int> lens_mixed = {0, 1, 17, 1000, 4097, 63, 64, 65};
+    std::vector<Case> cases;
+    auto add = [&](std::string name, std::string tag, auto fn) {
+      Case c;
+      c.name = name;
+      c.tag = tag;
+      c.lens = lens_mixed;
+      fn(c);
+      cases.push_back(c);
+    };
+    // tags: see harness_specs.txt
+    add("g4 q1 page16", "g4p16", [](Case &c) { c.page = 16; });
+    add("g4 q1 page1", "g4p1", [](Case &c) { c.page = 1; });
+    add("g4 q1 contiguous", "g4p0", [](Case &c) { c.page = 0; });
+    add("g4 q1 page64", "g4p64", [](Case &c) { c.page = 64; });
+    add("g4 q1 page48 (npot)", "g4p48", [](Case &c) { c.page = 48; });
+    add("g1 q1 page16 fp16", "g1p16h", [](Case &c) { c.group = 1; c.bf = false; c.page = 16; c.heads_kv = 4; });
+    add("g6 q1 page16", "g6p16", [](Case &c) { c.group = 6; c.page = 16; });
+    add("g7 q1 page16 fp16", "g7p16h", [](Case &c) { c.group = 7; c.bf = false; c.page = 16; });
+    add("g8 q1 page1", "g8p1", [](Case &c) { c.group = 8; c.page = 1; });
+    add("g4 q4 causal page16", "g4q4c", [](Case &c) { c.q_len = 4; c.causal = true; c.page = 16; });
+    add("g8 q4 causal page1 fp16", "g8q4ch", [](Case &c) { c.group = 8; c.q_len = 4; c.causal = true; c.page = 1; c.bf = false; });
+    add("g7 q4 causal contiguous", "g7q4c", [](Case &c) { c.group = 7; c.q_len = 4; c.causal = true; });
+    add("g4 q4 causal+window page16", "g4q4w", [](Case &c) { c.q_len = 4; c.causal = true; c.local = true; c.wl = 100; c.wr = 0; c.page = 16; });
+    add("g4 q1 window(300,-1) page16", "g4w", [](Case &c) { c.local = true; c.wl = 300; c.wr = -1; c.page = 16; });
+    add("g4 q1 softcap30 page16", "g4sc", [](Case &c) { c.softcap = true; c.cap = 30.f; c.page = 16; });
+    add("d64 g4 q1 page16", "d64", [](Case &c) { c.dqk = c.dv = 64; c.page = 16; });
+    add("d72 g4 q1 page16 fp16", "d72", [](Case &c) { c.dqk = c.dv = 72; c.page = 16; c.bf = false; });
+    add("d80 g4 q4 causal contiguous", "d80", [](Case &c) { c.dqk = c.dv = 80; c.q_len = 4; c.causal = true; });
+    add("d256 g8 q1 page16", "d256", [](Case &c) { c.dqk = c.dv = 256; c.group = 8; c.page = 16; });
+    add("d192/128 g4 q1 page16", "d192", [](Case &c) { c.dqk = 192; c.dv = 128; c.page = 16; });
+    add("g8 q16 causal page16 (2 mblk)", "g8q16", [](Case &c) { c.group = 8; c.q_len = 16; c.causal = true; c.page = 16; });
+    add("unaligned rows fp16 contiguous", "unal", [](Case &c) { c.bf = false; c.row_pad = 1; });
+    add("long split 1x32768 g4 page16", "g4p16", [](Case &c) { c.lens = {32768}; c.page = 16; c.heads_kv = 2; });
+    add("long split 2x20000 g8 q4 causal", "g8q4c16", [](Case &c) { c.lens = {20000, 7}; c.group = 8; c.q_len = 4; c.causal = true; c.page = 16; });
+    for (const Case &c : cases)
+      fails += !run_check(c, K(c.tag));
+    // paged vs contiguous: identical outputs (same split, same order of arithmetic)
+    {
+      Case a;
+      a.name = "identity paged16";
+      a.tag = "g4p16";
+      a.lens = lens_mixed;
+      a.page = 16;
+      a.seed = 99;
+      Case b = a;
+      b.name = "identity contiguous";
+      b.tag = "g4p0";
+      b.page = 0;
+      std::vector<uint16_t> oa, ob;
+      run_check(a, K(a.tag), &oa);
+      run_check(b, K(b.tag), &ob);
+      bool same = oa.size() == ob.size() && memcmp(oa.data(), ob.data(), oa.size() * 2) == 0;
+      printf("%-4s paged16 vs contiguous outputs bitwise identical\n", same ? "PASS" : "FAIL");
+      fails += !same;
+    }
+    for (int states : {1, 3, 17, 100})
+      fails += !run_merge_check(K("g4p16"), true, 128, states, 64);
+    fails += !run_merge_check(K("d72"), false, 72, 5, 33);
+    printf("CHECK failures: %d\n", fails);
+    fflush(stdout);
+  }
+  if (what == "perf" || what == "all") {
+    struct S {
+      int b, l;
+    } shapes[] = {{1, 32768}, {8, 8192}, {64, 4096}, {1, 131072}};
+    for (auto s : shapes)
+      for (auto [tag, page] : {std::pair<const char *, int>{"pf_p0", 0}, {"pf_p16", 16}, {"pf_p64", 64},
+                               {"x6c1_p0", 0}, {"x6c1_p16", 16}})
+        run_perf(K(tag), page == 0 ? "contiguous" : "paged", tag, s.b, s.l, page);
+  }
+  return fails != 0;
+}

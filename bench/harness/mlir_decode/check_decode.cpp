@@ -1,0 +1,222 @@
+// GPU check of the MLIR-built split-K decode kernels (fj_decode_splitk + fj_decode_combine) against
+// a float64 reference and against the NVRTC build of the same spec (cubins + plan line from
+// dump_decode in out/). Host only: driver API, -lcuda, the host schedule compiled in from source;
+// no LLVM needed. From .scratch/mlir2 on the GPU machine:
+//   g++ -std=c++20 -O2 check_decode.cpp ../../compiler/splitk_schedule.cpp -I../.. -I../../templates -I/usr/local/cuda/include -lcuda -o check_decode
+//   ./check_decode out/sm90a.d128.bf16.g8.q1
+// Each spec runs twice: the real SM count (many units split, states merged by fj_decode_combine)
+// and a 1-SM grid (long runs, several pieces per CTA). Outputs and LSE are NaN-poisoned first and
+// every element is checked. Pass rule (team): max|ours - ref64| <= 2 * max|naive - ref64| + 1e-5,
+// naive = plain attention on the same 16-bit inputs with fp32 accumulation, rounded to the dtype;
+// LSE to 1e-3 relative. Prints how many outputs differ in bits between the MLIR and NVRTC kernels.
+#include <cuda.h>
+
+#include "compiler/splitk_schedule.hpp"
+#include "params_decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#define CK(x)                                                                                                          \
+  do {                                                                                                                 \
+    CUresult r_ = (x);                                                                                                 \
+    if (r_ != CUDA_SUCCESS) {                                                                                          \
+      const char *m_ = nullptr;                                                                                        \
+      cuGetErrorString(r_, &m_);                                                                                       \
+      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, m_ ? m_ : "?");                                            \
+      std::exit(2);                                                                                                    \
+    }                                                                                                                  \
+  } while (0)
+
+static float bf16_to_f32(uint16_t h) { uint32_t u = uint32_t(h) << 16; float f; std::memcpy(&f, &u, 4); return f; }
+static float f16_to_f32(uint16_t h) {
+  const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+  float v = e == 0 ? std::ldexp(float(m), -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(float(m | 1024), e - 25);
+  return s ? -v : v;
+}
+static uint16_t f32_to_bf16(float f) { uint32_t u; std::memcpy(&u, &f, 4); u += 0x7fff + ((u >> 16) & 1); return uint16_t(u >> 16); }
+static uint16_t f32_to_f16(float f) {
+  if (std::isnan(f)) return 0x7e00;
+  const int s = std::signbit(f);
+  double a = std::fabs(double(f));
+  if (a >= 65520.0) return uint16_t((s << 15) | 0x7c00);
+  int e; std::frexp(a, &e);
+  int exp = std::max(e - 1, -14);
+  double q = std::nearbyint(std::ldexp(a, 10 - exp));
+  if (q >= 2048) { q /= 2; ++exp; }
+  uint16_t bits = q < 1024 ? uint16_t(q) : uint16_t(((exp + 15) << 10) | (uint16_t(q) & 1023));
+  return uint16_t((s << 15) | bits);
+}
+static std::vector<char> read(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<char>((std::istreambuf_iterator<char>(f)), {});
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) { std::printf("usage: %s out/<tag>\n", argv[0]); return 1; }
+  const std::string base = argv[1];
+  int threads, smem, block_m, block_n, m_blocks, ctas_per_sm, combine_threads, dqk, dv, group, q_len, causal, local,
+      softcap, bf16_i;
+  {
+    std::istringstream meta(std::string(read(base + ".meta").data(), read(base + ".meta").size()));
+    if (!(meta >> threads >> smem >> block_m >> block_n >> m_blocks >> ctas_per_sm >> combine_threads >> dqk >> dv >>
+          group >> q_len >> causal >> local >> softcap >> bf16_i)) { std::printf("bad %s.meta\n", base.c_str()); return 1; }
+  }
+  const bool bf16 = bf16_i != 0;
+  auto to16 = [&](float f) { return bf16 ? f32_to_bf16(f) : f32_to_f16(f); };
+  auto from16 = [&](uint16_t h) { return bf16 ? bf16_to_f32(h) : f16_to_f32(h); };
+
+  // Problem: batch 3, 4 KV heads, KV lengths with a long, a short and a middle sequence.
+  const int batch = 3, heads_kv = 4, heads_q = heads_kv * group;
+  const std::vector<int32_t> kv_lens = {9001, 333, 4100};
+  const int seqlen_k = 9001;
+  const int window_left = local ? 700 : -1, window_right = local ? 0 : -1;
+  const float softcap_v = softcap ? 30.f : 0.f;
+  const float scale = 1.f / std::sqrt(float(dqk));
+
+  std::mt19937 rng(4321);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<uint16_t> q(size_t(batch) * q_len * heads_q * dqk), k(size_t(batch) * seqlen_k * heads_kv * dqk),
+      v(size_t(batch) * seqlen_k * heads_kv * dv);
+  for (auto &x : q) x = to16(normal(rng) * 2.f); // logits with some spread
+  for (auto &x : k) x = to16(normal(rng));
+  for (auto &x : v) x = to16(normal(rng));
+
+  // float64 reference and naive fp32 attention (same 16-bit inputs), O rounded to the dtype
+  const size_t o_elems = size_t(batch) * q_len * heads_q * dv, lse_elems = size_t(batch) * heads_q * q_len;
+  std::vector<double> ref(o_elems), ref_lse(lse_elems);
+  std::vector<float> naive(o_elems);
+  for (int b = 0; b < batch; ++b)
+    for (int t = 0; t < q_len; ++t)
+      for (int h = 0; h < heads_q; ++h) {
+        const int hk = h / group, kv = kv_lens[b];
+        const int diag = t + kv - q_len;
+        int lo = 0, hi = kv;
+        if (causal) hi = std::min(hi, diag + 1);
+        if (local) { if (window_left >= 0) lo = std::max(lo, diag - window_left); if (window_right >= 0) hi = std::min(hi, diag + window_right + 1); }
+        const uint16_t *qr = &q[((size_t(b) * q_len + t) * heads_q + h) * dqk];
+        std::vector<double> s(std::max(hi - lo, 0)); std::vector<float> sf(s.size());
+        double m = -INFINITY; float mf = -INFINITY;
+        for (int j = lo; j < hi; ++j) {
+          const uint16_t *kr = &k[((size_t(b) * seqlen_k + j) * heads_kv + hk) * dqk];
+          double acc = 0; float accf = 0;
+          for (int d = 0; d < dqk; ++d) { acc += double(from16(qr[d])) * from16(kr[d]); accf += from16(qr[d]) * from16(kr[d]); }
+          acc *= scale; accf *= scale;
+          if (softcap) { acc = softcap_v * std::tanh(acc / softcap_v); accf = softcap_v * std::tanh(accf / softcap_v); }
+          s[j - lo] = acc; sf[j - lo] = accf; m = std::max(m, acc); mf = std::max(mf, accf);
+        }
+        double sum = 0; float sumf = 0;
+        for (size_t j = 0; j < s.size(); ++j) { s[j] = std::exp(s[j] - m); sum += s[j]; sf[j] = std::exp(sf[j] - mf); sumf += sf[j]; }
+        ref_lse[(size_t(b) * heads_q + h) * q_len + t] = s.empty() ? -INFINITY : m + std::log(sum);
+        for (int d = 0; d < dv; ++d) {
+          double acc = 0; float accf = 0;
+          for (int j = lo; j < hi; ++j) {
+            const float vv = from16(v[((size_t(b) * seqlen_k + j) * heads_kv + hk) * dv + d]);
+            acc += s[j - lo] * vv; accf += sf[j - lo] * vv;
+          }
+          const size_t i = ((size_t(b) * q_len + t) * heads_q + h) * dv + d;
+          ref[i] = s.empty() ? 0 : acc / sum;
+          naive[i] = s.empty() ? 0.f : from16(to16(accf / sumf));
+        }
+      }
+  double naive_err = 0;
+  for (size_t i = 0; i < o_elems; ++i) naive_err = std::max(naive_err, std::fabs(naive[i] - ref[i]));
+  const double tol = 2 * naive_err + 1e-5;
+
+  CK(cuInit(0));
+  CUdevice dev; CK(cuDeviceGet(&dev, 0));
+  CUcontext ctx; CK(cuDevicePrimaryCtxRetain(&ctx, dev)); CK(cuCtxSetCurrent(ctx));
+  int sms = 0; CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  CUdeviceptr d_q, d_k, d_v, d_o, d_lse, d_lens;
+  CK(cuMemAlloc(&d_q, q.size() * 2)); CK(cuMemAlloc(&d_k, k.size() * 2)); CK(cuMemAlloc(&d_v, v.size() * 2));
+  CK(cuMemAlloc(&d_o, o_elems * 2)); CK(cuMemAlloc(&d_lse, lse_elems * 4)); CK(cuMemAlloc(&d_lens, batch * 4));
+  CK(cuMemcpyHtoD(d_q, q.data(), q.size() * 2)); CK(cuMemcpyHtoD(d_k, k.data(), k.size() * 2));
+  CK(cuMemcpyHtoD(d_v, v.data(), v.size() * 2)); CK(cuMemcpyHtoD(d_lens, kv_lens.data(), batch * 4));
+
+  int failures = 0;
+  for (int grid_sms : {sms, 1}) {
+    flashjit::SplitKShape shape;
+    shape.num_sms = grid_sms; shape.ctas_per_sm = ctas_per_sm; shape.block_m = block_m; shape.block_n = block_n;
+    shape.m_blocks = m_blocks; shape.head_dim_v = dv; shape.heads_kv = heads_kv; shape.max_batch = batch;
+    flashjit::SplitKLayout layout; std::string error;
+    if (!flashjit::splitk_layout(shape, &layout, &error)) { std::printf("layout: %s\n", error.c_str()); return 1; }
+    flashjit::SplitKProblem problem;
+    problem.seqlens_k = kv_lens.data(); problem.seqlen_k = seqlen_k; problem.batch = batch; problem.q_len = q_len;
+    problem.window_left = window_left;
+    std::vector<char> host(layout.int_bytes);
+    flashjit::SplitKSchedule sched;
+    if (!flashjit::splitk_schedule(shape, layout, problem, host.data(), host.size(), &sched, &error)) { std::printf("schedule: %s\n", error.c_str()); return 1; }
+    CUdeviceptr ws; CK(cuMemAlloc(&ws, layout.total_bytes));
+    CK(cuMemsetD32(ws, 0x7fc00000, layout.total_bytes / 4)); // partial states start as NaN too
+    CK(cuMemcpyHtoD(ws, host.data(), host.size()));
+
+    std::vector<std::vector<uint16_t>> outputs;
+    for (const char *which : {"mlir", "nvrtc"}) {
+      std::vector<char> cubin = read(base + "." + which + ".cubin");
+      if (cubin.empty()) { std::printf("%s: no cubin at %s.%s.cubin\n", which, base.c_str(), which); return 1; }
+      CUmodule mod; CK(cuModuleLoadData(&mod, cubin.data()));
+      CUfunction fn, fc;
+      CK(cuModuleGetFunction(&fn, mod, "fj_decode_splitk")); CK(cuModuleGetFunction(&fc, mod, "fj_decode_combine"));
+      CK(cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem));
+      CK(cuMemsetD16(d_o, 0x7fff, o_elems)); CK(cuMemsetD32(d_lse, 0x7fc00000, lse_elems));
+      fj_decode_params p{};
+      fj_attention_params &a = p.attn;
+      a.q = {reinterpret_cast<void *>(d_q), (long long)q_len * heads_q * dqk, (long long)heads_q * dqk, dqk};
+      a.k = {reinterpret_cast<void *>(d_k), (long long)seqlen_k * heads_kv * dqk, (long long)heads_kv * dqk, dqk};
+      a.v = {reinterpret_cast<void *>(d_v), (long long)seqlen_k * heads_kv * dv, (long long)heads_kv * dv, dv};
+      a.o = {reinterpret_cast<void *>(d_o), (long long)q_len * heads_q * dv, (long long)heads_q * dv, dv};
+      a.maybe_lse = reinterpret_cast<float *>(d_lse);
+      a.maybe_seqlens_k = reinterpret_cast<const fj_i32 *>(d_lens);
+      a.batch = batch; a.seqlen_q = q_len; a.seqlen_k = seqlen_k; a.total_q = batch * q_len;
+      a.heads_q = heads_q; a.heads_kv = heads_kv; a.group = group;
+      a.window_left = window_left; a.window_right = window_right;
+      a.scale = scale; a.scale_log2 = scale * 1.4426950408889634f;
+      a.softcap = softcap_v; a.softcap_inv = softcap ? 1.f / softcap_v : 0.f;
+      char *w = reinterpret_cast<char *>(ws);
+      a.maybe_partial_o = reinterpret_cast<float *>(w + layout.partial_o_offset);
+      a.maybe_partial_lse = reinterpret_cast<float *>(w + layout.partial_lse_offset);
+      p.header = reinterpret_cast<const fj_decode_header *>(w + layout.header_offset);
+      p.slot_begin = reinterpret_cast<const fj_i32 *>(w + layout.slot_offset);
+      p.work = reinterpret_cast<const fj_decode_work *>(w + layout.work_offset);
+      p.merges = reinterpret_cast<const fj_decode_merge *>(w + layout.merge_offset);
+      p.m_blocks = m_blocks;
+      void *args[] = {&p};
+      CK(cuLaunchKernel(fn, layout.grid, 1, 1, threads, 1, 1, smem, nullptr, args, nullptr));
+      CK(cuLaunchKernel(fc, layout.grid, 1, 1, combine_threads, 1, 1, 0, nullptr, args, nullptr)); // stream order, no PDL
+      CK(cuCtxSynchronize());
+      std::vector<uint16_t> out(o_elems); std::vector<float> olse(lse_elems);
+      CK(cuMemcpyDtoH(out.data(), d_o, o_elems * 2)); CK(cuMemcpyDtoH(olse.data(), d_lse, lse_elems * 4));
+      double err = 0, lse_err = 0; long bad = 0;
+      for (size_t i = 0; i < o_elems; ++i) {
+        const double e = std::fabs(double(from16(out[i])) - ref[i]);
+        if (!(e <= tol)) ++bad;
+        err = std::max(err, std::isnan(e) ? INFINITY : e);
+      }
+      for (size_t i = 0; i < lse_elems; ++i) {
+        const double le = ref_lse[i] == -INFINITY ? (olse[i] == -INFINITY ? 0 : INFINITY)
+                                                   : std::fabs(olse[i] - ref_lse[i]) / std::max(1.0, std::fabs(ref_lse[i]));
+        lse_err = std::max(lse_err, std::isnan(le) ? INFINITY : le);
+      }
+      const bool pass = bad == 0 && lse_err <= 1e-3;
+      failures += !pass;
+      std::printf("grid %4d (%d merges, %d states) %-6s max|o - ref64| %.3g (tol %.3g, naive %.3g), bad %ld, lse rel err %.3g: %s\n",
+                  layout.grid, sched.num_merges, sched.num_states, which, err, tol, naive_err, bad, lse_err, pass ? "PASS" : "FAIL");
+      outputs.push_back(out);
+      CK(cuModuleUnload(mod));
+    }
+    long differ = 0;
+    for (size_t i = 0; i < o_elems; ++i) differ += outputs[0][i] != outputs[1][i];
+    std::printf("grid %4d mlir vs nvrtc: %ld of %zu outputs differ in bits\n", layout.grid, differ, o_elems);
+    CK(cuMemFree(ws));
+  }
+  return failures ? 1 : 0;
+}

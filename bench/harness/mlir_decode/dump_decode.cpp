@@ -1,0 +1,81 @@
+// Scratch: builds a few decode_splitk specs with the MLIR backend and with NVRTC and writes every
+// stage plus both cubins to out/, with timings. Build (on the LLVM machine, from .scratch/mlir2):
+//   g++ -std=c++20 -O1 dump_decode.cpp -I/work/main -I/work/main/include -I/work/main/templates \
+//       -isystem /usr/local/cuda/include -DFLASHJIT_WITH_MLIR -L../../build-mlir2 -lflashjit \
+//       -Wl,-rpath,/work/main/build-mlir2 -o dump_decode
+#include "compiler/build.hpp"
+#include "compiler/mlir/mlir_backend.hpp"
+#include "compiler/planner.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+using namespace flashjit;
+
+static void write(const std::string &path, const std::string &text) { std::ofstream(path, std::ios::binary) << text; }
+static void write(const std::string &path, const std::vector<char> &bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+int main() {
+  struct Case { const char *tag; Arch arch; int dqk, dv; flashjit_dtype dtype; int group, q_len; bool causal, local, softcap; };
+  const Case cases[] = {
+      {"sm90a.d128.bf16.g1.q1", {90, true}, 128, 128, FLASHJIT_BF16, 1, 1, false, false, false},
+      {"sm90a.d128.bf16.g8.q1", {90, true}, 128, 128, FLASHJIT_BF16, 8, 1, false, false, false},
+      {"sm90a.d64.fp16.g4.q4.causal", {90, true}, 64, 64, FLASHJIT_FP16, 4, 4, true, false, false},
+      {"sm90a.d128.bf16.g8.q1.local.softcap", {90, true}, 128, 128, FLASHJIT_BF16, 8, 1, false, true, true},
+      {"sm90a.d256.bf16.g4.q2.causal", {90, true}, 256, 256, FLASHJIT_BF16, 4, 2, true, false, false},
+  };
+  std::system("mkdir -p out");
+  for (const Case &c : cases) {
+    KernelSpec spec;
+    spec.op = Op::decode;
+    spec.arch = c.arch;
+    spec.head_dim_qk = c.dqk;
+    spec.head_dim_v = c.dv;
+    spec.dtype = c.dtype;
+    spec.gqa_group = c.group;
+    spec.q_len = c.q_len;
+    spec.causal = c.causal;
+    spec.local = c.local;
+    spec.softcap = c.softcap;
+    Plan plan;
+    std::string why;
+    if (!plan_decode(spec, &plan, &why)) { std::printf("plan: %s\n", why.c_str()); return 1; }
+    const std::string name = kernel_name(spec, plan), base = std::string("out/") + c.tag;
+    mlirgen::Stages st;
+    Status s = mlirgen::generate(spec, plan, {}, &st);
+    if (!s) { std::printf("%s: %s\n", name.c_str(), s.message.c_str()); return 1; }
+    write(base + ".built.mlir", st.built);
+    write(base + ".lowered.mlir", st.lowered);
+    write(base + ".mlir.ptx", st.ptx);
+    CompiledKernel mk, nk;
+    auto t0 = std::chrono::steady_clock::now();
+    s = build_kernel(spec, plan, FLASHJIT_BACKEND_MLIR, &mk);
+    const double mlir_total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!s) { std::printf("%s: %s\n", name.c_str(), s.message.c_str()); return 1; }
+    write(base + ".mlir.cubin", mk.cubin);
+    write(base + ".mlir.log", mk.log);
+    s = build_kernel(spec, plan, FLASHJIT_BACKEND_NVRTC, &nk);
+    if (!s) { std::printf("%s: %s\n", name.c_str(), s.message.c_str()); return 1; }
+    write(base + ".nvrtc.cubin", nk.cubin);
+    write(base + ".nvrtc.ptx", nk.ptx);
+    // What check_decode needs of the plan (it has no planner): one line of integers.
+    write(base + ".meta", std::to_string(plan.threads) + " " + std::to_string(plan.smem_bytes) + " " +
+                              std::to_string(plan.constant("kBlockM")) + " " + std::to_string(plan.constant("kBlockN")) +
+                              " " + std::to_string(plan.constant("kMBlocks")) + " " +
+                              std::to_string(plan.constant("kCtasPerSm")) + " " +
+                              std::to_string(plan.constant("kCombineThreads")) + " " + std::to_string(c.dqk) + " " +
+                              std::to_string(c.dv) + " " + std::to_string(c.group) + " " + std::to_string(c.q_len) +
+                              " " + std::to_string(int(c.causal)) + " " + std::to_string(int(c.local)) + " " +
+                              std::to_string(int(c.softcap)) + " " + std::to_string(c.dtype == FLASHJIT_BF16 ? 1 : 0) +
+                              "\n");
+    std::printf("%-40s %s | mlir: build %.1f ms, lower %.1f ms, ptx %.1f ms, total with nvJitLink %.1f ms, %d regs, "
+                "spill %d/%d | nvrtc: %.1f ms, %d regs\n",
+                c.tag, name.c_str(), st.build_seconds * 1e3, st.lower_seconds * 1e3, st.ptx_seconds * 1e3, mlir_total * 1e3,
+                mk.resources.registers, mk.resources.spill_store_bytes, mk.resources.spill_load_bytes,
+                nk.compile_seconds * 1e3, nk.resources.registers);
+  }
+  return 0;
+}
