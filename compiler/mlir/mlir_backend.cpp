@@ -50,6 +50,7 @@
 
 #include <chrono>
 #include <memory>
+#include <atomic>
 #include <mutex>
 #include <regex>
 
@@ -202,12 +203,24 @@ std::mutex &llvm_mutex() {
   return mutex;
 }
 
+// After a fatal error LLVM's process-wide state may be inconsistent (seen: a later, valid compile in
+// the same process freed an invalid pointer), so the MLIR backend refuses further work in this
+// process; NVRTC is unaffected.
+std::atomic<bool> &llvm_poisoned() {
+  static std::atomic<bool> poisoned{false};
+  return poisoned;
+}
+
 template <typename Body> Status guarded(const std::string &what, Body &&body) {
   std::lock_guard<std::mutex> lock(llvm_mutex());
+  if (llvm_poisoned())
+    return Status::error(FLASHJIT_COMPILE_ERROR, "MLIR backend: disabled in this process after an earlier LLVM fatal "
+                                                 "error; " + what + " needs the NVRTC backend or a new process");
   llvm::ScopedFatalErrorHandler handler(throw_llvm_fatal);
   try {
     return body();
   } catch (const LlvmFatalError &e) {
+    llvm_poisoned() = true;
     return Status::error(FLASHJIT_COMPILE_ERROR, "MLIR backend: LLVM hit a fatal error while compiling " + what + ": " +
                                                      e.reason + " (recovered; the target cannot express this kernel)");
   }
