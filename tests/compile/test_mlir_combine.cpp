@@ -9,6 +9,8 @@
 #include "compiler/mlir/mlir_backend.hpp"
 #endif
 
+#include "tests/compile/file_check.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -32,27 +34,8 @@ TEST(MlirBackend, NotInThisBuild) {
 }
 #else
 
-// FileCheck's CHECK: each pattern must appear, in order, after the previous match.
-::testing::AssertionResult check_in_order(const std::string &text, const std::vector<std::string> &patterns) {
-  size_t at = 0;
-  for (const std::string &pattern : patterns) {
-    size_t found = text.find(pattern, at);
-    if (found == std::string::npos)
-      return ::testing::AssertionFailure() << "CHECK: '" << pattern << "' not found after offset " << at
-                                           << " in:\n"
-                                           << text;
-    at = found + pattern.size();
-  }
-  return ::testing::AssertionSuccess();
-}
-
-// FileCheck's CHECK-NOT over the whole text.
-::testing::AssertionResult check_not(const std::string &text, const std::vector<std::string> &patterns) {
-  for (const std::string &pattern : patterns)
-    if (text.find(pattern) != std::string::npos)
-      return ::testing::AssertionFailure() << "CHECK-NOT: '" << pattern << "' found in:\n" << text;
-  return ::testing::AssertionSuccess();
-}
+using testing::check_in_order;
+using testing::check_not;
 
 KernelSpec combine_spec(Arch arch, int dv, flashjit_dtype dtype, int align_bytes = 16) {
   KernelSpec spec;

@@ -11,6 +11,8 @@
 
 #include "params_decode.h"
 
+#include "tests/compile/file_check.hpp"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -51,23 +53,8 @@ TEST(MlirDecode, NotInThisBuild) {
 }
 #else
 
-::testing::AssertionResult check_in_order(const std::string &text, const std::vector<std::string> &patterns) {
-  size_t at = 0;
-  for (const std::string &pattern : patterns) {
-    size_t found = text.find(pattern, at);
-    if (found == std::string::npos)
-      return ::testing::AssertionFailure() << "CHECK: '" << pattern << "' not found after offset " << at;
-    at = found + pattern.size();
-  }
-  return ::testing::AssertionSuccess();
-}
-
-::testing::AssertionResult check_not(const std::string &text, const std::vector<std::string> &patterns) {
-  for (const std::string &pattern : patterns)
-    if (text.find(pattern) != std::string::npos)
-      return ::testing::AssertionFailure() << "CHECK-NOT: '" << pattern << "' found";
-  return ::testing::AssertionSuccess();
-}
+using testing::check_in_order;
+using testing::check_not;
 
 const std::string kParamDecl =
     ".param .align 8 .b8 fj_decode_splitk_param_0[" + std::to_string(sizeof(fj_decode_params)) + "]";
