@@ -739,7 +739,9 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
     Value header = param_at(e, pp, params_type, {kHeader});
     Value merges = param_at(e, pp, params_type, {kMerges});
     Value cta = e.ctaid_x();
-    Value num_merges = e.load(e.i32(), e.to_global(header), kF32Bytes); // header->num_merges (field 0)
+    constexpr int kHeaderNumMerges = offsetof(fj_decode_header, num_merges) / sizeof(fj_i32);
+    Value num_merges =
+        e.load(e.i32(), e.to_global(e.gep(header, e.i32(), e.c_i32(kHeaderNumMerges))), kF32Bytes);
     when(e, e.cmp(Pred::slt, cta, num_merges), [&] {
       Value m = e.ld_global_nc_v4_s32(e.gep(merges, e.i32(), e.mul(e.sext64(cta), e.c_i64(kWorkFields))));
       Unit u = decode_unit(e, sh, p, e.extract(m, 0), /*with_kv_len=*/false);

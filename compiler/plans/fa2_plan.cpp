@@ -44,16 +44,13 @@ constexpr std::array<Tiles, 6> kLargeTiles{
     {{128, 64, 2}, {128, 64, 1}, {64, 64, 1}, {64, 32, 2}, {64, 32, 1}, {64, 16, 1}}};
 
 // 32 rows per warp: a thread holds O = head_dim_v and S = block_n fp32 accumulators (twice the
-// 16-row counts) plus ~95 registers of P fragments, addresses, tile bounds and temporaries
-// (measured with ptxas). head_dim_v + block_n <= kWideRegBudget stays within 255 registers with 0
-// spills on sm_80..sm_90a, fp16/bf16, causal or not: d64 n80 = 238-244 registers, d80 n64 =
-// 238-244, d96 n48 = 238-246, d128 n32 = 249-255 (d128 n64 spills 32-92 bytes). So block_n
-// shrinks as the head dim grows. FA-2's forward also runs 4 warps x 32 rows, with 128 x 128 at
-// d64 and 128 x 64 at d128: it fits those in fewer registers, which is the next thing to fix here.
-// Above head dim 128 the O accumulators alone crowd the register file and every tile spills
-// (24-1300 bytes): keep 16 rows there. Two 128-row CTAs (4 warps each) share an SM wherever the
-// shared memory allows.
-constexpr int kWideRegBudget = 144;
+// 16-row counts) plus the P fragments, addresses and tile bounds. head_dim_v + block_n <=
+// kWideRegBudget keeps ptxas at <= 255 registers with 0 spills on sm_80..sm_90a (compile tests
+// check every spec): d64 n128, d80 n112, d96 n96, d128 n64. Measured on the H200 (bf16 S=4096,
+// non-causal, perf-notes "fa2: 32 rows per warp"): the widest key block that fits is the fastest,
+// d128 n64 275 TFLOP/s vs n32 247 and 16 rows 235; d64 n128 260 vs 16 rows 200. Above head dim 128
+// the O accumulators alone crowd the register file and every tile spills: keep 16 rows there.
+constexpr int kWideRegBudget = 192;
 constexpr int kWideMaxBlockN = 128;
 constexpr int kWideMinBlockN = 32;
 constexpr int kWideBlockM = 128;
@@ -183,12 +180,13 @@ bool plan_fa2_tuned(const KernelSpec &spec, const Fa2Tuning &tuning, Plan *plan,
     return false;
   }
 
-  const int rows_per_warp = tuning.rows_per_warp > 0 ? tuning.rows_per_warp : kRowsPerWarp;
+  const int head_dim_qk_pad = round_up(spec.head_dim_qk, kMmaK);
+  const int head_dim_max = std::max(head_dim_qk_pad, spec.head_dim_v);
+  const int default_rows = head_dim_max <= kMediumHeadDim ? kWideRowsPerWarp : kRowsPerWarp;
+  const int rows_per_warp = tuning.rows_per_warp > 0 ? tuning.rows_per_warp : default_rows;
   if (!valid_tuning(tuning, rows_per_warp, why_not))
     return false;
 
-  const int head_dim_qk_pad = round_up(spec.head_dim_qk, kMmaK);
-  const int head_dim_max = std::max(head_dim_qk_pad, spec.head_dim_v);
   const int max_smem = max_shared_bytes_per_block(spec.arch);
   const bool wide = rows_per_warp == kWideRowsPerWarp;
   Tiles tiles{};

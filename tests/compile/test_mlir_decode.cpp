@@ -120,6 +120,14 @@ TEST(MlirDecodeStages, Ptx) {
         "st.global.v4.b32", "shfl.sync.bfly.b32", "lg2.approx.ftz.f32", "rcp.approx.ftz.f32"})
     EXPECT_NE(decode_entry.find(op), std::string::npos) << op;
   EXPECT_TRUE(check_not(stages.ptx, {".local", "__nv_"}));
+  // The combine gates its CTAs on header->num_merges (byte 4 of fj_decode_header), not num_work
+  // (byte 0): reading num_work made surplus CTAs merge zeroed entries over unit 0 on the GPU.
+  const std::string combine_entry = stages.ptx.substr(stages.ptx.find(".entry fj_decode_combine("));
+  const size_t header_load = combine_entry.find("ld.global.b32", combine_entry.find("griddepcontrol.wait"));
+  ASSERT_NE(header_load, std::string::npos);
+  const std::string load_line = combine_entry.substr(header_load, combine_entry.find('\n', header_load) - header_load);
+  EXPECT_NE(load_line.find("+" + std::to_string(offsetof(fj_decode_header, num_merges)) + "];"), std::string::npos)
+      << load_line;
 }
 
 TEST(MlirDecodeStages, Fp16Sm80NoPdl) {
