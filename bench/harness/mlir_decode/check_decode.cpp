@@ -207,6 +207,22 @@ int main(int argc, char **argv) {
         lse_err = std::max(lse_err, std::isnan(le) ? INFINITY : le);
       }
       const bool pass = bad == 0 && lse_err <= 1e-3;
+      if (!pass) { // where: the first few bad LSE rows (row index = its place in the LSE tensor)
+        int shown = 0;
+        for (size_t i = 0; i < lse_elems && shown < 6; ++i)
+          if (!(std::fabs(olse[i] - ref_lse[i]) <= 1e-3 * std::max(1.0, std::fabs(ref_lse[i])))) {
+            std::printf("  lse[%zu] ours %.6g ref %.6g\n", i, olse[i], ref_lse[i]); ++shown; }
+        shown = 0;
+        for (size_t i = 0; i < o_elems && shown < 4; ++i)
+          if (!(std::fabs(double(from16(out[i])) - ref[i]) <= tol)) {
+            std::printf("  o[%zu] ours %.6g ref %.6g\n", i, double(from16(out[i])), ref[i]); ++shown; }
+        for (int c = 0; c < layout.grid && c < 4; ++c) {
+          const int *slots = reinterpret_cast<const int *>(host.data() + layout.slot_offset);
+          const int *work = reinterpret_cast<const int *>(host.data() + layout.work_offset);
+          for (int i = slots[c]; i < slots[c + 1]; ++i)
+            std::printf("  cta %d piece %d: unit %d keys [%d, %d) state %d\n", c, i, work[4 * i], work[4 * i + 1], work[4 * i + 2], work[4 * i + 3]);
+        }
+      }
       failures += !pass;
       std::printf("grid %4d (%d merges, %d states) %-6s max|o - ref64| %.3g (tol %.3g, naive %.3g), bad %ld, lse rel err %.3g: %s\n",
                   layout.grid, sched.num_merges, sched.num_states, which, err, tol, naive_err, bad, lse_err, pass ? "PASS" : "FAIL");
