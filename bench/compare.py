@@ -5,6 +5,10 @@ flash (FA-2) and cuDNN backends, on the same tensors, in the same process.
 Prefill rows report TFLOP/s (4*B*H*Sq*Sk*D, halved for causal); decode rows report TB/s of KV read.
 Timing: CUDA events around each launch, warm-up first, median of --iters runs, inputs rotated among
 enough copies that L2 (50 MB) does not serve them. Each row also checks flashjit against cuDNN's output.
+
+--mlir-bundle FILE.fjb (made where LLVM is, e.g. by scripts/make-mlir-parity.sh): a second runtime with
+JIT off serves kernels from that bundle (built by the MLIR backend), timed on the same tensors right after
+the NVRTC-built ones (issue 5: the MLIR kernel of the same plan within 10% of the NVRTC one).
 """
 import argparse
 import ctypes
@@ -58,7 +62,7 @@ VARIANTS = {"auto": 0, "fa2": 1, "fa3": 2}
 
 
 class FlashJit:
-    def __init__(self, path, variant="auto"):
+    def __init__(self, path, variant="auto", bundle=None):
         self.lib = ctypes.CDLL(path)
         self.lib.flashjit_last_error.restype = ctypes.c_char_p
         self.lib.flashjit_explain.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem), ctypes.c_char_p,
@@ -73,7 +77,12 @@ class FlashJit:
         self.lib.flashjit_options_init(ctypes.byref(options))
         assert options.struct_size == ctypes.sizeof(Options), "bench/compare.py Options is out of date"
         options.variant = VARIANTS[variant]
+        if bundle:  # serve from the bundle alone: a kernel missing there is an error, never a JIT build
+            options.jit = 0
         self.check(self.lib.flashjit_runtime_create(ctypes.byref(options), ctypes.byref(self.runtime)))
+        for path in (bundle or "").split(","):
+            if path:
+                self.check(self.lib.flashjit_register_bundle(self.runtime, path.encode()))
         assert ctypes.sizeof(Problem) >= 8
 
     def check(self, status):
@@ -156,7 +165,21 @@ def copies_for(bytes_per_copy):
     return max(2, min(8, int(2 * 64e6 // max(bytes_per_copy, 1)) + 1))
 
 
-def prefill_row(fj, d, s, causal, dtype, iters):
+def time_mlir(mlir, result, problems, iters, prepare=None):
+    """Times the MLIR-built kernel of the same spec (served by the bundle runtime) into result."""
+    if mlir is None:
+        return
+    try:
+        if prepare:
+            prepare()
+        result["mlir_kernel"] = mlir.explain(problems[0]).splitlines()[0].split()[-1]
+        result["mlir_ms"] = median_ms([lambda p=p: mlir.forward(p) for p in problems], iters)
+        result["mlir_vs_nvrtc"] = result["flashjit_ms"] / result["mlir_ms"] if "flashjit_ms" in result else None
+    except RuntimeError as e:
+        result["mlir_error"] = str(e).splitlines()[0][:200]
+
+
+def prefill_row(fj, d, s, causal, dtype, iters, mlir=None):
     tokens, width = 16384, 2048
     b, h = tokens // s, max(1, round(width / d))
     n = copies_for(3 * b * s * h * d * 2)
@@ -175,6 +198,7 @@ def prefill_row(fj, d, s, causal, dtype, iters):
     except RuntimeError as e:
         result["kernel"] = "error: " + str(e)[:200]
         return result
+    time_mlir(mlir, result, problems, iters)
     time_sdpa(result, sets, iters, is_causal=causal)
     if "flashjit_ms" in result and "cudnn_ms" in result:
         q, k, v, o = sets[0]
@@ -184,6 +208,11 @@ def prefill_row(fj, d, s, causal, dtype, iters):
                                                  is_causal=causal).transpose(1, 2)
         torch.cuda.synchronize()
         result["max_abs_diff_vs_cudnn"] = (o.float() - ref.float()).abs().max().item()
+        if "mlir_ms" in result:
+            o.fill_(float("nan"))
+            mlir.forward(problems[0])
+            torch.cuda.synchronize()
+            result["mlir_max_abs_diff_vs_cudnn"] = (o.float() - ref.float()).abs().max().item()
     for name in ("flashjit", "flash", "cudnn"):
         if name + "_ms" in result:
             result[name + "_tflops"] = flops / (result[name + "_ms"] * 1e-3) / 1e12
@@ -212,7 +241,7 @@ def paginate(k, v, page_size, keep):
     return pages_k, pages_v, table, lens, table_host, lens_host, per_seq
 
 
-def decode_row(fj, batch, kv_len, dtype, iters, page_size=0):
+def decode_row(fj, batch, kv_len, dtype, iters, page_size=0, mlir=None):
     hq, hkv, d = 32, 8, 128
     kv_bytes = 2 * batch * kv_len * hkv * d * 2
     n = copies_for(kv_bytes)
@@ -251,6 +280,18 @@ def decode_row(fj, batch, kv_len, dtype, iters, page_size=0):
     except RuntimeError as e:
         result["kernel"] = "error"
         result["flashjit_error"] = str(e)[:300]
+    if mlir is not None:  # its own workspaces: a plan belongs to one runtime's kernel
+        mlir_problems = [Problem.from_buffer_copy(p) for p in problems]
+        time_mlir(mlir, result, mlir_problems, iters,
+                  prepare=lambda: [mlir.attach_workspace(p, keep) for p in mlir_problems])
+        if "mlir_ms" in result:
+            result["mlir_tbps"] = kv_bytes / (result["mlir_ms"] * 1e-3) / 1e12
+            if "max_abs_diff_vs_fp32" in result:
+                o = sets[0][3]
+                o.fill_(float("nan"))
+                mlir.forward(mlir_problems[0])
+                torch.cuda.synchronize()
+                result["mlir_max_abs_diff_vs_fp32"] = (o.float() - ref).abs().max().item()
     if page_size:  # PyTorch has no paged mode: its rows are the contiguous ones
         for name in ("flashjit",):
             if name + "_ms" in result:
@@ -263,6 +304,14 @@ def decode_row(fj, batch, kv_len, dtype, iters, page_size=0):
     return result
 
 
+def mlir_note(r):
+    if "mlir_ms" in r:
+        diff = r.get("mlir_max_abs_diff_vs_cudnn", r.get("mlir_max_abs_diff_vs_fp32", -1))
+        speed = f"{r['mlir_vs_nvrtc']:.3f}x nvrtc speed" if r.get("mlir_vs_nvrtc") else "no nvrtc time"
+        return f"  | mlir {r['mlir_ms'] * 1e3:.1f} us ({speed}, diff {diff:.3g})"
+    return f"  | mlir: {r['mlir_error']}" if "mlir_error" in r else ""
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--lib", default="build/libflashjit.so")
@@ -272,30 +321,33 @@ def main():
     ap.add_argument("--ops", default="prefill,decode")
     ap.add_argument("--variant", default="auto", choices=sorted(VARIANTS),
                     help="force a prefill kernel family (fa2 rows answer issue 2's fa2 >= PyTorch FA-2)")
+    ap.add_argument("--mlir-bundle", help="also time the kernels of these MLIR-built bundles (comma-separated; JIT off)")
     args = ap.parse_args()
     torch.cuda.init()
     torch.zeros(1, device="cuda")  # makes the primary context current for flashjit
     fj = FlashJit(args.lib, args.variant)
+    mlir = FlashJit(args.lib, args.variant, args.mlir_bundle) if args.mlir_bundle else None
     rows = []
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     for dname in args.dtypes.split(","):
         dtype = dtypes[dname]
         if "prefill" in args.ops:
             for d, s, causal in PREFILL_ROWS:
-                r = prefill_row(fj, d, s, causal, dtype, args.iters)
+                r = prefill_row(fj, d, s, causal, dtype, args.iters, mlir)
                 rows.append(r)
                 print(f"prefill {dname} d{d} S{s} {'causal' if causal else 'full  '}: flashjit "
                       f"{r.get('flashjit_tflops', 0):6.1f}  flash {r.get('flash_tflops', 0):6.1f}  cudnn "
                       f"{r.get('cudnn_tflops', 0):6.1f} TFLOP/s  x{r.get('ratio_vs_cudnn', 0):.2f}  "
-                      f"diff {r.get('max_abs_diff_vs_cudnn', -1):.3g}  {r['kernel']}", flush=True)
+                      f"diff {r.get('max_abs_diff_vs_cudnn', -1):.3g}  {r['kernel']}{mlir_note(r)}", flush=True)
         if "decode" in args.ops and dname == "bf16":
             for batch, kv in DECODE_ROWS:
                 for page_size in (0, 16, 64):
-                    r = decode_row(fj, batch, kv, dtype, args.iters, page_size)
+                    r = decode_row(fj, batch, kv, dtype, args.iters, page_size, mlir)
                     rows.append(r)
                     print(f"decode {dname} {batch}x{kv} page {page_size:2d}: flashjit {r.get('flashjit_tbps', 0):.2f}  "
                           f"flash {r.get('flash_tbps', 0):.2f}  cudnn {r.get('cudnn_tbps', 0):.2f} TB/s  "
-                          f"diff {r.get('max_abs_diff_vs_fp32', -1):.3g}  {r['kernel']} {r.get('flashjit_error', '')}",
+                          f"diff {r.get('max_abs_diff_vs_fp32', -1):.3g}  {r['kernel']} {r.get('flashjit_error', '')}"
+                          f"{mlir_note(r)}",
                           flush=True)
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "cudnn": torch.backends.cudnn.version(), "commit": os.environ.get("FLASHJIT_COMMIT", "")}

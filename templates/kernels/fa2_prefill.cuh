@@ -170,6 +170,79 @@ __device__ __forceinline__ void load_q(const fj_attention_params &p, const Tile 
   cp_async_commit_group();
 }
 
+// Contiguous, 16-byte-aligned K/V (not paged) stream through a fixed per-thread pattern: thread t
+// copies chunk t % Chunks of rows t / Chunks + i * kRowsPerPass of every block, so its source
+// pointer and shared address are computed once per CTA and a block only adds its row offset.
+// load_tile's generic loop recomputes 64-bit row addresses and the shared window for every chunk
+// (~45 SASS instructions per cp.async at d128, ~360 per K or V block and thread), and the ring
+// issues that code right after the per-block barrier, where it delays every warp's first MMA.
+// When Chunks does not divide kThreads, the last kThreads % Chunks threads stay idle.
+template <int Chunks, int SmemStride> struct KvStream {
+  static constexpr int kRowsPerPass = Cfg::kThreads / Chunks;
+  static constexpr int kPasses = (Cfg::kBlockN + kRowsPerPass - 1) / kRowsPerPass;
+  // Every (thread, pass) pair names a row inside the block: no per-pass bounds check.
+  static constexpr bool kEven = Cfg::kThreads % Chunks == 0 && Cfg::kBlockN % kRowsPerPass == 0;
+  static constexpr u32 kPassSmemBytes = kRowsPerPass * SmemStride * kElemBytes;
+  static_assert(kRowsPerPass >= 1, "one row of chunks fits the CTA");
+
+  const u16 *src; // this thread's chunk in row `row0` of the sequence (block 0)
+  u32 dst;        // its chunk in buffer 0 (shared window address)
+  int row0;       // its first row within a block; kBlockN for idle threads
+
+  __device__ __forceinline__ KvStream(const u16 *base, i64 row_stride, u32 smem_buf0) {
+    const int tid = threadIdx.x;
+    const int row = tid / Chunks;
+    const int chunk = tid % Chunks;
+    row0 = row < kRowsPerPass ? row : Cfg::kBlockN;
+    src = base + (i64)row * row_stride + chunk * kChunkElems;
+    dst = smem_buf0 + (u32)(row * SmemStride + chunk * kChunkElems) * kElemBytes;
+  }
+
+  // Copies the kBlockN rows of block `n_block` into the buffer at byte offset `buf_bytes` from
+  // buffer 0; rows at or past `valid_rows` land as zeros. Full blocks skip the row predicates.
+  template <bool Full>
+  __device__ __forceinline__ void copy(u32 buf_bytes, int n_block, i64 row_stride, int valid_rows) const {
+    const i64 pass_stride = (i64)kRowsPerPass * row_stride;
+    const u16 *from = src + (i64)n_block * Cfg::kBlockN * row_stride;
+    const u32 to = dst + buf_bytes;
+    const int limit = valid_rows - row0; // pass i is valid iff i * kRowsPerPass < limit
+    // A zero-filled chunk still names a source: row 0 of the sequence, which exists whenever a
+    // block is loaded (only the partial last block needs it).
+    const u16 *row_zero = Full ? src : src - (i64)row0 * row_stride;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const bool in_block = kEven || row0 + i * kRowsPerPass < Cfg::kBlockN;
+      if (in_block) {
+        const bool valid = Full || i * kRowsPerPass < limit;
+        cp_async_cg_16(to + i * kPassSmemBytes, valid ? from : row_zero, valid ? kCpAsyncBytes : 0);
+      }
+      from += pass_stride;
+    }
+  }
+};
+
+// The fixed-pattern copy applies to contiguous 16-byte-aligned K/V; paged and element-aligned
+// layouts keep load_tile.
+constexpr bool kKvStream = Cfg::kAligned16 && Cfg::kPageSize == 0;
+using KStream = KvStream<kChunksQK, Cfg::kSmemStrideK>;
+using VStream = KvStream<kChunksV, Cfg::kSmemStrideV>;
+
+// Block `n_block` of K (IsV = false) or V through its stream into the buffer `buf_bytes` past
+// buffer 0; always commits a group, empty when the block is past the range.
+template <bool IsV, class Stream>
+__device__ __forceinline__ void stream_kv(const fj_attention_params &p, const Tile &t, const Stream &s, u32 buf_bytes,
+                                          int n_block, int n_end) {
+  if (n_block < n_end) {
+    const fj_i64 row_stride = IsV ? p.v.row_stride : p.k.row_stride;
+    const int valid_rows = t.seqlen_k - n_block * Cfg::kBlockN;
+    if (valid_rows >= Cfg::kBlockN)
+      s.template copy<true>(buf_bytes, n_block, row_stride, valid_rows);
+    else
+      s.template copy<false>(buf_bytes, n_block, row_stride, valid_rows);
+  }
+  cp_async_commit_group();
+}
+
 // Key (IsV = false) or value block `n_block` -> shared buffer; always commits a group, empty when
 // the block is past the range, so the group arithmetic stays fixed.
 template <bool IsV>
@@ -496,12 +569,23 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   constexpr int kStageK = Cfg::kBlockN * Cfg::kSmemStrideK; // elements per K buffer
   constexpr int kStageV = Cfg::kBlockN * Cfg::kSmemStrideV;
 
+  constexpr u32 kStageKBytes = kStageK * kElemBytes;
+  constexpr u32 kStageVBytes = kStageV * kElemBytes;
+  const u32 smem_u32 = cvta_to_shared_u32(smem);
+  const KStream k_stream(t.k, p.k.row_stride, smem_u32 + Cfg::kSmemOffsetK);
+  const VStream v_stream(t.v, p.v.row_stride, smem_u32 + Cfg::kSmemOffsetV);
+
   zero_qk_padding(smem_q, smem_k);
   load_q(p, t, smem_q);
 #pragma unroll
   for (int s = 0; s < kPrologueBlocks; ++s) {
-    load_kv<false>(p, t, smem_k + s * kStageK, n_begin + s, n_end);
-    load_kv<true>(p, t, smem_v + s * kStageV, n_begin + s, n_end);
+    if constexpr (kKvStream) {
+      stream_kv<false>(p, t, k_stream, s * kStageKBytes, n_begin + s, n_end);
+      stream_kv<true>(p, t, v_stream, s * kStageVBytes, n_begin + s, n_end);
+    } else {
+      load_kv<false>(p, t, smem_k + s * kStageK, n_begin + s, n_end);
+      load_kv<true>(p, t, smem_v + s * kStageV, n_begin + s, n_end);
+    }
   }
 
   const int warp = warp_id();
@@ -534,8 +618,13 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       __syncthreads(); // K_j, V_j visible; every warp is done with block j-1, whose buffers refill
       const int ahead = n_block + Cfg::kStages - 1;
       const int ahead_stage = (ahead - n_begin) % Cfg::kStages;
-      load_kv<false>(p, t, smem_k + ahead_stage * kStageK, ahead, n_end);
-      load_kv<true>(p, t, smem_v + ahead_stage * kStageV, ahead, n_end);
+      if constexpr (kKvStream) {
+        stream_kv<false>(p, t, k_stream, ahead_stage * kStageKBytes, ahead, n_end);
+        stream_kv<true>(p, t, v_stream, ahead_stage * kStageVBytes, ahead, n_end);
+      } else {
+        load_kv<false>(p, t, smem_k + ahead_stage * kStageK, ahead, n_end);
+        load_kv<true>(p, t, smem_v + ahead_stage * kStageV, ahead, n_end);
+      }
       gemm_qk(s, smem_q_warp, k_buf);
       scores_to_p(pf, s, o, row_max, row_sum, p, t, row0, n0);
       gemm_pv(o, pf, v_buf);
@@ -544,13 +633,19 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       __syncthreads(); // K_j (and Q) visible to every warp
       gemm_qk(s, smem_q_warp, k_buf);
       __syncthreads(); // every warp is done with the K buffer
-      load_kv<false>(p, t, k_buf, n_block + 1, n_end);
+      if constexpr (kKvStream)
+        stream_kv<false>(p, t, k_stream, 0, n_block + 1, n_end);
+      else
+        load_kv<false>(p, t, k_buf, n_block + 1, n_end);
       scores_to_p(pf, s, o, row_max, row_sum, p, t, row0, n0);
       cp_async_wait_group<kGroupsInFlight>();
       __syncthreads(); // V_j visible
       gemm_pv(o, pf, v_buf);
       __syncthreads(); // every warp is done with the V buffer
-      load_kv<true>(p, t, v_buf, n_block + 1, n_end);
+      if constexpr (kKvStream)
+        stream_kv<true>(p, t, v_stream, 0, n_block + 1, n_end);
+      else
+        load_kv<true>(p, t, v_buf, n_block + 1, n_end);
     }
   }
   cp_async_wait_all();
