@@ -1,9 +1,10 @@
 // GPU check of the MLIR-built split-K decode kernels (fj_decode_splitk + fj_decode_combine) against
 // a float64 reference and against the NVRTC build of the same spec (cubins + plan line from
-// dump_decode in out/). Host only: driver API, -lcuda, the host schedule compiled in from source;
-// no LLVM needed. From .scratch/mlir2 on the GPU machine:
-//   g++ -std=c++20 -O2 check_decode.cpp ../../compiler/splitk_schedule.cpp -I../.. -I../../templates -I/usr/local/cuda/include -lcuda -o check_decode
-//   ./check_decode out/sm90a.d128.bf16.g8.q1
+// make_decode_parity.cpp, via scripts/make-mlir-parity.sh). Host only: driver API, -lcuda, the host
+// schedule compiled in from source; no LLVM needed. Run by scripts/gpu-check.sh:
+//   g++ -std=c++20 -O2 tests/mlir_parity/check_decode.cpp compiler/splitk_schedule.cpp -I. -Itemplates \
+//     -I/usr/local/cuda/include -lcuda -o check_decode
+//   ./check_decode build-device/mlir-parity-decode/sm90a.d128.bf16.g8.q1
 // Each spec runs twice: the real SM count (many units split, states merged by fj_decode_combine)
 // and a 1-SM grid (long runs, several pieces per CTA). Outputs and LSE are NaN-poisoned first and
 // every element is checked. Pass rule (team): max|ours - ref64| <= 2 * max|naive - ref64| + 1e-5,

@@ -1,8 +1,7 @@
-// Scratch: builds a few decode_splitk specs with the MLIR backend and with NVRTC and writes every
-// stage plus both cubins to out/, with timings. Build (on the LLVM machine, from .scratch/mlir2):
-//   g++ -std=c++20 -O1 dump_decode.cpp -I/work/main -I/work/main/include -I/work/main/templates \
-//       -isystem /usr/local/cuda/include -DFLASHJIT_WITH_MLIR -L../../build-mlir2 -lflashjit \
-//       -Wl,-rpath,/work/main/build-mlir2 -o dump_decode
+// Builds a few decode_splitk specs with the MLIR backend and with NVRTC (same plan) and writes, per
+// spec, into the directory given as argv[1]: <tag>.{built,lowered}.mlir, <tag>.{mlir,nvrtc}.{ptx,cubin},
+// <tag>.mlir.log (ptxas report) and <tag>.meta (the plan line tests/mlir_parity/check_decode.cpp
+// reads: it has no planner). Run by scripts/make-mlir-parity.sh where LLVM/MLIR is.
 #include "compiler/build.hpp"
 #include "compiler/mlir/mlir_backend.hpp"
 #include "compiler/planner.hpp"
@@ -18,7 +17,8 @@ static void write(const std::string &path, const std::vector<char> &bytes) {
   std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
 }
 
-int main() {
+int main(int argc, char **argv) {
+  const std::string dir = argc > 1 ? argv[1] : "out";
   struct Case { const char *tag; Arch arch; int dqk, dv; flashjit_dtype dtype; int group, q_len; bool causal, local, softcap; };
   const Case cases[] = {
       {"sm90a.d128.bf16.g1.q1", {90, true}, 128, 128, FLASHJIT_BF16, 1, 1, false, false, false},
@@ -27,7 +27,6 @@ int main() {
       {"sm90a.d128.bf16.g8.q1.local.softcap", {90, true}, 128, 128, FLASHJIT_BF16, 8, 1, false, true, true},
       {"sm90a.d256.bf16.g4.q2.causal", {90, true}, 256, 256, FLASHJIT_BF16, 4, 2, true, false, false},
   };
-  std::system("mkdir -p out");
   for (const Case &c : cases) {
     KernelSpec spec;
     spec.op = Op::decode;
@@ -43,7 +42,7 @@ int main() {
     Plan plan;
     std::string why;
     if (!plan_decode(spec, &plan, &why)) { std::printf("plan: %s\n", why.c_str()); return 1; }
-    const std::string name = kernel_name(spec, plan), base = std::string("out/") + c.tag;
+    const std::string name = kernel_name(spec, plan), base = dir + "/" + c.tag;
     mlirgen::Stages st;
     Status s = mlirgen::generate(spec, plan, {}, &st);
     if (!s) { std::printf("%s: %s\n", name.c_str(), s.message.c_str()); return 1; }
@@ -71,7 +70,7 @@ int main() {
                               " " + std::to_string(int(c.causal)) + " " + std::to_string(int(c.local)) + " " +
                               std::to_string(int(c.softcap)) + " " + std::to_string(c.dtype == FLASHJIT_BF16 ? 1 : 0) +
                               "\n");
-    std::printf("%-40s %s | mlir: build %.1f ms, lower %.1f ms, ptx %.1f ms, total with nvJitLink %.1f ms, %d regs, "
+    std::printf("%-40s %s | mlir: build %.1f ms, lower %.1f ms, ptx %.1f ms, total with ptxas %.1f ms, %d regs, "
                 "spill %d/%d | nvrtc: %.1f ms, %d regs\n",
                 c.tag, name.c_str(), st.build_seconds * 1e3, st.lower_seconds * 1e3, st.ptx_seconds * 1e3, mlir_total * 1e3,
                 mk.resources.registers, mk.resources.spill_store_bytes, mk.resources.spill_load_bytes,
