@@ -78,7 +78,8 @@ class FlashJit:
         assert options.struct_size == ctypes.sizeof(Options), "bench/compare.py Options is out of date"
         options.variant = VARIANTS[variant]
         if bundle:  # serve from the bundle alone: a kernel missing there is an error, never a JIT build
-            options.jit = 0
+            options.jit = 0  # nor a disk-cache hit (that would be an NVRTC build of the same name)
+            options.disk_cache = 0
         self.check(self.lib.flashjit_runtime_create(ctypes.byref(options), ctypes.byref(self.runtime)))
         for path in (bundle or "").split(","):
             if path:
@@ -128,25 +129,33 @@ def median_ms(fns, iters, per_sample=None):
     """Median time of one launch. Each sample times `per_sample` back-to-back launches (rotating
     inputs) between two events, so the host's time to issue a launch does not count as GPU time for
     short kernels (decode); long kernels (prefill) use one launch per sample."""
-    for f in fns[:3]:
-        f()
+    return median_ms_interleaved([fns], iters, per_sample)[0]
+
+
+def median_ms_interleaved(fn_sets, iters, per_sample=None):
+    """median_ms of several implementations, their samples alternating (A B A B ...), so that clock
+    or temperature drift over a long run weighs on all of them alike rather than on the later one."""
+    for fns in fn_sets:
+        for f in fns[:3]:
+            f()
     torch.cuda.synchronize()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fns[0]()
-    stop.record()
-    stop.synchronize()
     if per_sample is None:
-        per_sample = max(1, min(20, int(1.0 / max(start.elapsed_time(stop), 1e-3))))
-    times = []
-    for i in range(iters):
         start.record()
-        for j in range(per_sample):
-            fns[(i * per_sample + j) % len(fns)]()
+        fn_sets[0][0]()
         stop.record()
         stop.synchronize()
-        times.append(start.elapsed_time(stop) / per_sample)
-    return statistics.median(times)
+        per_sample = max(1, min(20, int(1.0 / max(start.elapsed_time(stop), 1e-3))))
+    times = [[] for _ in fn_sets]
+    for i in range(iters):
+        for fns, samples in zip(fn_sets, times):
+            start.record()
+            for j in range(per_sample):
+                fns[(i * per_sample + j) % len(fns)]()
+            stop.record()
+            stop.synchronize()
+            samples.append(start.elapsed_time(stop) / per_sample)
+    return [statistics.median(samples) for samples in times]
 
 
 def time_sdpa(result, sets, iters, **sdpa_args):
@@ -165,16 +174,26 @@ def copies_for(bytes_per_copy):
     return max(2, min(8, int(2 * 64e6 // max(bytes_per_copy, 1)) + 1))
 
 
-def time_mlir(mlir, result, problems, iters, prepare=None):
-    """Times the MLIR-built kernel of the same spec (served by the bundle runtime) into result."""
+def time_mlir(fj, mlir, result, problems, mlir_problems, iters, prepare=None):
+    """Times the MLIR-built kernel of the same spec (served by the bundle runtime) and, again, the
+    NVRTC-built one, their samples interleaved; both times replace nothing but add mlir_* fields
+    (flashjit_ms stays the NVRTC time measured alone, comparable with earlier runs)."""
     if mlir is None:
         return
     try:
         if prepare:
             prepare()
-        result["mlir_kernel"] = mlir.explain(problems[0]).splitlines()[0].split()[-1]
-        result["mlir_ms"] = median_ms([lambda p=p: mlir.forward(p) for p in problems], iters)
-        result["mlir_vs_nvrtc"] = result["flashjit_ms"] / result["mlir_ms"] if "flashjit_ms" in result else None
+        mlir.check(mlir.lib.flashjit_prepare(mlir.runtime, ctypes.byref(mlir_problems[0])))  # load it: explain names its builder
+        explained = mlir.explain(mlir_problems[0])
+        backend = next((line.split(":", 1)[1].strip() for line in explained.splitlines() if line.startswith("backend:")), "")
+        if not backend.startswith("mlir"):
+            raise RuntimeError(f"the bundle runtime was served a '{backend}' kernel, not an MLIR-built one")
+        result["mlir_kernel"] = explained.splitlines()[0].split()[-1]
+        result["mlir_backend"] = backend
+        nvrtc_ms, mlir_ms = median_ms_interleaved([[lambda p=p: fj.forward(p) for p in problems],
+                                                   [lambda p=p: mlir.forward(p) for p in mlir_problems]], iters)
+        result["mlir_ms"], result["nvrtc_interleaved_ms"] = mlir_ms, nvrtc_ms
+        result["mlir_vs_nvrtc"] = nvrtc_ms / mlir_ms
     except RuntimeError as e:
         result["mlir_error"] = str(e).splitlines()[0][:200]
 
@@ -198,7 +217,7 @@ def prefill_row(fj, d, s, causal, dtype, iters, mlir=None):
     except RuntimeError as e:
         result["kernel"] = "error: " + str(e)[:200]
         return result
-    time_mlir(mlir, result, problems, iters)
+    time_mlir(fj, mlir, result, problems, problems, iters)
     time_sdpa(result, sets, iters, is_causal=causal)
     if "flashjit_ms" in result and "cudnn_ms" in result:
         q, k, v, o = sets[0]
@@ -282,7 +301,7 @@ def decode_row(fj, batch, kv_len, dtype, iters, page_size=0, mlir=None):
         result["flashjit_error"] = str(e)[:300]
     if mlir is not None:  # its own workspaces: a plan belongs to one runtime's kernel
         mlir_problems = [Problem.from_buffer_copy(p) for p in problems]
-        time_mlir(mlir, result, mlir_problems, iters,
+        time_mlir(fj, mlir, result, problems, mlir_problems, iters,
                   prepare=lambda: [mlir.attach_workspace(p, keep) for p in mlir_problems])
         if "mlir_ms" in result:
             result["mlir_tbps"] = kv_bytes / (result["mlir_ms"] * 1e-3) / 1e12

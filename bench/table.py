@@ -35,6 +35,30 @@ def fa2_table(rows):
               f"`{r['kernel']}` |")
 
 
+def mlir_table(rows):
+    """Issue 5: the MLIR-built kernel of the same plan against the NVRTC-built one, timed interleaved."""
+    timed = [r for r in rows if "mlir_ms" in r or "mlir_error" in r]
+    if not timed:
+        return
+    print()
+    print("| op | dtype | shape | causal / page | NVRTC | MLIR | MLIR speed ÷ NVRTC | max diff (MLIR) | kernel |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in timed:
+        if r["op"] == "prefill":
+            shape, flag = f"d{r['head_dim']} S{r['seqlen']}", "causal" if r["causal"] else "-"
+            diff = r.get("mlir_max_abs_diff_vs_cudnn")
+        else:
+            shape, flag = f"{r['batch']} × {r['kv_len']}", f"page {r['page_size']}" if r.get("page_size") else "-"
+            diff = r.get("mlir_max_abs_diff_vs_fp32")
+        if "mlir_ms" not in r:
+            print(f"| {r['op']} | {r['dtype']} | {shape} | {flag} | | | not built: {r['mlir_error']} | | `{r['kernel']}` |")
+            continue
+        nvrtc_ms = r.get("nvrtc_interleaved_ms", r.get("flashjit_ms", 0))  # run 6 did not interleave
+        print(f"| {r['op']} | {r['dtype']} | {shape} | {flag} | {nvrtc_ms * 1e3:.1f} µs | "
+              f"{r['mlir_ms'] * 1e3:.1f} µs | {r['mlir_vs_nvrtc']:.3f} | "
+              f"{'-' if diff is None else f'{diff:.3g}'} | `{r['kernel']}` |")
+
+
 def rate(value):
     """A reference figure, or '-' where the reference has no such mode (e.g. paged KV)."""
     return f"{value:.2f}" if value else "-"
@@ -55,6 +79,7 @@ def main(path):
     data = json.load(open(path))
     if is_fa2_run(data["rows"]):
         fa2_table(data["rows"])
+        mlir_table(data["rows"])
         return
     print("| dtype | head_dim | S | causal | flashjit | PyTorch flash | cuDNN | × cuDNN | target | kernel |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -76,6 +101,7 @@ def main(path):
             print(f"| {r['batch']} × {r['kv_len']} | {r.get('page_size', 0) or '-'} | {ours or 0:.2f} | "
                   f"{rate(r.get('flash_tbps'))} | "
                   f"{rate(r.get('cudnn_tbps'))} | {met} (≥ {target}) | `{r['kernel']}` |")
+    mlir_table(data["rows"])
 
 
 if __name__ == "__main__":

@@ -58,17 +58,45 @@ if [ "$sanitize" = 1 ] && command -v compute-sanitizer >/dev/null; then
   grep -E "^---|SUMMARY" "$results/sanitizer.txt"
 fi
 
+# MLIR vs NVRTC (scripts/make-mlir-parity.sh made the kernels where LLVM is): every checker appends
+# to one file; each prints PASS/FAIL per case against the float64 reference and the bit differences.
 if [ -d "$build_dir/mlir-parity" ]; then
-  echo "== MLIR vs NVRTC combine parity"
-  g++ -std=c++17 -O2 tests/mlir_parity/check_combine.cpp -I/usr/local/cuda/include -Itemplates -lcuda \
-    -o "$results/check_combine" 2>&1 | tail -5
+  echo "== MLIR vs NVRTC parity"
+  parity="$results/mlir-parity.txt"
+  : >"$parity"
+  tools="$(mktemp -d)"
+  g++ -std=c++17 -O2 tests/mlir_parity/check_combine.cpp -I. -I/usr/local/cuda/include -Itemplates -lcuda \
+    -o "$tools/check_combine" 2>&1 | tail -5
   for f in "$build_dir"/mlir-parity/*.mlir.cubin; do
     base="${f%.mlir.cubin}"
     dtype=$(basename "$base" | cut -d. -f5)
     dv=$(basename "$base" | cut -d. -f4 | tr -d v)
-    "$results/check_combine" "$base" "$dtype" "$dv" 16
-  done 2>&1 | tee "$results/mlir-parity.txt" | grep -E "PASS|FAIL|differ" | head -40
-  rm -f "$results/check_combine"
+    echo "-- combine $(basename "$base")"
+    "$tools/check_combine" "$base" "$dtype" "$dv" 16
+  done >>"$parity" 2>&1
+  if [ -d "$build_dir/mlir-parity-decode" ]; then
+    g++ -std=c++20 -O2 tests/mlir_parity/check_decode.cpp compiler/splitk_schedule.cpp -I. -Itemplates \
+      -I/usr/local/cuda/include -lcuda -o "$tools/check_decode" 2>&1 | tail -5
+    for m in "$build_dir"/mlir-parity-decode/*.meta; do
+      echo "-- decode $(basename "${m%.meta}")"
+      "$tools/check_decode" "${m%.meta}"
+    done >>"$parity" 2>&1
+  fi
+  if [ -d "$build_dir/mlir-parity-fa2" ]; then
+    g++ -std=c++17 -O2 tests/mlir_parity/check_fa2.cpp -I. -Itemplates -I/usr/local/cuda/include -lcuda \
+      -o "$tools/check_fa2" 2>&1 | tail -5
+    for m in "$build_dir"/mlir-parity-fa2/*.meta; do
+      echo "-- fa2 $(basename "${m%.meta}")"
+      "$tools/check_fa2" "${m%.meta}"
+    done >>"$parity" 2>&1
+  fi
+  if [ -x "$build_dir/mlir-parity-fa3/check_fa3" ]; then
+    echo "-- fa3" >>"$parity"
+    "$build_dir/mlir-parity-fa3/check_fa3" "$build_dir/mlir-parity-fa3" >>"$parity" 2>&1
+  fi
+  rm -rf "$tools"
+  grep -cE "PASS" "$parity" | sed 's/^/parity PASS lines: /'
+  grep -E "FAIL|error|TFLOP/s|ratio" "$parity" | head -40
 fi
 
 if [ "$bench" = 1 ] && [ -x "$build_dir/flashjit_host_bench" ]; then
@@ -79,9 +107,13 @@ fi
 
 if [ "$bench" = 1 ]; then
   echo "== benchmark"
-  python3 bench/compare.py --lib "$build_dir/libflashjit.so" --out "$results/bench.json" 2>&1 | grep -v "info: compil"
+  # The MLIR builds of the same rows, timed beside the NVRTC ones (issue 5), where they were made.
+  mlir_main=$(ls "$build_dir"/mlir-bench-fa3.fjb "$build_dir"/mlir-bench-decode.fjb 2>/dev/null | paste -sd, -)
+  mlir_fa2=$(ls "$build_dir"/mlir-bench-fa2.fjb 2>/dev/null || true)
+  python3 bench/compare.py --lib "$build_dir/libflashjit.so" --out "$results/bench.json" \
+    ${mlir_main:+--mlir-bundle "$mlir_main"} 2>&1 | grep -v "info: \(compil\|bundle\)"
   echo "== benchmark, fa2 forced (issue 2: fa2 against PyTorch's FA-2)"
   python3 bench/compare.py --lib "$build_dir/libflashjit.so" --variant fa2 --ops prefill --dtypes bf16 \
-    --out "$results/bench-fa2.json" 2>&1 | grep -v "info: compil"
+    --out "$results/bench-fa2.json" ${mlir_fa2:+--mlir-bundle "$mlir_fa2"} 2>&1 | grep -v "info: \(compil\|bundle\)"
 fi
 exit $gpu_rc

@@ -56,6 +56,7 @@ struct AotOptions {
   bool no_cache = false;
   bool quiet = false;
   std::string backend = "auto";
+  std::string variant = "auto";
 };
 
 struct Job {
@@ -285,8 +286,13 @@ Action add_aot(CLI::App &app) {
   app.add_option("-j,--jobs", o->jobs, "parallel compiles (default: cores)")->capture_default_str();
   app.add_flag("--no-cache", o->no_cache, "ignore the disk cache (measure cold compiles)");
   app.add_flag("-q,--quiet", o->quiet, "one progress line instead of a line per kernel");
-  app.add_option("--backend", o->backend, "compiler: auto | nvrtc | mlir (mlir covers the combine kernel so far)")
+  app.add_option("--backend", o->backend,
+                 "compiler: auto | nvrtc | mlir (mlir: combine, decode, fa2 and fa3 specs its generators cover; "
+                 "see README)")
       ->check(CLI::IsMember({"auto", "nvrtc", "mlir"}))
+      ->capture_default_str();
+  app.add_option("--variant", o->variant, "prefill kernel family: auto (the planner's choice) | fa2 | fa3")
+      ->check(CLI::IsMember({"auto", "fa2", "fa3"}))
       ->capture_default_str();
   return [o] {
     std::vector<KernelSpec> specs;
@@ -306,6 +312,9 @@ Action add_aot(CLI::App &app) {
     options.backend = o->backend == "mlir"    ? FLASHJIT_BACKEND_MLIR
                       : o->backend == "nvrtc" ? FLASHJIT_BACKEND_NVRTC
                                               : FLASHJIT_BACKEND_AUTO;
+    options.variant = o->variant == "fa2"   ? FLASHJIT_VARIANT_FA2
+                      : o->variant == "fa3" ? FLASHJIT_VARIANT_FA3
+                                            : FLASHJIT_VARIANT_AUTO;
     KernelStore store(store_config_from(options));
     const auto start = std::chrono::steady_clock::now();
     std::atomic<size_t> next{0}, done{0};

@@ -35,4 +35,16 @@ std::string decode_unsupported_reason(const KernelSpec &spec);
 Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const Plan &plan,
                     std::vector<BuiltKernel> *out);
 
+// Why the MLIR fa2 generator cannot build `spec` (empty: it can). Checked before anything is built.
+std::string fa2_unsupported_reason(const KernelSpec &spec);
+
+// The entry of templates/kernels/fa2_prefill.cuh, fj_fa2_prefill, for sm_80 and later.
+Status build_fa2(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const Plan &plan, BuiltKernel *out);
+
+// Why the MLIR fa3 generator cannot build `spec` (empty: it can). Checked before anything is built.
+std::string fa3_unsupported_reason(const KernelSpec &spec);
+
+// The entry of templates/kernels/fa3_prefill.cuh for sm_90a.
+Status build_fa3(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const Plan &plan, BuiltKernel *out);
+
 } // namespace flashjit::mlirgen

@@ -4,6 +4,7 @@
 
 #include "compiler/mlir/generators.hpp"
 #include "compiler/mlir/nvjitlink.hpp"
+#include "compiler/mlir/ptxas_tool.hpp"
 
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
@@ -347,6 +348,15 @@ Status unsupported_variant(Variant variant) {
                        std::string("the MLIR backend does not cover ") + variant_name(variant) + " yet");
 }
 
+std::string unsupported_reason(const KernelSpec &spec, Variant variant) {
+  switch (variant) {
+  case Variant::decode_splitk: return decode_unsupported_reason(spec);
+  case Variant::fa2: return fa2_unsupported_reason(spec);
+  case Variant::fa3: return fa3_unsupported_reason(spec);
+  default: return {};
+  }
+}
+
 } // namespace
 
 Target target_for(const Arch &arch) {
@@ -376,19 +386,23 @@ Status validate_target(const Target &target, Variant variant) {
 }
 
 bool covers(Variant variant) {
-  return variant == Variant::combine || variant == Variant::decode_splitk;
+  return variant == Variant::combine || variant == Variant::decode_splitk || variant == Variant::fa2 ||
+         variant == Variant::fa3;
 }
 
+// The assembler decides the SASS as much as LLVM decides the PTX, so both name the backend.
 std::string version_string() {
-  return "mlir " FLASHJIT_LLVM_VERSION;
+  const std::string assembler = ptxas::path().empty() ? nvjitlink::version_string() + " (relocatable: no ptxas found)"
+                                                      : ptxas::version_string();
+  return "mlir " FLASHJIT_LLVM_VERSION " + " + assembler;
 }
 
 Status generate(const KernelSpec &spec, const Plan &plan, const Options &options, Stages *out) {
   if (!covers(plan.variant))
     return unsupported_variant(plan.variant);
-  if (plan.variant == Variant::decode_splitk)
-    if (std::string why = decode_unsupported_reason(spec); !why.empty())
-      return Status::error(FLASHJIT_UNSUPPORTED, "the MLIR backend does not cover this decode_splitk spec yet: " + why);
+  if (std::string why = unsupported_reason(spec, plan.variant); !why.empty())
+    return Status::error(FLASHJIT_UNSUPPORTED, std::string("the MLIR backend does not cover this ") +
+                                                   variant_name(plan.variant) + " spec yet: " + why);
   const Target target = options.use_target ? options.target : target_for(spec.arch);
   return guarded(kernel_name(spec, plan), [&]() -> Status {
     if (!options.skip_validation)
@@ -413,6 +427,8 @@ Status generate(const KernelSpec &spec, const Plan &plan, const Options &options
     switch (plan.variant) {
     case Variant::combine: built = build_combine(gpu, spec, plan, &kernels[0]); break;
     case Variant::decode_splitk: built = build_decode(gpu, spec, plan, &kernels); break;
+    case Variant::fa2: built = build_fa2(gpu, spec, plan, &kernels[0]); break;
+    case Variant::fa3: built = build_fa3(gpu, spec, plan, &kernels[0]); break;
     default: built = unsupported_variant(plan.variant); break;
     }
     if (!built)
@@ -475,9 +491,18 @@ Status compile_with_mlir(const KernelSpec &spec, const Plan &plan, CompiledKerne
   kernel.source = stages.built;
   kernel.ptx = stages.ptx;
   std::string info;
-  if (Status s = nvjitlink::ptx_to_cubin(stages.ptx, spec.arch.nvrtc_target(), kernel.name, &kernel.cubin, &info); !s)
-    return s;
-  kernel.log = info;
+  // Whole-program ptxas, as NVRTC assembles; nvJitLink's relocatable assembly is the fallback (it
+  // drops setmaxnreg and serializes wgmma: see ptxas_tool.hpp), named in the log and the backend.
+  const bool whole_program = !ptxas::path().empty();
+  Status assembled =
+      whole_program ? ptxas::assemble(stages.ptx, spec.arch.nvrtc_target(), kernel.name, &kernel.cubin, &info)
+                    : nvjitlink::ptx_to_cubin(stages.ptx, spec.arch.nvrtc_target(), kernel.name, &kernel.cubin, &info);
+  if (!assembled)
+    return assembled;
+  kernel.log = whole_program ? info
+                             : "no ptxas found (FLASHJIT_PTXAS, CUDA_HOME): assembled by nvJitLink as a relocatable "
+                               "unit, where setmaxnreg is ignored and wgmma may be serialized\n" +
+                                   info;
   kernel.resources = parse_ptxas_report(info);
   kernel.compile_seconds = seconds_since(start);
   *out = std::move(kernel);

@@ -7,6 +7,7 @@
 
 #ifdef FLASHJIT_WITH_MLIR
 #include "compiler/mlir/mlir_backend.hpp"
+#include "compiler/mlir/ptxas_tool.hpp"
 #endif
 
 #include "tests/compile/file_check.hpp"
@@ -176,15 +177,24 @@ INSTANTIATE_TEST_SUITE_P(AllCombine, MlirCombineCompile, ::testing::ValuesIn(com
 
 // --- selection, cache key ----------------------------------------------------------------------
 
-TEST(MlirBackend, UncoveredVariantIsUnsupported) {
-  KernelSpec spec;
-  spec.arch = kSm90a;
-  PlanChoice choice = choose_plan(spec, Variant::fa2);
-  ASSERT_TRUE(choice.ok) << choice.error;
+TEST(MlirBackend, CoversEveryVariant) {
+  for (Variant variant : {Variant::combine, Variant::decode_splitk, Variant::fa2, Variant::fa3})
+    EXPECT_TRUE(mlirgen::covers(variant)) << variant_name(variant);
+}
+
+// The backend string (explain, logs, cache key) names LLVM and the assembler: whole-program ptxas
+// where the toolkit has one, else nvJitLink's relocatable assembly, said so.
+TEST(MlirBackend, BackendNamesLlvmAndTheAssembler) {
+  KernelSpec spec = combine_spec(kSm90a, 128, FLASHJIT_BF16);
   CompiledKernel kernel;
-  Status s = build_kernel(choice.spec, choice.plan, FLASHJIT_BACKEND_MLIR, &kernel);
-  EXPECT_EQ(s.code, FLASHJIT_UNSUPPORTED);
-  EXPECT_EQ(s.message, "the MLIR backend does not cover fa2 yet");
+  Status s = build_kernel(spec, combine_plan(spec), FLASHJIT_BACKEND_MLIR, &kernel);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_EQ(kernel.backend.rfind(std::string("mlir ") + FLASHJIT_LLVM_VERSION, 0), 0u) << kernel.backend;
+  if (ptxas::path().empty())
+    EXPECT_NE(kernel.backend.find("relocatable"), std::string::npos) << kernel.backend;
+  else
+    EXPECT_NE(kernel.backend.find("+ ptxas "), std::string::npos) << kernel.backend;
+  EXPECT_GT(kernel.resources.registers, 0) << kernel.log;
 }
 
 TEST(MlirBackend, CacheKeyNamesTheBackend) {

@@ -1,12 +1,12 @@
 // GPU check of the MLIR-built combine kernel against a float64 reference and against the NVRTC-built
 // kernel of the same spec (cubins from scripts/make-mlir-parity.sh, carried in build-device/). Run by
 // scripts/gpu-check.sh on the GPU machine, which has no LLVM:
-//   g++ -std=c++17 -O2 check_combine.cpp -I/usr/local/cuda/include -Itemplates -lcuda -o check_combine
+//   g++ -std=c++17 -O2 tests/mlir_parity/check_combine.cpp -I. -I/usr/local/cuda/include -Itemplates -lcuda -o check_combine
 //   ./check_combine build-device/mlir-parity/combine.combine.sm90a.v128.bf16.al16 bf16 128 16
 // Pass rule (team): max|ours - ref64| <= 2 * max|naive - ref64| + 1e-5, naive = fp32 merge rounded
 // to the output dtype. Outputs are NaN-poisoned first; every element is checked; some states have
 // LSE = -inf with NaN in O (must weigh 0) and some rows have no state at all (O = 0, LSE = -inf).
-#include <cuda.h>
+#include "tests/mlir_parity/driver_check.hpp"
 
 #include "kernel_params.h"
 
@@ -21,41 +21,8 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                                                          \
-  do {                                                                                                                 \
-    CUresult r_ = (x);                                                                                                 \
-    if (r_ != CUDA_SUCCESS) {                                                                                          \
-      const char *m_ = nullptr;                                                                                        \
-      cuGetErrorString(r_, &m_);                                                                                       \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, m_ ? m_ : "?");                                            \
-      std::exit(2);                                                                                                    \
-    }                                                                                                                  \
-  } while (0)
 
-static float bf16_to_f32(uint16_t h) { uint32_t u = uint32_t(h) << 16; float f; std::memcpy(&f, &u, 4); return f; }
-static float f16_to_f32(uint16_t h) {
-  const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-  float v = e == 0 ? std::ldexp(float(m), -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(float(m | 1024), e - 25);
-  return s ? -v : v;
-}
-static uint16_t f32_to_bf16(float f) { uint32_t u; std::memcpy(&u, &f, 4); u += 0x7fff + ((u >> 16) & 1); return uint16_t(u >> 16); }
-static uint16_t f32_to_f16(float f) { // round to nearest even through double arithmetic, normal range is enough here
-  if (std::isnan(f)) return 0x7e00;
-  const int s = std::signbit(f);
-  double a = std::fabs(double(f));
-  if (a >= 65520.0) return uint16_t((s << 15) | 0x7c00);
-  int e; std::frexp(a, &e); // a = f * 2^e, f in [0.5, 1)
-  int exp = std::max(e - 1, -14);
-  double q = std::nearbyint(std::ldexp(a, 10 - exp)); // mantissa with implicit bit
-  if (q >= 2048) { q /= 2; ++exp; }
-  uint16_t bits = q < 1024 ? uint16_t(q) : uint16_t(((exp + 15) << 10) | (uint16_t(q) & 1023));
-  return uint16_t((s << 15) | bits);
-}
 
-static std::vector<char> read(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<char>((std::istreambuf_iterator<char>(f)), {});
-}
 
 int main(int argc, char **argv) {
   if (argc < 5) { std::printf("usage: %s <out/base> bf16|fp16 <dv> <align_bytes>\n", argv[0]); return 1; }
@@ -98,8 +65,8 @@ int main(int argc, char **argv) {
         accf += std::exp(l - mf) / sumf * po[(size_t(s) * rows + r) * dv + d];
       }
       ref[size_t(r) * dv + d] = acc;
-      const uint16_t h = bf16 ? f32_to_bf16(accf) : f32_to_f16(accf);
-      naive[size_t(r) * dv + d] = bf16 ? bf16_to_f32(h) : f16_to_f32(h);
+      const uint16_t h = bf16 ? parity::f32_to_bf16(accf) : parity::f32_to_f16(accf);
+      naive[size_t(r) * dv + d] = bf16 ? parity::bf16_to_f32(h) : parity::f16_to_f32(h);
     }
   }
   double naive_err = 0;
@@ -119,7 +86,7 @@ int main(int argc, char **argv) {
   int failures = 0;
   std::vector<std::vector<uint16_t>> outputs;
   for (const char *which : {"mlir", "nvrtc"}) {
-    std::vector<char> cubin = read(base + "." + which + ".cubin");
+    std::vector<char> cubin = parity::read_file(base + "." + which + ".cubin");
     if (cubin.empty()) { std::printf("%s: no cubin at %s.%s.cubin\n", which, base.c_str(), which); return 1; }
     CUmodule mod; CK(cuModuleLoadData(&mod, cubin.data()));
     CUfunction fn; CK(cuModuleGetFunction(&fn, mod, "fj_combine"));
@@ -146,7 +113,7 @@ int main(int argc, char **argv) {
     for (int r = 0; r < rows; ++r) {
       for (int d = 0; d < dv; ++d) {
         const uint16_t h = out[size_t(r) * o_row_stride + d];
-        const double v = bf16 ? bf16_to_f32(h) : f16_to_f32(h);
+        const double v = bf16 ? parity::bf16_to_f32(h) : parity::f16_to_f32(h);
         const double e = std::fabs(v - ref[size_t(r) * dv + d]);
         if (!(e <= tol)) ++bad;
         err = std::max(err, std::isnan(e) ? INFINITY : e);
