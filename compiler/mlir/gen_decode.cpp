@@ -4,17 +4,16 @@
 // warps merged through shared memory) and fj_decode_combine (merge of the split units' partial
 // states, one warp per packed row). Same plan constants, entry names and fj_decode_params block.
 //
-// Covered: contiguous KV, 16-byte aligned rows (cp.async), head dims that are multiples of 16,
-// bf16/fp16, any GQA group and q_len of the plan, causal, sliding window, softcap. Not yet: paged
-// KV (the block-table page ring), element-aligned rows, head dims of 8 mod 16 (the zero padding of
-// the last QK k step and the x2 P.V tile); decode_unsupported_reason names them.
-#include "compiler/mlir/emit.hpp"
+// Covered: contiguous and paged KV (the block-table page ring: lookups one step ahead of their
+// smem slot, two ahead of the copies that read it), 16-byte aligned rows (cp.async) and
+// element-aligned rows (synchronous 16-bit loads and stores), head dims that are multiples of 8
+// (8 mod 16: QK's last k step zero-padded in shared memory, P.V's odd n8 tile through ldmatrix .x2),
+// bf16/fp16, any GQA group and q_len of the plan, causal, sliding window, softcap.
+#include "compiler/mlir/emit_mma.hpp"
 #include "compiler/mlir/generators.hpp"
 #include "compiler/mlir/merge_states.hpp"
 
 #include "params_decode.h"
-
-#include "mlir/Interfaces/DataLayoutInterfaces.h"
 
 #include <cstddef>
 #include <string>
@@ -29,96 +28,39 @@ namespace arith = mlir::arith;
 namespace scf = mlir::scf;
 using Pred = arith::CmpIPredicate;
 
-constexpr int kMmaM = 16;
-constexpr int kMmaN = 8;
-constexpr int kMmaK = 16;
-constexpr int kElemBytes = 2;
-constexpr int kChunkBytes = 16;
-constexpr int kChunkElems = kChunkBytes / kElemBytes;
-constexpr int kHalfTile = 8;          // rows g and g + 8 of a C fragment
-constexpr int kRowsPerThreadTile = 2; // ... per thread and m tile
-constexpr int kFragment = 4;          // floats of a C fragment per thread
+constexpr int kRowsPerThreadTile = 2; // rows of a C fragment per thread and m tile
 constexpr int kStatsPerRow = 2;       // (max, sum)
 constexpr int kMergeChunk = 8;        // output columns per thread of the warp merge
 constexpr int kWorkFields = 4;        // fj_decode_work / fj_decode_merge: four int32
+constexpr int kI32Bytes = 4;          // a block-table entry (page index)
 
 // --- parameter block ----------------------------------------------------------------------------
 
-// Field paths into fj_decode_params (attn = field 0). Layout checked against the C struct below and
-// against MLIR's data layout at generation time.
-enum TensorField { kPtr, kBatchStride, kRowStride, kHeadStride };
-enum AttnField {
-  kQ,
-  kK,
-  kV,
-  kO,
-  kMaybeLse,
-  kCuQ,
-  kCuK,
-  kMaybeSeqlensK,
-  kPaged,
-  kBatch,
-  kSeqlenQ,
-  kSeqlenK,
-  kTotalQ,
-  kHeadsQ,
-  kHeadsKv,
-  kGroup,
-  kWindowLeft,
-  kWindowRight,
-  kScaleLog2,
-  kSoftcapField,
-  kSoftcapInv,
-  kScale,
-  kPartialO,
-  kPartialLse,
-  kNumSplits,
-  kNumMBlocks,
-};
+// Fields of fj_decode_params after attn (fj_attention_params, field 0; see emit_mma.hpp).
 enum DecodeField { kAttn, kHeader, kSlotBegin, kWork, kMerges, kMBlocksField, kPadField };
-static_assert(offsetof(fj_attention_params, maybe_lse) == 128 && offsetof(fj_attention_params, paged) == 160 &&
-                  offsetof(fj_attention_params, batch) == 192 && offsetof(fj_attention_params, scale) == 240 &&
-                  offsetof(fj_attention_params, maybe_partial_o) == 248 && sizeof(fj_attention_params) == 272 &&
-                  offsetof(fj_decode_params, header) == 272 && offsetof(fj_decode_params, m_blocks) == 304 &&
+static_assert(offsetof(fj_decode_params, header) == 272 && offsetof(fj_decode_params, m_blocks) == 304 &&
                   sizeof(fj_decode_params) == 312 && sizeof(fj_decode_work) == kWorkFields * 4 &&
                   sizeof(fj_decode_merge) == kWorkFields * 4,
               "decode_params_type below mirrors templates/params_decode.h field for field");
 
 mlir::LLVM::LLVMStructType decode_params_type(Emitter &e) {
-  mlir::MLIRContext *c = e.b.getContext();
-  mlir::Type p = e.ptr(), i64 = e.i64(), i32 = e.i32(), f32 = e.f32();
-  auto tensor = mlir::LLVM::LLVMStructType::getLiteral(c, {p, i64, i64, i64});
-  auto paged = mlir::LLVM::LLVMStructType::getLiteral(c, {p, i32, i32, i64, i64});
-  auto attn = mlir::LLVM::LLVMStructType::getLiteral(c, {tensor, tensor, tensor, tensor, p,   p,   p,   p,   paged,
-                                                         i32,    i32,    i32,    i32,    i32, i32, i32, i32, i32,
-                                                         f32,    f32,    f32,    f32,    p,   p,   i32, i32});
-  return mlir::LLVM::LLVMStructType::getLiteral(c, {attn, p, p, p, p, i32, i32});
-}
-
-// ld.param of the field at `path` (indices after the leading 0).
-Value param_at(Emitter &e, Value params, mlir::LLVM::LLVMStructType type, std::initializer_list<int> path) {
-  llvm::SmallVector<mlir::LLVM::GEPArg> indices{0};
-  mlir::Type field = type;
-  for (int i : path) {
-    indices.push_back(i);
-    field = llvm::cast<mlir::LLVM::LLVMStructType>(field).getBody()[i];
-  }
-  Value address = mlir::LLVM::GEPOp::create(e.b, e.loc, e.ptr(), type, params, indices);
-  return mlir::LLVM::LoadOp::create(e.b, e.loc, field, address);
+  mlir::Type p = e.ptr(), i32 = e.i32();
+  return mlir::LLVM::LLVMStructType::getLiteral(e.b.getContext(), {attention_params_type(e), p, p, p, p, i32, i32});
 }
 
 // The compile-time shape: KernelConfig of the NVRTC build (spec + plan constants) and its Traits.
 struct Shape {
   DType dtype;
-  int arch, head_dim_qk, head_dim_v, gqa_group, threads;
-  bool causal, local, softcap;
-  int block_m, block_n, warp_n, stages, m_tiles, ctas_per_sm, combine_threads;
+  int arch, head_dim_qk, head_dim_v, gqa_group, threads, page_size;
+  bool causal, local, softcap, aligned16;
+  int block_m, block_n, warp_n, stages, m_tiles, ctas_per_sm, combine_threads, head_dim_qk_mma;
   int smem_row_qk, smem_row_v, smem_offset_q, smem_offset_kv, smem_stage_bytes, smem_offset_v_in_stage,
-      smem_offset_stats, merge_row_floats;
+      smem_offset_stats, smem_offset_pages, merge_row_floats;
   int warps() const { return threads / kWarpSize; }
+  bool paged() const { return page_size > 0; }
   int n_tiles_s() const { return warp_n / kMmaN; }
   int k_steps_pv() const { return warp_n / kMmaK; }
-  int k_steps_qk() const { return head_dim_qk / kMmaK; }
+  int k_steps_qk() const { return head_dim_qk_mma / kMmaK; }
   int n_tiles_o() const { return head_dim_v / kMmaN; }
 };
 
@@ -127,6 +69,7 @@ struct Params {
   Value q, k, v, o, q_strides[3], k_strides[3], v_strides[3], o_strides[3];
   Value maybe_lse, maybe_seqlens_k, seqlen_q, seqlen_k, heads_q, heads_kv, window_left, window_right;
   Value scale_log2, softcap, softcap_inv, scale, partial_o, partial_lse, m_blocks;
+  Value block_table, max_pages_per_seq, page_stride_k, page_stride_v; // paged KV
 };
 
 Params load_params(Emitter &e, Value p, mlir::LLVM::LLVMStructType t) {
@@ -156,6 +99,10 @@ Params load_params(Emitter &e, Value p, mlir::LLVM::LLVMStructType t) {
   r.partial_o = param_at(e, p, t, {kAttn, kPartialO});
   r.partial_lse = param_at(e, p, t, {kAttn, kPartialLse});
   r.m_blocks = param_at(e, p, t, {kMBlocksField});
+  r.block_table = param_at(e, p, t, {kAttn, kPaged, kBlockTable});
+  r.max_pages_per_seq = param_at(e, p, t, {kAttn, kPaged, kMaxPagesPerSeq});
+  r.page_stride_k = param_at(e, p, t, {kAttn, kPaged, kPageStrideK});
+  r.page_stride_v = param_at(e, p, t, {kAttn, kPaged, kPageStrideV});
   return r;
 }
 
@@ -200,50 +147,172 @@ struct Smem {
     return at(
         e.add(e.c_i32(sh.smem_offset_kv + sh.smem_offset_v_in_stage), e.mul(stage, e.c_i32(sh.smem_stage_bytes))));
   }
+  // Paged KV: page of every row of the tile in `stage` (i32).
+  Value pages(Value stage) const {
+    return at(e.add(e.c_i32(sh.smem_offset_pages), e.mul(stage, e.c_i32(sh.block_n * kI32Bytes))));
+  }
   Value stats() const { return at(e.c_i32(sh.smem_offset_stats)); }
   Value merge() const { return at(e.c_i32(sh.smem_offset_kv)); } // aliases the idle ring
 };
 
 // --- global -> shared copies --------------------------------------------------------------------
 
-// Rows of `dim` elements: chunk c = tid, tid + threads, ... < rows * chunks_per_row; row c / cpr.
-// `source(row, col, valid)` gives the chunk's global address.
-template <typename Source>
-void copy_rows(Emitter &e, const Shape &sh, Value smem, int rows, int dim, int smem_row, Value rows_valid,
-               Source &&source) {
-  const int chunks_per_row = dim / kChunkElems;
-  scf::ForOp::create(e.b, e.loc, e.tid_x(), e.c_i32(rows * chunks_per_row), e.c_i32(sh.threads), ValueRange{},
-                     [&](mlir::OpBuilder &, mlir::Location, Value c, ValueRange) {
-                       Value row = e.div_s(c, e.c_i32(chunks_per_row));
-                       Value col = e.mul(e.rem_s(c, e.c_i32(chunks_per_row)), e.c_i32(kChunkElems));
-                       Value valid = e.cmp(Pred::slt, row, rows_valid);
-                       Value dst = e.gep(smem, e.b.getI16Type(), e.add(e.mul(row, e.c_i32(smem_row)), col));
-                       e.cp_async_cg_16(dst, source(row, col, valid),
-                                        e.select(valid, e.c_i32(kChunkBytes), e.c_i32(0)));
-                       scf::YieldOp::create(e.b, e.loc);
-                     });
+// Emits an scf.if with results: then() / otherwise() return the values each branch yields.
+template <typename Then, typename Else>
+mlir::ResultRange if_values(Emitter &e, Value cond, mlir::TypeRange types, Then &&then, Else &&otherwise) {
+  auto op = scf::IfOp::create(e.b, e.loc, types, cond, /*withElseRegion=*/true);
+  mlir::OpBuilder::InsertionGuard guard(e.b);
+  e.b.setInsertionPointToStart(op.thenBlock());
+  scf::YieldOp::create(e.b, e.loc, ValueRange(then()));
+  e.b.setInsertionPointToStart(op.elseBlock());
+  scf::YieldOp::create(e.b, e.loc, ValueRange(otherwise()));
+  return op.getResults();
 }
 
+// copy_chunk: one 16-byte chunk of 16-bit elements into shared memory. Aligned rows go through
+// cp.async, zero-filling a chunk past the end (`src` then only needs to be a valid address);
+// element-aligned rows load synchronously, eight 16-bit loads, zeros when not valid. `source()`
+// gives the chunk's address and is evaluated only for valid chunks on the synchronous path.
+template <typename Source>
+void copy_chunk(Emitter &e, const Shape &sh, Value dst, Value valid, Value fallback, Source &&source) {
+  mlir::Type i16 = e.b.getI16Type();
+  if (sh.aligned16) {
+    e.cp_async_cg_16(dst, e.select(valid, source(), fallback), e.select(valid, e.c_i32(kChunkBytes), e.c_i32(0)));
+    return;
+  }
+  auto v8i16 = mlir::VectorType::get({kChunkElems}, i16);
+  Value chunk = if_values(
+      e, valid, mlir::TypeRange{v8i16},
+      [&] {
+        Value from = source();
+        llvm::SmallVector<Value, kChunkElems> elems;
+        for (int i = 0; i < kChunkElems; ++i) // ld.global.nc.b16
+          elems.push_back(mlir::LLVM::LoadOp::create(e.b, e.loc, i16, e.to_global(e.gep(from, i16, e.c_i32(i))),
+                                                     kElemBytes, false, false, /*isInvariant=*/true));
+        return llvm::SmallVector<Value, 1>{mlir::vector::FromElementsOp::create(e.b, e.loc, v8i16, elems)};
+      },
+      [&] {
+        return llvm::SmallVector<Value, 1>{
+            arith::ConstantOp::create(e.b, e.loc, mlir::DenseElementsAttr::get(v8i16, e.b.getIntegerAttr(i16, 0)))};
+      })[0];
+  // the chunk's shared address is 16-byte aligned (rows and columns are multiples of 8 elements)
+  auto v4i32 = mlir::VectorType::get({kChunkBytes / kI32Bytes}, e.i32());
+  e.st_shared(dst, mlir::LLVM::BitcastOp::create(e.b, e.loc, v4i32, chunk), kChunkBytes);
+}
+
+// llvm.loop.unroll.disable on a thread-strided loop. LLVM runtime-unrolls them (the trip count
+// starts at tid, so it is unknown), and the extra live addresses cost registers in the key loop
+// (measured, sm_80 d128 g4: paged q1 168 -> 150, contiguous q4 208 -> 157; NVRTC 146 / 172).
+void keep_rolled(Emitter &e, scf::ForOp loop) {
+  mlir::MLIRContext *c = e.b.getContext();
+  auto unroll = mlir::LLVM::LoopUnrollAttr::get(c, e.b.getBoolAttr(true), {}, {}, {}, {}, {}, {});
+  loop->setAttr("loop_annotation",
+                mlir::LLVM::LoopAnnotationAttr::get(c, {}, {}, {}, unroll, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}));
+}
+
+// Rows of `dim` elements: chunk c = tid, tid + threads, ... < rows * chunks_per_row; row c / cpr.
+// `row_offset(row)` gives the i64 element offset of a tile row from `base` (through the block table
+// when paged); invalid rows read nothing (cp.async zero-fills from `base`).
+template <typename RowOffset>
+void copy_rows(Emitter &e, const Shape &sh, Value smem, int rows, int dim, int smem_row, Value rows_valid, Value base,
+               RowOffset &&row_offset) {
+  const int chunks_per_row = dim / kChunkElems;
+  auto loop = scf::ForOp::create(e.b, e.loc, e.tid_x(), e.c_i32(rows * chunks_per_row), e.c_i32(sh.threads),
+                                 ValueRange{}, [&](mlir::OpBuilder &, mlir::Location, Value c, ValueRange) {
+                                   Value row = e.div_s(c, e.c_i32(chunks_per_row));
+                                   Value col = e.mul(e.rem_s(c, e.c_i32(chunks_per_row)), e.c_i32(kChunkElems));
+                                   Value valid = e.cmp(Pred::slt, row, rows_valid);
+                                   Value dst = e.gep(smem, e.b.getI16Type(), e.add(e.mul(row, e.c_i32(smem_row)), col));
+                                   copy_chunk(e, sh, dst, valid, base, [&] {
+                                     return e.gep(base, e.b.getI16Type(), e.add(row_offset(row), e.sext64(col)));
+                                   });
+                                   scf::YieldOp::create(e.b, e.loc);
+                                 });
+  keep_rolled(e, loop);
+}
+
+// KvSource of decode_splitk.cuh: per-piece addressing of K and V. Paged: k / v point at the head's
+// slice of page 0; `table` is the sequence's block-table row.
 struct KvSource {
-  Value k, v, k_row, v_row, kv_begin, kv_end;
+  Value k, v, k_row, v_row, k_page, v_page, table, kv_begin, kv_end;
 };
 
-// KvSource::issue for contiguous KV: tile `tile` into stage tile % kStages.
+// KvSource::lookup: page of row `tid` of `tile` (0 past the end, or for threads past the tile).
+Value lookup_page(Emitter &e, const Shape &sh, const KvSource &src, Value tile) {
+  Value tid = e.tid_x();
+  Value key = e.add(e.add(src.kv_begin, e.mul(tile, e.c_i32(sh.block_n))), tid);
+  Value wanted = e.and_(e.cmp(Pred::slt, tid, e.c_i32(sh.block_n)), e.cmp(Pred::slt, key, src.kv_end));
+  return if_values(
+      e, wanted, mlir::TypeRange{e.i32()},
+      [&] {
+        Value slot = e.sext64(e.div_s(key, e.c_i32(sh.page_size)));
+        return llvm::SmallVector<Value, 1>{e.ld_global_nc_s32(e.gep(src.table, e.i32(), slot))};
+      },
+      [&] { return llvm::SmallVector<Value, 1>{e.c_i32(0)}; })[0];
+}
+
+// KvSource::store_pages: thread r < kBlockN keeps row r's page in the slot of `tile`.
+void store_pages(Emitter &e, const Shape &sh, const Smem &smem, Value tile, Value page) {
+  Value tid = e.tid_x();
+  when(e, e.cmp(Pred::slt, tid, e.c_i32(sh.block_n)), [&] {
+    Value slot = smem.pages(e.rem_s(tile, e.c_i32(sh.stages)));
+    e.st_shared(e.gep(slot, e.i32(), tid), page, kI32Bytes);
+  });
+}
+
+// KvSource::issue: tile `tile` into stage tile % kStages.
 void issue_tile(Emitter &e, const Shape &sh, const Smem &smem, const KvSource &src, Value tile) {
+  mlir::Type i16 = e.b.getI16Type();
   Value key0 = e.add(src.kv_begin, e.mul(tile, e.c_i32(sh.block_n)));
   Value rows_valid = e.sub(src.kv_end, key0);
   Value stage = e.rem_s(tile, e.c_i32(sh.stages));
-  Value key0_64 = e.sext64(key0);
-  Value k_base = e.gep(src.k, e.b.getI16Type(), e.mul(key0_64, src.k_row));
-  Value v_base = e.gep(src.v, e.b.getI16Type(), e.mul(key0_64, src.v_row));
-  auto from = [&](Value base, Value row_stride) {
-    return [&e, base, row_stride](Value row, Value col, Value valid) {
-      Value offset = e.add(e.mul(e.sext64(row), row_stride), e.sext64(col));
-      return e.select(valid, e.gep(base, e.b.getI16Type(), offset), base);
+  if (sh.paged()) {
+    Value pages = smem.pages(stage);
+    auto paged_row = [&](Value page_stride, Value row_stride) {
+      return [&e, &sh, pages, key0, page_stride, row_stride](Value row) {
+        Value page = e.ld_shared(e.i32(), e.gep(pages, e.i32(), row), kI32Bytes);
+        Value in_page = e.rem_s(e.add(key0, row), e.c_i32(sh.page_size));
+        return e.add(e.mul(e.sext64(page), page_stride), e.mul(e.sext64(in_page), row_stride));
+      };
     };
+    copy_rows(e, sh, smem.k(stage), sh.block_n, sh.head_dim_qk, sh.smem_row_qk, rows_valid, src.k,
+              paged_row(src.k_page, src.k_row));
+    copy_rows(e, sh, smem.v(stage), sh.block_n, sh.head_dim_v, sh.smem_row_v, rows_valid, src.v,
+              paged_row(src.v_page, src.v_row));
+    return;
+  }
+  Value key0_64 = e.sext64(key0);
+  Value k_base = e.gep(src.k, i16, e.mul(key0_64, src.k_row));
+  Value v_base = e.gep(src.v, i16, e.mul(key0_64, src.v_row));
+  auto contiguous_row = [&e](Value row_stride) {
+    return [&e, row_stride](Value row) { return e.mul(e.sext64(row), row_stride); };
   };
-  copy_rows(e, sh, smem.k(stage), sh.block_n, sh.head_dim_qk, sh.smem_row_qk, rows_valid, from(k_base, src.k_row));
-  copy_rows(e, sh, smem.v(stage), sh.block_n, sh.head_dim_v, sh.smem_row_v, rows_valid, from(v_base, src.v_row));
+  copy_rows(e, sh, smem.k(stage), sh.block_n, sh.head_dim_qk, sh.smem_row_qk, rows_valid, k_base,
+            contiguous_row(src.k_row));
+  copy_rows(e, sh, smem.v(stage), sh.block_n, sh.head_dim_v, sh.smem_row_v, rows_valid, v_base,
+            contiguous_row(src.v_row));
+}
+
+// zero_qk_padding: columns [head_dim_qk, head_dim_qk_mma) of Q and of every K stage are the zero
+// padding of the last QK k step (head dims of 8 mod 16); no copy writes them, but the previous
+// piece's merge scratch (which aliases the ring) may have, so every piece zeroes them again.
+void zero_qk_padding(Emitter &e, const Shape &sh, const Smem &smem) {
+  if (sh.head_dim_qk_mma == sh.head_dim_qk)
+    return;
+  auto v4i32 = mlir::VectorType::get({kChunkBytes / kI32Bytes}, e.i32());
+  Value zero = arith::ConstantOp::create(e.b, e.loc, mlir::DenseElementsAttr::get(v4i32, e.b.getI32IntegerAttr(0)));
+  auto zero_pad = [&](int rows, auto &&row_start) {
+    scf::ForOp::create(e.b, e.loc, e.tid_x(), e.c_i32(rows), e.c_i32(sh.threads), ValueRange{},
+                       [&](mlir::OpBuilder &, mlir::Location, Value r, ValueRange) {
+                         e.st_shared(e.gep(row_start(r), e.b.getI16Type(), e.c_i32(sh.head_dim_qk)), zero, kChunkBytes);
+                         scf::YieldOp::create(e.b, e.loc);
+                       });
+  };
+  zero_pad(sh.block_m, [&](Value r) { return e.gep(smem.q(), e.b.getI16Type(), e.mul(r, e.c_i32(sh.smem_row_qk))); });
+  zero_pad(sh.stages * sh.block_n, [&](Value r) {
+    Value stage = e.div_s(r, e.c_i32(sh.block_n));
+    return e.gep(smem.k(stage), e.b.getI16Type(), e.mul(e.rem_s(r, e.c_i32(sh.block_n)), e.c_i32(sh.smem_row_qk)));
+  });
 }
 
 // --- the per-warp state: O fragments, row max (base-2), row sum ----------------------------------
@@ -335,6 +404,14 @@ void pv_gemm(Emitter &e, const Shape &sh, DType dtype, Value v_stage, const Tile
         st.acc(m, 2 * np + 1) = e.mma_m16n8k16(dtype, a[m], {b[2], b[3]}, st.acc(m, 2 * np + 1));
       }
     }
+    if (sh.n_tiles_o() % 2 == 1) { // head_dim_v = 8 mod 16: one n8 tile left, lanes 0-15 address
+      const int last = sh.n_tiles_o() - 1;
+      Value x2_lane = e.mul(e.add(key_half, row8), e.c_i32(sh.smem_row_v));
+      auto b = ldmatrix_x2(
+          e, e.gep(v_warp, e.b.getI16Type(), e.add(x2_lane, e.c_i32(ks * kMmaK * sh.smem_row_v + last * kMmaN))), true);
+      for (int m = 0; m < sh.m_tiles; ++m)
+        st.acc(m, last) = e.mma_m16n8k16(dtype, a[m], b, st.acc(m, last));
+    }
   }
 }
 
@@ -398,14 +475,6 @@ void online_softmax(Emitter &e, const Shape &sh, const Params &p, Tile &s, const
         st.acc(m, n)[2 * h + 1] = e.fmul(st.acc(m, n)[2 * h + 1], correction);
       }
     }
-}
-
-// Emits `body` under `if (cond)`.
-template <typename Body> void when(Emitter &e, Value cond, Body &&body) {
-  auto op = scf::IfOp::create(e.b, e.loc, cond, /*withElseRegion=*/false);
-  mlir::OpBuilder::InsertionGuard guard(e.b);
-  e.b.setInsertionPoint(op.thenBlock()->getTerminator());
-  body();
 }
 
 // finish_piece: merge the warps through shared memory, write O (or a partial state) and the LSE.
@@ -489,11 +558,16 @@ void finish_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, c
           Value offset = e.add(e.add(e.mul(e.sext64(u.batch), p.o_strides[0]), e.mul(e.sext64(token), p.o_strides[1])),
                                e.add(e.mul(e.sext64(head), p.o_strides[2]), e.sext64(col)));
           Value dst = e.gep(p.o, e.b.getI16Type(), offset);
-          llvm::SmallVector<Value, 4> words;
-          for (int i = 0; i < kMergeChunk; i += 2)
-            words.push_back(e.pack2_from_f32(sh.dtype, out[i], out[i + 1]));
-          e.st_global_v4(
-              dst, mlir::vector::FromElementsOp::create(e.b, e.loc, mlir::VectorType::get({kVec4}, e.i32()), words));
+          if (sh.aligned16) { // store_16bit: one 16-byte store, or eight 16-bit ones
+            llvm::SmallVector<Value, 4> words;
+            for (int i = 0; i < kMergeChunk; i += 2)
+              words.push_back(e.pack2_from_f32(sh.dtype, out[i], out[i + 1]));
+            e.st_global_v4(
+                dst, mlir::vector::FromElementsOp::create(e.b, e.loc, mlir::VectorType::get({kVec4}, e.i32()), words));
+          } else {
+            for (int i = 0; i < kMergeChunk; ++i)
+              e.st_global_b16(e.gep(dst, e.b.getI16Type(), e.c_i32(i)), e.cvt_rn_16_f32(sh.dtype, out[i]));
+          }
           when(e, e.and_(e.not_(e.is_null(p.maybe_lse)), e.cmp(Pred::eq, col, e.c_i32(0))), [&] {
             Value index =
                 e.add(e.mul(e.add(e.mul(e.sext64(u.batch), e.sext64(p.heads_q)), e.sext64(head)), e.sext64(p.seqlen_q)),
@@ -520,14 +594,31 @@ void finish_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, c
 // run_piece: keys [kv_begin, kv_end) of one unit.
 void run_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, const Smem &smem) {
   mlir::Type i16 = e.b.getI16Type();
+  // kv_source: paged KV has no batch stride (the block table picks the pages)
   KvSource src;
-  src.k = e.gep(p.k, i16, e.add(e.mul(e.sext64(u.batch), p.k_strides[0]), e.mul(e.sext64(u.head_kv), p.k_strides[2])));
-  src.v = e.gep(p.v, i16, e.add(e.mul(e.sext64(u.batch), p.v_strides[0]), e.mul(e.sext64(u.head_kv), p.v_strides[2])));
+  Value k_head = e.mul(e.sext64(u.head_kv), p.k_strides[2]), v_head = e.mul(e.sext64(u.head_kv), p.v_strides[2]);
+  src.k = e.gep(p.k, i16, sh.paged() ? k_head : e.add(e.mul(e.sext64(u.batch), p.k_strides[0]), k_head));
+  src.v = e.gep(p.v, i16, sh.paged() ? v_head : e.add(e.mul(e.sext64(u.batch), p.v_strides[0]), v_head));
   src.k_row = p.k_strides[1];
   src.v_row = p.v_strides[1];
+  src.k_page = p.page_stride_k;
+  src.v_page = p.page_stride_v;
+  if (sh.paged())
+    src.table = e.gep(p.block_table, e.i32(), e.mul(e.sext64(u.batch), e.sext64(p.max_pages_per_seq)));
   src.kv_begin = u.kv_begin;
   src.kv_end = u.kv_end;
+  zero_qk_padding(e, sh, smem); // the previous piece's merge scratch may have covered the K padding
   Value num_tiles = e.div_s(e.add(e.sub(u.kv_end, u.kv_begin), e.c_i32(sh.block_n - 1)), e.c_i32(sh.block_n));
+
+  // Paged: pages of tiles 0 .. kStages-1 (their lookups go out together) before any copy reads them.
+  if (sh.paged()) {
+    std::vector<Value> first_pages;
+    for (int t = 0; t < sh.stages; ++t)
+      first_pages.push_back(lookup_page(e, sh, src, e.c_i32(t)));
+    for (int t = 0; t < sh.stages; ++t)
+      store_pages(e, sh, smem, e.c_i32(t), first_pages[t]);
+    e.bar_sync();
+  }
 
   // load_q: rows past the real ones are zero-filled (they never reach HBM)
   {
@@ -543,9 +634,8 @@ void run_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, cons
           Value head = e.add(e.mul(u.head_kv, e.c_i32(sh.gqa_group)), e.rem_s(row, e.c_i32(sh.gqa_group)));
           Value offset = e.add(e.add(e.mul(e.sext64(u.batch), p.q_strides[0]), e.mul(e.sext64(token), p.q_strides[1])),
                                e.add(e.mul(e.sext64(head), p.q_strides[2]), e.sext64(col)));
-          Value from = e.select(valid, e.gep(p.q, i16, offset), p.q);
           Value dst = e.gep(smem.q(), i16, e.add(e.mul(r, e.c_i32(sh.smem_row_qk)), col));
-          e.cp_async_cg_16(dst, from, e.select(valid, e.c_i32(kChunkBytes), e.c_i32(0)));
+          copy_chunk(e, sh, dst, valid, p.q, [&] { return e.gep(p.q, i16, offset); });
           scf::YieldOp::create(e.b, e.loc);
         });
   }
@@ -554,6 +644,8 @@ void run_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, cons
     when(e, e.cmp(Pred::slt, e.c_i32(t), num_tiles), [&] { issue_tile(e, sh, smem, src, e.c_i32(t)); });
     e.cp_async_commit_group();
   }
+  // stored at step 0, read by the copies at step 1
+  Value next_page = sh.paged() ? lookup_page(e, sh, src, e.c_i32(sh.stages)) : Value{};
 
   // row_range per (m tile, half): causal and window aligned to the end of the sequence
   std::vector<RowRange> ranges;
@@ -581,60 +673,52 @@ void run_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, cons
   init.row_max.assign(sh.m_tiles * kRowsPerThreadTile, neg_inf);
   init.row_sum.assign(sh.m_tiles * kRowsPerThreadTile, zero);
   std::vector<Value> carried = init.flatten();
-  auto loop =
-      scf::ForOp::create(e.b, e.loc, e.c_i32(0), num_tiles, e.c_i32(1), carried,
-                         [&](mlir::OpBuilder &, mlir::Location, Value t, ValueRange values) {
-                           WarpState st = WarpState::from(values, sh.m_tiles, sh.n_tiles_o());
-                           e.cp_async_wait_group(sh.stages - 2); // tile t (and Q) has landed for this thread
-                           e.bar_sync();                         // ... and for every thread; stage t-1 is free again
-                           Value ahead = e.add(t, e.c_i32(sh.stages - 1));
-                           when(e, e.cmp(Pred::slt, ahead, num_tiles), [&] { issue_tile(e, sh, smem, src, ahead); });
-                           e.cp_async_commit_group();
-                           Value stage = e.rem_s(t, e.c_i32(sh.stages));
-                           Value tile_key = e.add(u.kv_begin, e.mul(t, e.c_i32(sh.block_n)));
-                           Tile s = qk_gemm(e, sh, sh.dtype, smem.q(), smem.k(stage));
-                           online_softmax(e, sh, p, s, ranges, tile_key, st);
-                           pv_gemm(e, sh, sh.dtype, smem.v(stage), s, st);
-                           scf::YieldOp::create(e.b, e.loc, st.flatten());
-                         });
+  if (sh.paged())
+    carried.push_back(next_page); // the lookup one step ahead of its slot
+  auto loop = scf::ForOp::create(
+      e.b, e.loc, e.c_i32(0), num_tiles, e.c_i32(1), carried,
+      [&](mlir::OpBuilder &, mlir::Location, Value t, ValueRange values) {
+        WarpState st = WarpState::from(values, sh.m_tiles, sh.n_tiles_o());
+        e.cp_async_wait_group(sh.stages - 2); // tile t (and Q) has landed for this thread
+        e.bar_sync();                         // ... and for every thread; stage t-1 is free again
+        Value ahead = e.add(t, e.c_i32(sh.stages - 1));
+        when(e, e.cmp(Pred::slt, ahead, num_tiles), [&] { issue_tile(e, sh, smem, src, ahead); });
+        e.cp_async_commit_group();
+        Value page = sh.paged() ? values.back() : Value{};
+        if (sh.paged()) {
+          // slot (t + kStages) % kStages is tile t's, whose copies went out kStages - 1
+          // steps ago
+          Value after = e.add(ahead, e.c_i32(1));
+          page = if_values(
+              e, e.cmp(Pred::slt, after, num_tiles), mlir::TypeRange{e.i32()},
+              [&] {
+                store_pages(e, sh, smem, after, page);
+                return llvm::SmallVector<Value, 1>{lookup_page(e, sh, src, e.add(ahead, e.c_i32(2)))};
+              },
+              [&] { return llvm::SmallVector<Value, 1>{page}; })[0];
+        }
+        Value stage = e.rem_s(t, e.c_i32(sh.stages));
+        Value tile_key = e.add(u.kv_begin, e.mul(t, e.c_i32(sh.block_n)));
+        Tile s = qk_gemm(e, sh, sh.dtype, smem.q(), smem.k(stage));
+        online_softmax(e, sh, p, s, ranges, tile_key, st);
+        pv_gemm(e, sh, sh.dtype, smem.v(stage), s, st);
+        std::vector<Value> next = st.flatten();
+        if (sh.paged())
+          next.push_back(page);
+        scf::YieldOp::create(e.b, e.loc, next);
+      });
   e.cp_async_wait_group(0); // only empty groups remain, or Q when the piece has no tile
   WarpState st = WarpState::from(loop.getResults(), sh.m_tiles, sh.n_tiles_o());
   finish_piece(e, sh, p, u, smem, st);
 }
 
-Status layout_matches(mlir::gpu::GPUFuncOp fn, mlir::LLVM::LLVMStructType type, int bytes) {
-  const auto layout_bytes = mlir::DataLayout::closest(fn).getTypeSize(type);
-  if (layout_bytes != uint64_t(bytes))
-    return Status::error(FLASHJIT_INTERNAL, "decode: MLIR lays fj_decode_params out in " +
-                                                std::to_string(layout_bytes) + " bytes, C in " + std::to_string(bytes));
-  return Status::success();
-}
-
-mlir::gpu::GPUFuncOp kernel_func(Emitter &e, const std::string &name, int threads) {
-  auto fn = mlir::gpu::GPUFuncOp::create(e.b, e.loc, name, e.b.getFunctionType({e.ptr()}, {}));
-  fn->setAttr(mlir::gpu::GPUDialect::getKernelFuncAttrName(), e.b.getUnitAttr());
-  fn.setKnownBlockSizeAttr(e.b.getDenseI32ArrayAttr({threads, 1, 1})); // .maxntid, as __launch_bounds__
-  return fn;
-}
-
-Status plan_int(const Plan &plan, const char *name, int *out) {
-  const long long missing = -1;
-  const long long v = plan.constant(name, missing);
-  if (v == missing)
-    return Status::error(FLASHJIT_INTERNAL, std::string("decode: the plan has no ") + name);
-  *out = int(v);
-  return Status::success();
-}
-
 } // namespace
 
+// Every spec decode_splitk.cuh compiles is covered; this only mirrors its 16-byte-chunk rule (the
+// planner refuses such dims first).
 std::string decode_unsupported_reason(const KernelSpec &spec) {
-  if (spec.page_size > 0)
-    return "paged KV (page_size " + std::to_string(spec.page_size) + ")";
-  if (spec.align_bytes < kChunkBytes)
-    return "element-aligned rows (align_bytes " + std::to_string(spec.align_bytes) + " < 16)";
-  if (spec.head_dim_qk % kMmaK != 0 || spec.head_dim_v % kMmaK != 0)
-    return "head dims that are not multiples of 16 (" + std::to_string(spec.head_dim_qk) + "/" +
+  if (spec.head_dim_qk % kChunkElems != 0 || spec.head_dim_v % kChunkElems != 0)
+    return "head dims that are not multiples of 8 (" + std::to_string(spec.head_dim_qk) + "/" +
            std::to_string(spec.head_dim_v) + ")";
   return "";
 }
@@ -653,6 +737,8 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
   sh.causal = spec.causal;
   sh.local = spec.local;
   sh.softcap = spec.softcap;
+  sh.page_size = spec.page_size;
+  sh.aligned16 = spec.align_bytes >= kChunkBytes;
   struct {
     const char *name;
     int *field;
@@ -671,17 +757,25 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
       {"kSmemStageBytes", &sh.smem_stage_bytes},
       {"kSmemOffsetVInStage", &sh.smem_offset_v_in_stage},
       {"kSmemOffsetStats", &sh.smem_offset_stats},
+      {"kSmemOffsetPages", &sh.smem_offset_pages},
+      {"kHeadDimQKMma", &sh.head_dim_qk_mma},
       {"kMergeRowFloats", &sh.merge_row_floats},
   };
   for (const auto &c : constants)
-    if (Status s = plan_int(plan, c.name, c.field); !s)
+    if (Status s = plan_int("decode", plan, c.name, c.field); !s)
       return s;
   // The static_asserts of decode_splitk.cuh's Traits, as errors.
   if (sh.threads % kWarpSize != 0 || sh.block_n != sh.warp_n * sh.warps() || sh.warp_n % kMmaK != 0 ||
       sh.block_m != sh.m_tiles * kMmaM || sh.stages < 2 || sh.gqa_group < 1 ||
       sh.smem_offset_kv + sh.stages * sh.smem_stage_bytes > sh.smem_offset_stats ||
       sh.smem_offset_kv + sh.warps() * sh.block_m * sh.merge_row_floats * kF32Bytes > sh.smem_offset_stats ||
-      sh.combine_threads % kWarpSize != 0)
+      sh.combine_threads % kWarpSize != 0 || sh.head_dim_qk % kChunkElems != 0 || sh.head_dim_v % kChunkElems != 0 ||
+      sh.head_dim_qk_mma % kMmaK != 0 || sh.head_dim_qk_mma < sh.head_dim_qk ||
+      // the QK padding is zeroed as one 16-byte chunk per row
+      (sh.head_dim_qk_mma != sh.head_dim_qk && sh.head_dim_qk_mma - sh.head_dim_qk != kChunkElems) ||
+      sh.smem_row_qk % kChunkElems != 0 || sh.smem_row_qk < sh.head_dim_qk_mma || sh.smem_row_v < sh.head_dim_v ||
+      sh.smem_offset_stats + sh.warps() * sh.block_m * kStatsPerRow * kF32Bytes > sh.smem_offset_pages ||
+      (sh.paged() && sh.smem_offset_pages + sh.stages * sh.block_n * kI32Bytes > plan.smem_bytes))
     return Status::error(FLASHJIT_INTERNAL, "decode: the plan's constants break the kernel's invariants");
 
   mlir::OpBuilder b(module.getContext());
@@ -723,7 +817,7 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
           scf::YieldOp::create(b, loc);
         });
     mlir::gpu::ReturnOp::create(b, loc);
-    if (Status s = layout_matches(fn, params_type, int(sizeof(fj_decode_params))); !s)
+    if (Status s = layout_matches("decode", fn, params_type, int(sizeof(fj_decode_params))); !s)
       return s;
   }
 
@@ -740,14 +834,13 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
     Value merges = param_at(e, pp, params_type, {kMerges});
     Value cta = e.ctaid_x();
     constexpr int kHeaderNumMerges = offsetof(fj_decode_header, num_merges) / sizeof(fj_i32);
-    Value num_merges =
-        e.load(e.i32(), e.to_global(e.gep(header, e.i32(), e.c_i32(kHeaderNumMerges))), kF32Bytes);
+    Value num_merges = e.load(e.i32(), e.to_global(e.gep(header, e.i32(), e.c_i32(kHeaderNumMerges))), kF32Bytes);
     when(e, e.cmp(Pred::slt, cta, num_merges), [&] {
       Value m = e.ld_global_nc_v4_s32(e.gep(merges, e.i32(), e.mul(e.sext64(cta), e.c_i64(kWorkFields))));
       Unit u = decode_unit(e, sh, p, e.extract(m, 0), /*with_kv_len=*/false);
       Value first_state = e.extract(m, 1), count = e.extract(m, 2);
       const int64_t state_o = int64_t(sh.block_m) * sh.head_dim_v;
-      const RowMerge merge{sh.dtype, sh.head_dim_v, true};
+      const RowMerge merge{sh.dtype, sh.head_dim_v, sh.aligned16};
       const int warps = sh.combine_threads / kWarpSize;
       scf::ForOp::create(
           b, loc, e.warp_id(), u.rows_here, e.c_i32(warps), ValueRange{},
