@@ -50,11 +50,20 @@ echo "== CLI checks"
 
 if [ "$sanitize" = 1 ] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer"
-  for tool in memcheck racecheck; do
-    echo "--- $tool"
-    compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --varlen-q 1,130,77 --varlen-k 64,200,77 --heads-q 4 \
-      --head-dim 128 --causal 2>&1
+  # The planner's kernel (fa3 on Hopper), then fa2 forced (its K/V stream copy, paged and unaligned
+  # paths are exercised by the second and third problems).
+  for variant in auto fa2; do
+    for tool in memcheck racecheck; do
+      echo "--- $tool ($variant)"
+      FLASHJIT_VARIANT=$variant compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --varlen-q 1,130,77 \
+        --varlen-k 64,200,77 --heads-q 4 --head-dim 128 --causal 2>&1
+    done
   done > "$results/sanitizer.txt"
+  for tool in memcheck racecheck; do
+    echo "--- $tool (fa2, 80-dim, sq < sk)"
+    FLASHJIT_VARIANT=fa2 compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --batch 2 --seqlen-q 70 \
+      --seqlen-k 333 --heads-q 6 --heads-kv 2 --head-dim 80 --causal 2>&1
+  done >> "$results/sanitizer.txt"
   grep -E "^---|SUMMARY" "$results/sanitizer.txt"
 fi
 

@@ -97,6 +97,24 @@ template <typename Body> void when(Emitter &e, mlir::Value cond, Body &&body) {
   body();
 }
 
+// `if (cond) then() else otherwise()` yielding values of `types`.
+template <typename Then, typename Else>
+mlir::ResultRange if_values(Emitter &e, mlir::Value cond, mlir::TypeRange types, Then &&then, Else &&otherwise) {
+  auto op = mlir::scf::IfOp::create(e.b, e.loc, types, cond, /*withElseRegion=*/true);
+  mlir::OpBuilder::InsertionGuard guard(e.b);
+  e.b.setInsertionPointToStart(op.thenBlock());
+  mlir::scf::YieldOp::create(e.b, e.loc, mlir::ValueRange(then()));
+  e.b.setInsertionPointToStart(op.elseBlock());
+  mlir::scf::YieldOp::create(e.b, e.loc, mlir::ValueRange(otherwise()));
+  return op.getResults();
+}
+
+// extern __shared__ __align__(align) u8 name[] — the dynamic shared memory of a kernel.
+inline void extern_shared(Emitter &e, const char *name, int align) {
+  mlir::LLVM::GlobalOp::create(e.b, e.loc, mlir::LLVM::LLVMArrayType::get(e.b.getI8Type(), 0), /*isConstant=*/false,
+                               mlir::LLVM::Linkage::External, name, mlir::Attribute{}, align, kSharedSpace);
+}
+
 // A gpu.func kernel taking the parameter block as !llvm.ptr; `threads` becomes .maxntid, as
 // __launch_bounds__ does.
 inline mlir::gpu::GPUFuncOp kernel_func(Emitter &e, const std::string &name, int threads) {

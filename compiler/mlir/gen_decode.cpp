@@ -157,18 +157,6 @@ struct Smem {
 
 // --- global -> shared copies --------------------------------------------------------------------
 
-// Emits an scf.if with results: then() / otherwise() return the values each branch yields.
-template <typename Then, typename Else>
-mlir::ResultRange if_values(Emitter &e, Value cond, mlir::TypeRange types, Then &&then, Else &&otherwise) {
-  auto op = scf::IfOp::create(e.b, e.loc, types, cond, /*withElseRegion=*/true);
-  mlir::OpBuilder::InsertionGuard guard(e.b);
-  e.b.setInsertionPointToStart(op.thenBlock());
-  scf::YieldOp::create(e.b, e.loc, ValueRange(then()));
-  e.b.setInsertionPointToStart(op.elseBlock());
-  scf::YieldOp::create(e.b, e.loc, ValueRange(otherwise()));
-  return op.getResults();
-}
-
 // copy_chunk: one 16-byte chunk of 16-bit elements into shared memory. Aligned rows go through
 // cp.async, zero-filling a chunk past the end (`src` then only needs to be a valid address);
 // element-aligned rows load synchronously, eight 16-bit loads, zeros when not valid. `source()`
@@ -786,10 +774,7 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
 
   // extern __shared__ __align__(128) char smem_raw[]
   constexpr int kSmemAlign = 128;
-  auto smem_global = mlir::LLVM::GlobalOp::create(b, loc, mlir::LLVM::LLVMArrayType::get(b.getI8Type(), 0),
-                                                  /*isConstant=*/false, mlir::LLVM::Linkage::External, "fj_decode_smem",
-                                                  mlir::Attribute{}, kSmemAlign, kSharedSpace);
-  (void)smem_global;
+  extern_shared(e, "fj_decode_smem", kSmemAlign);
 
   // --- fj_decode_splitk
   {

@@ -103,18 +103,6 @@ Params load_params(Emitter &e, Value pp, mlir::LLVM::LLVMStructType t) {
   return r;
 }
 
-// `if (cond) then() else otherwise()` yielding values of `types`.
-template <typename Then, typename Else>
-mlir::ResultRange if_values(Emitter &e, Value cond, mlir::TypeRange types, Then &&then, Else &&otherwise) {
-  auto op = scf::IfOp::create(e.b, e.loc, types, cond, /*withElseRegion=*/true);
-  mlir::OpBuilder::InsertionGuard guard(e.b);
-  e.b.setInsertionPointToStart(op.thenBlock());
-  scf::YieldOp::create(e.b, e.loc, ValueRange(then()));
-  e.b.setInsertionPointToStart(op.elseBlock());
-  scf::YieldOp::create(e.b, e.loc, ValueRange(otherwise()));
-  return op.getResults();
-}
-
 // KvStream of fa2_prefill.cuh: thread t copies chunk t % chunks of rows t / chunks + i * rows_per_pass
 // of every key/value block, so its source pointer and shared address are computed once per CTA and
 // a block only adds its row offset (the generic load_tile recomputes 64-bit row addresses and the
@@ -159,6 +147,17 @@ private:
   Value smem_at(int byte_offset) { return e.gep(smem, e.b.getI8Type(), e.c_i32(byte_offset)); }
   // fma.rn.f32 d, a, b, c — spelled out like fma_rn_f32 of prim/math.cuh
   Value fma(Value a, Value b, Value c) { return mlir::LLVM::FMAOp::create(e.b, e.loc, a, b, c); }
+  // A special register read where it is used (an asm volatile mov): LLVM can neither reuse a copy
+  // computed before the key loop nor hoist it, so the epilogue does not keep values live across the
+  // loop for itself; ptxas re-reads the register (S2R). mov.u32 d, %<name>
+  Value sreg_here(const std::string &name) {
+    auto op = mlir::LLVM::InlineAsmOp::create(
+        e.b, e.loc, e.i32(), ValueRange{}, e.b.getStringAttr("mov.u32 $0, %" + name + ";"), e.b.getStringAttr("=r"),
+        /*has_side_effects=*/e.b.getUnitAttr(), /*is_align_stack=*/mlir::UnitAttr{},
+        mlir::LLVM::TailCallKindAttr::get(e.b.getContext(), mlir::LLVM::tailcallkind::TailCallKind::None),
+        mlir::LLVM::AsmDialectAttr::get(e.b.getContext(), mlir::LLVM::AsmDialect::AD_ATT), mlir::ArrayAttr{});
+    return op.getResult(0);
+  }
   Value lt(Value x, Value y) { return e.cmp(Pred::slt, x, y); }
   Value ge0(Value x) { return e.cmp(Pred::sge, x, e.c_i32(0)); }
   Value or_(Value x, Value y) { return arith::OrIOp::create(e.b, e.loc, x, y); }
@@ -167,7 +166,8 @@ private:
   template <typename RowPtr>
   void load_tile(Value dst, int rows, int chunks, int smem_stride, Value valid_rows, RowPtr &&row_ptr, Value any_valid);
   void store_tile(Value src, int rows, int chunks, int smem_stride, Value valid_rows, Value global, Value row_stride);
-  template <typename Body> void strided(Value total, Body &&body);
+  template <typename Body> void strided_from(Value first, Value total, Body &&body);
+  template <typename Body> void strided(Value total, Body &&body) { strided_from(e.tid_x(), total, body); }
   void load_q(Value smem_q);
   void load_kv(bool is_v, Value buffer, Value n_block, Value n_end);
   KvStream kv_stream(int chunks, int smem_stride, Value base, Value row_stride, Value smem_buf0);
@@ -210,9 +210,9 @@ void no_unroll(Emitter &e, scf::ForOp loop) {
                 mlir::LLVM::LoopAnnotationAttr::get(c, {}, {}, {}, unroll, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}));
 }
 
-// Threads sweep items tid, tid + kThreads, ... < total.
-template <typename Body> void Fa2Builder::strided(Value total, Body &&body) {
-  auto loop = scf::ForOp::create(e.b, e.loc, e.tid_x(), total, e.c_i32(sh.threads), ValueRange{},
+// Threads sweep items first, first + kThreads, ... < total; `first` is this thread's %tid.x.
+template <typename Body> void Fa2Builder::strided_from(Value first, Value total, Body &&body) {
+  auto loop = scf::ForOp::create(e.b, e.loc, first, total, e.c_i32(sh.threads), ValueRange{},
                                  [&](mlir::OpBuilder &, mlir::Location, Value idx, ValueRange) {
                                    body(idx);
                                    scf::YieldOp::create(e.b, e.loc);
@@ -266,7 +266,9 @@ void Fa2Builder::load_tile(Value dst, int rows, int chunks, int smem_stride, Val
 void Fa2Builder::store_tile(Value src, int rows, int chunks, int smem_stride, Value valid_rows, Value global,
                             Value row_stride) {
   auto v4i32 = mlir::VectorType::get({kWordsPerChunk}, e.i32());
-  strided(e.c_i32(rows * chunks), [&](Value idx) {
+  // A fresh %tid.x: the first row / chunk of the sweep, computed from the loop-time tid, would be
+  // the KvStream's row / chunk from before the key loop, kept live across it (d128: spilled).
+  strided_from(sreg_here("tid.x"), e.c_i32(rows * chunks), [&](Value idx) {
     Value row = arith::DivUIOp::create(e.b, e.loc, idx, e.c_i32(chunks));
     Value col = e.mul(arith::RemUIOp::create(e.b, e.loc, idx, e.c_i32(chunks)), e.c_i32(kChunkElems));
     when(e, lt(row, valid_rows), [&] {
@@ -333,12 +335,15 @@ void Fa2Builder::stream_copy(const KvStream &s, bool full, Value buf_bytes, Valu
   // widened: LLVM's loop strength reduction cannot see through that sign extension. Widened first,
   // as the template does, the 2 x kPasses pass addresses became induction variables of the key loop
   // (~32 registers carried across it: spills); this way each block recomputes them from n_block.
-  Value from = elems(s.src, e.mul(e.sext64(e.mul(n_block, e.c_i32(sh.block_n))), row_stride));
+  Value n0 = e.mul(n_block, e.c_i32(sh.block_n));
+  Value from = elems(s.src, e.mul(e.sext64(n0), row_stride));
   Value to = e.gep(s.dst, e.b.getI8Type(), buf_bytes);
   Value limit = e.sub(valid_rows, s.row0); // pass i is valid iff i * rows_per_pass < limit
-  // A zero-filled chunk still names a source: row 0 of the sequence, which exists whenever a block
-  // is loaded (only the partial last block needs it).
-  Value row_zero = full ? s.src : elems(s.src, e.sub(e.c_i64(0), e.mul(e.sext64(s.row0), row_stride)));
+  // A zero-filled chunk still names a source (src-size 0 reads nothing): row n0 of the sequence,
+  // which exists whenever the block is loaded (only the partial last block needs it). Derived from
+  // n_block, so it is computed in that branch; the template's row 0 is loop-invariant, and LLVM
+  // hoisted it and carried it (64 bits for K and for V) across the key loop.
+  Value row_zero = full ? s.src : elems(s.src, e.mul(e.sext64(e.sub(n0, s.row0)), row_stride));
   for (int i = 0; i < s.passes; ++i) {
     const int pass_row = i * s.rows_per_pass;
     auto issue = [&] {
@@ -707,7 +712,12 @@ void Fa2Builder::main_tile(Value n_begin, Value n_end) {
       });
     }
   e.bar_sync(); // the O staging area may overlap Q / K rows other warps still read
-  Value o_warp = e.gep(smem_o, i16(), e.mul(warp, e.c_i32(sh.rows_per_warp * sh.stride_o)));
+  // The warp's staging rows from a fresh %tid.x: where the O and Q areas share offset and stride,
+  // LLVM would reuse q_warp from before the key loop and carry it across the loop for the epilogue
+  // alone (d128 at 255 registers: that value spilled).
+  Value o_warp_rows = e.mul(arith::DivUIOp::create(e.b, e.loc, sreg_here("tid.x"), e.c_i32(kWarpSize)),
+                            e.c_i32(sh.rows_per_warp * sh.stride_o));
+  Value o_warp = e.gep(smem_o, i16(), o_warp_rows);
   Value col = e.mul(e.rem_s(lane, e.c_i32(kQuadSize)), e.c_i32(2));
   Value group_row = e.div_s(lane, e.c_i32(kQuadSize));
   for (int mb = 0; mb < mbs; ++mb)
@@ -857,11 +867,9 @@ Status build_fa2(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const Pl
   Emitter e{b, loc};
   mlir::LLVM::LLVMStructType params_type = attention_params_type(e);
 
-  // extern __shared__ __align__(16) u8 smem[]
-  constexpr int kSmemAlign = 16;
+  constexpr int kSmemAlign = 16; // extern __shared__ __align__(16) u8 smem[]
   const char *kSmemName = "fj_fa2_smem";
-  mlir::LLVM::GlobalOp::create(b, loc, mlir::LLVM::LLVMArrayType::get(b.getI8Type(), 0), /*isConstant=*/false,
-                               mlir::LLVM::Linkage::External, kSmemName, mlir::Attribute{}, kSmemAlign, kSharedSpace);
+  extern_shared(e, kSmemName, kSmemAlign);
 
   const std::string entry = "fj_fa2_prefill";
   {

@@ -970,9 +970,7 @@ Status build_fa3(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const Pl
 
   // extern __shared__ u8 smem_raw[] (16-byte aligned; the kernel rounds its base up to kSmemAlign)
   const char *kSmemSymbol = "fj_fa3_smem";
-  mlir::LLVM::GlobalOp::create(b, loc, mlir::LLVM::LLVMArrayType::get(b.getI8Type(), 0), /*isConstant=*/false,
-                               mlir::LLVM::Linkage::External, kSmemSymbol, mlir::Attribute{}, kChunkBytes,
-                               kSharedSpace);
+  extern_shared(e, kSmemSymbol, kChunkBytes);
 
   auto fn = mlir::gpu::GPUFuncOp::create(b, loc, plan.entry, b.getFunctionType({e.ptr()}, {}));
   fn->setAttr(mlir::gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());

@@ -44,13 +44,14 @@ constexpr std::array<Tiles, 6> kLargeTiles{
     {{128, 64, 2}, {128, 64, 1}, {64, 64, 1}, {64, 32, 2}, {64, 32, 1}, {64, 16, 1}}};
 
 // 32 rows per warp: a thread holds O = head_dim_v and S = block_n fp32 accumulators (twice the
-// 16-row counts) plus the P fragments, addresses and tile bounds. head_dim_v + block_n <=
-// kWideRegBudget keeps ptxas at <= 255 registers with 0 spills on sm_80..sm_90a (compile tests
-// check every spec): d64 n128, d80 n112, d96 n96, d128 n64. Measured on the H200 (bf16 S=4096,
-// non-causal, perf-notes "fa2: 32 rows per warp"): the widest key block that fits is the fastest,
-// d128 n64 275 TFLOP/s vs n32 247 and 16 rows 235; d64 n128 260 vs 16 rows 200. Above head dim 128
-// the O accumulators alone crowd the register file and every tile spills: keep 16 rows there.
-constexpr int kWideRegBudget = 192;
+// 16-row counts) plus the P fragments, addresses and tile bounds, at the edge of 255 registers.
+// head_dim_v + block_n <= kWideRegBudget is the widest rule under which ptxas spills nothing for any
+// head dim <= 128 on sm_80/86/89/90a, fp16/bf16, causal or not (NVRTC sweeps, perf-notes "fa2: 32
+// rows per warp"): d64 -> 128x80, d80 -> 128x64, d96 -> 128x48, d112/d128 -> 128x32. Budgets 160,
+// 176 and 192 spill 4-48 bytes somewhere (d128 128x64 at 192 ran 275 TFLOP/s with 8-52 spill bytes
+// before the K/V stream copy, against 247 for 128x32). Above head dim 128 the O accumulators alone
+// crowd the register file and every tile spills: keep 16 rows there.
+constexpr int kWideRegBudget = 144;
 constexpr int kWideMaxBlockN = 128;
 constexpr int kWideMinBlockN = 32;
 constexpr int kWideBlockM = 128;

@@ -17,13 +17,6 @@ struct Fa2Tuning {
   int stages = 0;  // 0: the planner's choice; else 1 (interleaved single buffer) or more (ring)
 };
 
-// The 32-rows-per-warp tiles hold O, S and P of two m16 blocks in 255 registers; with the widest key
-// blocks (the fastest, perf-notes "fa2: 32 rows per warp — outcome") ptxas spills up to ~108 bytes
-// (a few row statistics, L1-resident) on some archs and feature sets. Measured on the H200, d128
-// 128x64 with 52 spill bytes runs 275 TFLOP/s against 247 for the spill-free 128x32, so the compile
-// tests allow this much for those plans and no spill anywhere else.
-constexpr int kFa2WideSpillAllowanceBytes = 128;
-
 bool plan_fa2_tuned(const KernelSpec &spec, const Fa2Tuning &tuning, Plan *plan, std::string *why_not);
 
 } // namespace flashjit
