@@ -2,7 +2,7 @@
 # GPU machine: run the GPU tests, example checks and (optionally) the benchmark; logs and JSON go to
 # the results directory given as $1 (default: gpu-results). Uses binaries from $FLASHJIT_BUILD_DIR
 # (default build-device, e.g. built elsewhere and carried) or builds them here when absent.
-#   scripts/gpu-check.sh RESULTS_DIR [--bench] [--sanitize] [--no-tests] [--gtest-filter=PATTERN]
+#   scripts/gpu-check.sh RESULTS_DIR [--bench] [--sanitize] [--no-tests] [--no-parity] [--gtest-filter=PATTERN]
 # It leaves at most 8 files in RESULTS_DIR (what the GPU machine's tool hands back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -13,12 +13,14 @@ results="$(cd "$results" && pwd)"
 build_dir="${FLASHJIT_BUILD_DIR:-build-device}"
 bench=0
 sanitize=0
+parity=1
 filter="*"
 for arg in "$@"; do
   case "$arg" in
   --bench) bench=1 ;;
   --sanitize) sanitize=1 ;;
   --no-tests) filter="-*" ;;
+  --no-parity) parity=0 ;;
   --gtest-filter=*) filter="${arg#--gtest-filter=}" ;;
   esac
 done
@@ -69,7 +71,7 @@ fi
 
 # MLIR vs NVRTC (scripts/make-mlir-parity.sh made the kernels where LLVM is): every checker appends
 # to one file; each prints PASS/FAIL per case against the float64 reference and the bit differences.
-if [ -d "$build_dir/mlir-parity" ]; then
+if [ "$parity" = 1 ] && [ -d "$build_dir/mlir-parity" ]; then
   echo "== MLIR vs NVRTC parity"
   parity="$results/mlir-parity.txt"
   : >"$parity"
