@@ -40,7 +40,7 @@ FLASHJIT_BUILD_DIR="$build" bash scripts/make-mlir-parity-fa3.sh >/dev/null
 # bench/compare.py's rows (TARGETS.md): decode Hq 32 / Hkv 8 / d128 bf16, prefill bf16 + fp16.
 rm -f build-device/mlir-bench-*.fjb
 aot=(aot -q --backend mlir --arch sm90a --no-cache)
-FLASHJIT_CACHE=off "$cli" "${aot[@]}" --op decode --head-dim 128 --dtype bf16 --gqa-group 4 --q-len 1 --causal no \
+FLASHJIT_CACHE=off "$cli" "${aot[@]}" --op decode --head-dim 128 --dtype bf16 --gqa-group 4 --q-len 1 --causal no --page-size 0,16,64 \
   --out "$maker/decode" --bundle build-device/mlir-bench-decode.fjb >/dev/null
 FLASHJIT_CACHE=off "$cli" "${aot[@]}" --op prefill --head-dim 64,80,96,128,192,256 --dtype bf16,fp16 \
   --out "$maker/fa3" --bundle build-device/mlir-bench-fa3.fjb >/dev/null
