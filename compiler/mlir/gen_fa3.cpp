@@ -184,7 +184,6 @@ mlir::LLVM::GEPOp field_address(Emitter &e, Value params, mlir::LLVM::LLVMStruct
   return mlir::LLVM::GEPOp::create(e.b, e.loc, e.ptr(), type, params, indices);
 }
 
-
 // The parameter block. Fields are read where they are used (ld.param from the constant bank, cheap),
 // as the template does: loaded once up front they would hold registers across the whole tile loop.
 struct Params {
@@ -211,7 +210,6 @@ struct Params {
 };
 
 // --- control flow helpers -------------------------------------------------------------------------
-
 
 llvm::SmallVector<mlir::Type> types_of(const Values &values) {
   llvm::SmallVector<mlir::Type> types;
@@ -945,7 +943,6 @@ struct Consumer {
     when(e, e.cmp(Pred::eq, tid, e.c_i32(0)), [&] { e.tma_store_wait(0, /*read_only=*/false); });
   }
 };
-
 
 } // namespace
 

@@ -49,9 +49,9 @@
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/TargetParser/Triple.h"
 
+#include <atomic>
 #include <chrono>
 #include <memory>
-#include <atomic>
 #include <mutex>
 #include <regex>
 
@@ -216,7 +216,8 @@ template <typename Body> Status guarded(const std::string &what, Body &&body) {
   std::lock_guard<std::mutex> lock(llvm_mutex());
   if (llvm_poisoned())
     return Status::error(FLASHJIT_COMPILE_ERROR, "MLIR backend: disabled in this process after an earlier LLVM fatal "
-                                                 "error; " + what + " needs the NVRTC backend or a new process");
+                                                 "error; " +
+                                                     what + " needs the NVRTC backend or a new process");
   llvm::ScopedFatalErrorHandler handler(throw_llvm_fatal);
   try {
     return body();
@@ -392,8 +393,8 @@ bool covers(Variant variant) {
 
 // The assembler decides the SASS as much as LLVM decides the PTX, so both name the backend.
 std::string version_string() {
-  const std::string assembler = ptxas::path().empty() ? nvjitlink::version_string() + " (relocatable: no ptxas found)"
-                                                      : ptxas::version_string();
+  const std::string assembler =
+      ptxas::path().empty() ? nvjitlink::version_string() + " (relocatable: no ptxas found)" : ptxas::version_string();
   return "mlir " FLASHJIT_LLVM_VERSION " + " + assembler;
 }
 

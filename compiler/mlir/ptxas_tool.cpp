@@ -117,8 +117,7 @@ Status assemble(const std::string &ptx, const std::string &arch, const std::stri
   const fs::path in = scratch.dir / "kernel.ptx", out = scratch.dir / "kernel.cubin", report = scratch.dir / "log.txt";
   if (!(std::ofstream(in, std::ios::binary) << ptx))
     return Status::error(FLASHJIT_COMPILE_ERROR, "ptxas: cannot write the PTX of " + name);
-  const int status =
-      run({path(), "-arch=" + arch, "-v", "-warn-spills", in.string(), "-o", out.string()}, report);
+  const int status = run({path(), "-arch=" + arch, "-v", "-warn-spills", in.string(), "-o", out.string()}, report);
   *log = read_text(report);
   if (status != 0)
     return Status::error(FLASHJIT_COMPILE_ERROR, "ptxas rejected the PTX of " + name + " (exit status " +

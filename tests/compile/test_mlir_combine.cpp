@@ -66,29 +66,30 @@ TEST(MlirCombineStages, BuiltIr) {
   mlirgen::Stages stages;
   Status s = mlirgen::generate(spec, combine_plan(spec), {}, &stages);
   ASSERT_TRUE(s.ok()) << s.message;
-  EXPECT_TRUE(check_in_order(stages.built, {
-                                               "gpu.container_module",
-                                               "gpu.module @flashjit [#nvvm.target<O = 3, chip = \"sm_90a\", features = \"+ptx80\">]",
-                                               "gpu.func @fj_combine(%arg0: !llvm.ptr) kernel",
-                                               "known_block_size = array<i32: 128, 1, 1>",
-                                               "llvm.getelementptr", // fields of the parameter block
-                                               "nvvm.read.ptx.sreg.ctaid.x",
-                                               "scf.for",            // rows, grid-stride
-                                               "scf.for",            // max LSE over states
-                                               "llvm.load",
-                                               "invariant",
-                                               "llvm.intr.maxnum",
-                                               "nvvm.shfl.sync  bfly",
-                                               "scf.if",             // empty row: no sum
-                                               "llvm.nvvm.ex2.approx.ftz.f32",
-                                               "nvvm.rcp.approx.ftz.f",
-                                               "vector<4xf32>",      // batched v4 loads
-                                               "arith.truncf",
-                                               "vector<2xbf16>",
-                                               "llvm.store",
-                                               "llvm.nvvm.lg2.approx.ftz.f",
-                                               "gpu.return",
-                                           }));
+  EXPECT_TRUE(check_in_order(stages.built,
+                             {
+                                 "gpu.container_module",
+                                 "gpu.module @flashjit [#nvvm.target<O = 3, chip = \"sm_90a\", features = \"+ptx80\">]",
+                                 "gpu.func @fj_combine(%arg0: !llvm.ptr) kernel",
+                                 "known_block_size = array<i32: 128, 1, 1>",
+                                 "llvm.getelementptr", // fields of the parameter block
+                                 "nvvm.read.ptx.sreg.ctaid.x",
+                                 "scf.for", // rows, grid-stride
+                                 "scf.for", // max LSE over states
+                                 "llvm.load",
+                                 "invariant",
+                                 "llvm.intr.maxnum",
+                                 "nvvm.shfl.sync  bfly",
+                                 "scf.if", // empty row: no sum
+                                 "llvm.nvvm.ex2.approx.ftz.f32",
+                                 "nvvm.rcp.approx.ftz.f",
+                                 "vector<4xf32>", // batched v4 loads
+                                 "arith.truncf",
+                                 "vector<2xbf16>",
+                                 "llvm.store",
+                                 "llvm.nvvm.lg2.approx.ftz.f",
+                                 "gpu.return",
+                             }));
 }
 
 TEST(MlirCombineStages, LoweredIr) {
@@ -109,12 +110,11 @@ TEST(MlirCombineStages, Ptx) {
   mlirgen::Stages stages;
   Status s = mlirgen::generate(spec, combine_plan(spec), {}, &stages);
   ASSERT_TRUE(s.ok()) << s.message;
-  EXPECT_TRUE(check_in_order(stages.ptx, {".version 8.0", ".target sm_90a", ".address_size 64",
-                                          ".visible .entry fj_combine(", ".param .align 8 .b8 fj_combine_param_0[72]",
-                                          ".maxntid 128, 1, 1", "ld.param", "shfl.sync.bfly.b32",
-                                          "ex2.approx.ftz.f32", "rcp.approx.ftz.f32", "ld.global.nc.b32", "ld.global.nc.v4.b32",
-                                          "cvt.rn.bf16x2.f32", "st.global.v2.b32",
-                                          "lg2.approx.ftz.f32"}));
+  EXPECT_TRUE(check_in_order(stages.ptx,
+                             {".version 8.0", ".target sm_90a", ".address_size 64", ".visible .entry fj_combine(",
+                              ".param .align 8 .b8 fj_combine_param_0[72]", ".maxntid 128, 1, 1", "ld.param",
+                              "shfl.sync.bfly.b32", "ex2.approx.ftz.f32", "rcp.approx.ftz.f32", "ld.global.nc.b32",
+                              "ld.global.nc.v4.b32", "cvt.rn.bf16x2.f32", "st.global.v2.b32", "lg2.approx.ftz.f32"}));
   // `contract` on the float ops lets multiplies fuse into adds, as NVRTC's --fmad=true does.
   EXPECT_TRUE(check_in_order(stages.ptx, {"fma.rn.f32"}));
   // By value through grid_constant: no copy of the block to local memory.

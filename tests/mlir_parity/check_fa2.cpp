@@ -28,19 +28,17 @@
 #include <string>
 #include <vector>
 
-
 namespace {
 
 constexpr int kTimedLaunches = 200;
 constexpr int kWarmupLaunches = 10;
-constexpr int kGroup = 2;          // query heads per KV head
-constexpr int kHeadsQ = 4;         // correctness problems
-constexpr int kTimedHeadsQ = 16;   // timed problem
+constexpr int kGroup = 2;        // query heads per KV head
+constexpr int kHeadsQ = 4;       // correctness problems
+constexpr int kTimedHeadsQ = 16; // timed problem
 constexpr int kTimedBatch = 2;
 constexpr int kTimedSeqlen = 4096;
 constexpr float kSoftcap = 30.f;
 constexpr int kWindowLeft = 100, kWindowRight = 20;
-
 
 struct Meta {
   int threads, smem, block_m, dqk, dv, bf16, causal, local, softcap, varlen, page_size, align;
@@ -50,11 +48,11 @@ struct Meta {
 // with batch_stride = seqlen * row_stride), K/V the same or paged [pages, page_size, heads_kv, dim + pad].
 struct Problem {
   int batch, heads_q, heads_kv;
-  std::vector<int> sq, sk;   // per sequence
+  std::vector<int> sq, sk; // per sequence
   int max_sq, max_sk, total_q, total_k;
   std::vector<int> q_start, k_start; // first packed row of each sequence
-  int pad;                   // elements after each head's dim (row/head strides stay 16-byte multiples iff pad % 8 == 0)
-  int base;                  // elements before element 0 of every tensor (1 for element-aligned specs)
+  int pad;  // elements after each head's dim (row/head strides stay 16-byte multiples iff pad % 8 == 0)
+  int base; // elements before element 0 of every tensor (1 for element-aligned specs)
   std::vector<uint16_t> q, k, v; // host copies, laid out as on the device
   std::vector<int32_t> block_table;
   int pages_per_seq = 0, num_pages = 0;
@@ -69,19 +67,25 @@ struct Device {
 Problem make_problem(const Meta &m, int batch, int heads_q, std::vector<int> sq, std::vector<int> sk, uint32_t seed,
                      bool fill) {
   Problem pr{};
-  pr.batch = batch; pr.heads_q = heads_q; pr.heads_kv = heads_q / kGroup;
-  pr.sq = sq; pr.sk = sk;
+  pr.batch = batch;
+  pr.heads_q = heads_q;
+  pr.heads_kv = heads_q / kGroup;
+  pr.sq = sq;
+  pr.sk = sk;
   pr.max_sq = *std::max_element(sq.begin(), sq.end());
   pr.max_sk = *std::max_element(sk.begin(), sk.end());
   // batch mode: every sequence occupies max rows; varlen: packed back to back
-  pr.q_start.resize(batch); pr.k_start.resize(batch);
+  pr.q_start.resize(batch);
+  pr.k_start.resize(batch);
   int qr = 0, kr = 0;
   for (int b = 0; b < batch; ++b) {
-    pr.q_start[b] = qr; pr.k_start[b] = kr;
+    pr.q_start[b] = qr;
+    pr.k_start[b] = kr;
     qr += m.varlen ? sq[b] : pr.max_sq;
     kr += m.varlen ? sk[b] : pr.max_sk;
   }
-  pr.total_q = qr; pr.total_k = kr;
+  pr.total_q = qr;
+  pr.total_k = kr;
   pr.pad = m.align >= 16 ? 8 : 1;
   pr.base = m.align >= 16 ? 0 : 1;
   pr.q_row = long(heads_q) * (m.dqk + pr.pad);
@@ -107,9 +111,12 @@ Problem make_problem(const Meta &m, int batch, int heads_q, std::vector<int> sq,
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.f, 1.f);
     auto to16 = [&](float f) { return m.bf16 ? parity::f32_to_bf16(f) : parity::f32_to_f16(f); };
-    for (auto &x : pr.q) x = to16(normal(rng) * 1.5f); // logits with some spread
-    for (auto &x : pr.k) x = to16(normal(rng));
-    for (auto &x : pr.v) x = to16(normal(rng));
+    for (auto &x : pr.q)
+      x = to16(normal(rng) * 1.5f); // logits with some spread
+    for (auto &x : pr.k)
+      x = to16(normal(rng));
+    for (auto &x : pr.v)
+      x = to16(normal(rng));
   }
   return pr;
 }
@@ -133,37 +140,67 @@ Reference reference(const Meta &m, const Problem &pr, float scale) {
   auto from16 = [&](uint16_t h) { return m.bf16 ? parity::bf16_to_f32(h) : parity::f16_to_f32(h); };
   auto to16 = [&](float f) { return m.bf16 ? parity::f32_to_bf16(f) : parity::f32_to_f16(f); };
   Reference r;
-  r.o.assign(pr.o_elems, 0); r.naive.assign(pr.o_elems, 0); r.lse.assign(pr.lse_elems, -INFINITY);
-  std::vector<double> s; std::vector<float> sf;
+  r.o.assign(pr.o_elems, 0);
+  r.naive.assign(pr.o_elems, 0);
+  r.lse.assign(pr.lse_elems, -INFINITY);
+  std::vector<double> s;
+  std::vector<float> sf;
   for (int b = 0; b < pr.batch; ++b)
     for (int h = 0; h < pr.heads_q; ++h)
       for (int i = 0; i < pr.sq[b]; ++i) {
         const int hk = h / kGroup, diag = i + pr.sk[b] - pr.sq[b];
         int lo = 0, hi = pr.sk[b];
-        if (m.causal) hi = std::min(hi, diag + 1);
-        if (m.local) { lo = std::max(lo, diag - kWindowLeft); hi = std::min(hi, diag + kWindowRight + 1); }
+        if (m.causal)
+          hi = std::min(hi, diag + 1);
+        if (m.local) {
+          lo = std::max(lo, diag - kWindowLeft);
+          hi = std::min(hi, diag + kWindowRight + 1);
+        }
         const uint16_t *qr = &pr.q[pr.base + size_t(pr.q_start[b] + i) * pr.q_row + size_t(h) * (m.dqk + pr.pad)];
-        s.assign(std::max(hi - lo, 0), 0); sf.assign(s.size(), 0);
-        double mx = -INFINITY; float mxf = -INFINITY;
+        s.assign(std::max(hi - lo, 0), 0);
+        sf.assign(s.size(), 0);
+        double mx = -INFINITY;
+        float mxf = -INFINITY;
         for (int j = lo; j < hi; ++j) {
           const uint16_t *kr = &pr.k[kv_at(m, pr, b, j, pr.k_row) + size_t(hk) * (m.dqk + pr.pad)];
-          double acc = 0; float accf = 0;
-          for (int d = 0; d < m.dqk; ++d) { const float a = from16(qr[d]), c = from16(kr[d]); acc += double(a) * c; accf += a * c; }
-          acc *= scale; accf *= scale;
-          if (m.softcap) { acc = kSoftcap * std::tanh(acc / kSoftcap); accf = kSoftcap * std::tanh(accf / kSoftcap); }
-          s[j - lo] = acc; sf[j - lo] = accf; mx = std::max(mx, acc); mxf = std::max(mxf, accf);
+          double acc = 0;
+          float accf = 0;
+          for (int d = 0; d < m.dqk; ++d) {
+            const float a = from16(qr[d]), c = from16(kr[d]);
+            acc += double(a) * c;
+            accf += a * c;
+          }
+          acc *= scale;
+          accf *= scale;
+          if (m.softcap) {
+            acc = kSoftcap * std::tanh(acc / kSoftcap);
+            accf = kSoftcap * std::tanh(accf / kSoftcap);
+          }
+          s[j - lo] = acc;
+          sf[j - lo] = accf;
+          mx = std::max(mx, acc);
+          mxf = std::max(mxf, accf);
         }
-        double sum = 0; float sumf = 0;
-        for (size_t j = 0; j < s.size(); ++j) { s[j] = std::exp(s[j] - mx); sum += s[j]; sf[j] = std::exp(sf[j] - mxf); sumf += sf[j]; }
-        const size_t lse_i = m.varlen ? size_t(h) * pr.total_q + pr.q_start[b] + i
-                                      : (size_t(b) * pr.heads_q + h) * pr.max_sq + i;
-        if (!s.empty()) r.lse[lse_i] = mx + std::log(sum);
+        double sum = 0;
+        float sumf = 0;
+        for (size_t j = 0; j < s.size(); ++j) {
+          s[j] = std::exp(s[j] - mx);
+          sum += s[j];
+          sf[j] = std::exp(sf[j] - mxf);
+          sumf += sf[j];
+        }
+        const size_t lse_i =
+            m.varlen ? size_t(h) * pr.total_q + pr.q_start[b] + i : (size_t(b) * pr.heads_q + h) * pr.max_sq + i;
+        if (!s.empty())
+          r.lse[lse_i] = mx + std::log(sum);
         const size_t o0 = pr.base + size_t(pr.q_start[b] + i) * pr.o_row + size_t(h) * (m.dv + pr.pad);
         for (int d = 0; d < m.dv; ++d) {
-          double acc = 0; float accf = 0;
+          double acc = 0;
+          float accf = 0;
           for (int j = lo; j < hi; ++j) {
             const float vv = from16(pr.v[kv_at(m, pr, b, j, pr.v_row) + size_t(hk) * (m.dv + pr.pad) + d]);
-            acc += s[j - lo] * vv; accf += sf[j - lo] * vv;
+            acc += s[j - lo] * vv;
+            accf += sf[j - lo] * vv;
           }
           r.o[o0 + d] = s.empty() ? 0 : acc / sum;
           r.naive[o0 + d] = s.empty() ? 0.f : from16(to16(accf / sumf));
@@ -175,7 +212,8 @@ Reference reference(const Meta &m, const Problem &pr, float scale) {
 
 template <typename T> CUdeviceptr upload(const std::vector<T> &host) {
   CUdeviceptr d = 0;
-  if (host.empty()) return 0;
+  if (host.empty())
+    return 0;
   CK(cuMemAlloc(&d, host.size() * sizeof(T)));
   CK(cuMemcpyHtoD(d, host.data(), host.size() * sizeof(T)));
   return d;
@@ -183,15 +221,19 @@ template <typename T> CUdeviceptr upload(const std::vector<T> &host) {
 
 Device to_device(const Meta &m, const Problem &pr) {
   Device d{};
-  d.q = upload(pr.q); d.k = upload(pr.k); d.v = upload(pr.v);
-  CK(cuMemAlloc(&d.o, pr.o_elems * 2)); CK(cuMemAlloc(&d.lse, pr.lse_elems * 4));
+  d.q = upload(pr.q);
+  d.k = upload(pr.k);
+  d.v = upload(pr.v);
+  CK(cuMemAlloc(&d.o, pr.o_elems * 2));
+  CK(cuMemAlloc(&d.lse, pr.lse_elems * 4));
   if (m.varlen) {
     std::vector<int32_t> cq(pr.batch + 1), ck(pr.batch + 1);
     for (int b = 0; b <= pr.batch; ++b) {
       cq[b] = b < pr.batch ? pr.q_start[b] : pr.total_q;
       ck[b] = b < pr.batch ? pr.k_start[b] : pr.total_k;
     }
-    d.cu_q = upload(cq); d.cu_k = upload(ck);
+    d.cu_q = upload(cq);
+    d.cu_k = upload(ck);
   }
   if (m.page_size > 0) {
     d.block_table = upload(pr.block_table);
@@ -202,7 +244,8 @@ Device to_device(const Meta &m, const Problem &pr) {
 
 void free_device(Device &d) {
   for (CUdeviceptr p : {d.q, d.k, d.v, d.o, d.lse, d.cu_q, d.cu_k, d.seqlens_k, d.block_table})
-    if (p) CK(cuMemFree(p));
+    if (p)
+      CK(cuMemFree(p));
 }
 
 fj_attention_params params_for(const Meta &m, const Problem &pr, const Device &d, float scale) {
@@ -227,11 +270,19 @@ fj_attention_params params_for(const Meta &m, const Problem &pr, const Device &d
     p.paged.page_stride_k = (fj_i64)m.page_size * pr.k_row;
     p.paged.page_stride_v = (fj_i64)m.page_size * pr.v_row;
   }
-  p.batch = pr.batch; p.seqlen_q = pr.max_sq; p.seqlen_k = pr.max_sk; p.total_q = pr.total_q;
-  p.heads_q = pr.heads_q; p.heads_kv = pr.heads_kv; p.group = kGroup;
-  p.window_left = m.local ? kWindowLeft : -1; p.window_right = m.local ? kWindowRight : -1;
-  p.scale = scale; p.scale_log2 = scale * 1.4426950408889634f;
-  p.softcap = m.softcap ? kSoftcap : 0.f; p.softcap_inv = m.softcap ? 1.f / kSoftcap : 0.f;
+  p.batch = pr.batch;
+  p.seqlen_q = pr.max_sq;
+  p.seqlen_k = pr.max_sk;
+  p.total_q = pr.total_q;
+  p.heads_q = pr.heads_q;
+  p.heads_kv = pr.heads_kv;
+  p.group = kGroup;
+  p.window_left = m.local ? kWindowLeft : -1;
+  p.window_right = m.local ? kWindowRight : -1;
+  p.scale = scale;
+  p.scale_log2 = scale * 1.4426950408889634f;
+  p.softcap = m.softcap ? kSoftcap : 0.f;
+  p.softcap_inv = m.softcap ? 1.f / kSoftcap : 0.f;
   p.num_m_blocks = (pr.max_sq + m.block_m - 1) / m.block_m;
   return p;
 }
@@ -243,7 +294,10 @@ struct Kernel {
 
 Kernel load(const std::string &path, const Meta &m) {
   std::vector<char> cubin = parity::read_file(path);
-  if (cubin.empty()) { std::printf("no cubin at %s\n", path.c_str()); std::exit(1); }
+  if (cubin.empty()) {
+    std::printf("no cubin at %s\n", path.c_str());
+    std::exit(1);
+  }
   Kernel k;
   CK(cuModuleLoadData(&k.mod, cubin.data()));
   CK(cuModuleGetFunction(&k.fn, k.mod, "fj_fa2_prefill"));
@@ -259,34 +313,47 @@ void launch(const Kernel &k, const Meta &m, fj_attention_params &p) {
 } // namespace
 
 int main(int argc, char **argv) {
-  if (argc < 2) { std::printf("usage: %s <dir>/<tag>   (reads <tag>.meta, <tag>.mlir.cubin, <tag>.nvrtc.cubin)\n", argv[0]); return 1; }
+  if (argc < 2) {
+    std::printf("usage: %s <dir>/<tag>   (reads <tag>.meta, <tag>.mlir.cubin, <tag>.nvrtc.cubin)\n", argv[0]);
+    return 1;
+  }
   const std::string base = argv[1];
   Meta m{};
   {
     std::vector<char> text = parity::read_file(base + ".meta");
     std::istringstream meta(std::string(text.begin(), text.end()));
     if (!(meta >> m.threads >> m.smem >> m.block_m >> m.dqk >> m.dv >> m.bf16 >> m.causal >> m.local >> m.softcap >>
-          m.varlen >> m.page_size >> m.align)) { std::printf("bad %s.meta\n", base.c_str()); return 1; }
+          m.varlen >> m.page_size >> m.align)) {
+      std::printf("bad %s.meta\n", base.c_str());
+      return 1;
+    }
   }
   auto from16 = [&](uint16_t h) { return m.bf16 ? parity::bf16_to_f32(h) : parity::f16_to_f32(h); };
   const float scale = 1.f / std::sqrt(float(m.dqk));
   const std::string tag = base.substr(base.find_last_of('/') + 1);
 
   CK(cuInit(0));
-  CUdevice dev; CK(cuDeviceGet(&dev, 0));
-  CUcontext ctx; CK(cuDevicePrimaryCtxRetain(&ctx, dev)); CK(cuCtxSetCurrent(ctx));
+  CUdevice dev;
+  CK(cuDeviceGet(&dev, 0));
+  CUcontext ctx;
+  CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CK(cuCtxSetCurrent(ctx));
   Kernel kernels[2] = {load(base + ".mlir.cubin", m), load(base + ".nvrtc.cubin", m)};
   const char *names[2] = {"mlir", "nvrtc"};
 
   // Correctness: seqlen_q < seqlen_k, then seqlen_q > seqlen_k (empty causal rows and tiles).
-  struct Shape { std::vector<int> sq, sk; };
+  struct Shape {
+    std::vector<int> sq, sk;
+  };
   const Shape shapes[] = {{{300, 77, 129}, {517, 77, 300}}, {{517, 1, 200}, {300, 64, 33}}};
   int failures = 0;
   for (int shape = 0; shape < 2; ++shape) {
     Shape sh = shapes[shape];
     if (!m.varlen && m.page_size == 0) // batch mode: one length for every sequence
-      for (auto *v : {&sh.sq, &sh.sk}) v->assign(v->size(), (*v)[0]);
-    if (!m.varlen) sh.sq.assign(sh.sq.size(), sh.sq[0]); // paged: per-sequence KV lengths only
+      for (auto *v : {&sh.sq, &sh.sk})
+        v->assign(v->size(), (*v)[0]);
+    if (!m.varlen)
+      sh.sq.assign(sh.sq.size(), sh.sq[0]); // paged: per-sequence KV lengths only
     Problem pr = make_problem(m, int(sh.sq.size()), kHeadsQ, sh.sq, sh.sk, 1234 + shape, true);
     Reference ref = reference(m, pr, scale);
     const double tol = 2 * ref.naive_err + 1e-5;
@@ -298,9 +365,12 @@ int main(int argc, char **argv) {
       fj_attention_params p = params_for(m, pr, d, scale);
       launch(kernels[which], m, p);
       CK(cuCtxSynchronize());
-      std::vector<uint16_t> out(pr.o_elems); std::vector<float> lse(pr.lse_elems);
-      CK(cuMemcpyDtoH(out.data(), d.o, pr.o_elems * 2)); CK(cuMemcpyDtoH(lse.data(), d.lse, pr.lse_elems * 4));
-      double err = 0, lse_err = 0; long bad = 0, checked = 0, empty_rows = 0;
+      std::vector<uint16_t> out(pr.o_elems);
+      std::vector<float> lse(pr.lse_elems);
+      CK(cuMemcpyDtoH(out.data(), d.o, pr.o_elems * 2));
+      CK(cuMemcpyDtoH(lse.data(), d.lse, pr.lse_elems * 4));
+      double err = 0, lse_err = 0;
+      long bad = 0, checked = 0, empty_rows = 0;
       std::vector<uint16_t> valid;
       for (int b = 0; b < pr.batch; ++b)
         for (int i = 0; i < pr.sq[b]; ++i)
@@ -313,22 +383,25 @@ int main(int argc, char **argv) {
               valid.push_back(out[o0 + c]);
               ++checked;
             }
-            const size_t li = m.varlen ? size_t(h) * pr.total_q + pr.q_start[b] + i
-                                       : (size_t(b) * pr.heads_q + h) * pr.max_sq + i;
+            const size_t li =
+                m.varlen ? size_t(h) * pr.total_q + pr.q_start[b] + i : (size_t(b) * pr.heads_q + h) * pr.max_sq + i;
             empty_rows += ref.lse[li] == -INFINITY;
-            const double le = ref.lse[li] == -INFINITY ? (lse[li] == -INFINITY ? 0 : INFINITY)
-                                                       : std::fabs(lse[li] - ref.lse[li]) / std::max(1.0, std::fabs(ref.lse[li]));
+            const double le = ref.lse[li] == -INFINITY
+                                  ? (lse[li] == -INFINITY ? 0 : INFINITY)
+                                  : std::fabs(lse[li] - ref.lse[li]) / std::max(1.0, std::fabs(ref.lse[li]));
             lse_err = std::max(lse_err, std::isnan(le) ? INFINITY : le);
           }
       const bool pass = bad == 0 && lse_err <= 1e-3;
       failures += !pass;
-      std::printf("%s problem %d (%zu seqs, %ld empty rows) %-5s max|o - ref64| %.3g (tol %.3g), bad %ld of %ld, lse rel err %.3g: %s\n",
+      std::printf("%s problem %d (%zu seqs, %ld empty rows) %-5s max|o - ref64| %.3g (tol %.3g), bad %ld of %ld, lse "
+                  "rel err %.3g: %s\n",
                   tag.c_str(), shape, pr.sq.size(), empty_rows, names[which], err, tol, bad, checked, lse_err,
                   pass ? "PASS" : "FAIL");
       outputs.push_back(valid);
     }
     long differ = 0;
-    for (size_t i = 0; i < outputs[0].size(); ++i) differ += outputs[0][i] != outputs[1][i];
+    for (size_t i = 0; i < outputs[0].size(); ++i)
+      differ += outputs[0][i] != outputs[1][i];
     std::printf("%s problem %d mlir vs nvrtc: %ld of %zu outputs differ in bits\n", tag.c_str(), shape, differ,
                 outputs[0].size());
     free_device(d);
@@ -341,25 +414,32 @@ int main(int argc, char **argv) {
     Device d = to_device(m, pr);
     fj_attention_params p = params_for(m, pr, d, scale);
     double flops = 2.0 * kTimedBatch * kTimedHeadsQ * double(kTimedSeqlen) * kTimedSeqlen * (m.dqk + m.dv);
-    if (m.causal) flops /= 2;
-    if (m.local) flops *= double(kWindowLeft + kWindowRight + 1) / kTimedSeqlen;
+    if (m.causal)
+      flops /= 2;
+    if (m.local)
+      flops *= double(kWindowLeft + kWindowRight + 1) / kTimedSeqlen;
     CUevent start, stop;
-    CK(cuEventCreate(&start, CU_EVENT_DEFAULT)); CK(cuEventCreate(&stop, CU_EVENT_DEFAULT));
+    CK(cuEventCreate(&start, CU_EVENT_DEFAULT));
+    CK(cuEventCreate(&stop, CU_EVENT_DEFAULT));
     double tflops[2];
     for (int round = 0; round < 2; ++round) // mlir, nvrtc, then again: the second round is reported
       for (int which = 0; which < 2; ++which) {
-        for (int i = 0; i < kWarmupLaunches; ++i) launch(kernels[which], m, p);
+        for (int i = 0; i < kWarmupLaunches; ++i)
+          launch(kernels[which], m, p);
         CK(cuEventRecord(start, nullptr));
-        for (int i = 0; i < kTimedLaunches; ++i) launch(kernels[which], m, p);
+        for (int i = 0; i < kTimedLaunches; ++i)
+          launch(kernels[which], m, p);
         CK(cuEventRecord(stop, nullptr));
         CK(cuEventSynchronize(stop));
-        float ms = 0; CK(cuEventElapsedTime(&ms, start, stop));
+        float ms = 0;
+        CK(cuEventElapsedTime(&ms, start, stop));
         tflops[which] = flops * kTimedLaunches / (ms * 1e-3) / 1e12;
       }
     std::printf("%s timing b%d h%d s%d: mlir %.1f TFLOP/s, nvrtc %.1f TFLOP/s, mlir/nvrtc %.3f\n", tag.c_str(),
                 kTimedBatch, kTimedHeadsQ, kTimedSeqlen, tflops[0], tflops[1], tflops[0] / tflops[1]);
     free_device(d);
   }
-  for (Kernel &k : kernels) CK(cuModuleUnload(k.mod));
+  for (Kernel &k : kernels)
+    CK(cuModuleUnload(k.mod));
   return failures ? 1 : 0;
 }
