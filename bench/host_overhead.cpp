@@ -4,6 +4,7 @@
 //   validate_and_spec: the CPU-only part of the hot path (no GPU needed)
 #include "runtime/driver.hpp"
 #include "runtime/kernel_store.hpp"
+#include "runtime/launch.hpp"
 #include "runtime/params.hpp"
 #include "runtime/problem.hpp"
 #include "tests/harness/device_case.hpp"
@@ -109,15 +110,10 @@ void raw_launch_fa2(benchmark::State &state) {
     state.SkipWithError("could not prepare the kernel");
     return;
   }
-  const Plan &plan = record->choice.plan;
-  fj_attention_params params = make_attention_params(n);
-  params.num_m_blocks = (n.p.seqlen_q + plan.block_m - 1) / plan.block_m;
-  void *args[] = {&params};
-  const Dim3 grid{static_cast<unsigned>(params.num_m_blocks), static_cast<unsigned>(n.p.heads_q), 1};
+  Fa2Launch launch = fa2_launch(*record, n); // parameters made once, as launch_fa2 makes them per call
+  void *args[] = {&launch.params};
   for (auto _ : state)
-    if (Status s =
-            record->kernel.launch(grid, Dim3{static_cast<unsigned>(plan.threads)}, plan.smem_bytes, nullptr, args);
-        !s) {
+    if (Status s = record->kernel.launch(launch.grid, launch.block, launch.smem_bytes, nullptr, args); !s) {
       state.SkipWithError(s.message.c_str());
       return;
     }

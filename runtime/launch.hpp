@@ -3,6 +3,7 @@
 #pragma once
 
 #include "runtime/kernel_store.hpp"
+#include "runtime/params.hpp"
 #include "runtime/problem.hpp"
 
 namespace flashjit {
@@ -11,6 +12,15 @@ struct LaunchContext {
   int sm_count = 0; // of the current device, for persistent grids and split counts
   int l2_bytes = 0;
 };
+
+// What launch_fa2 launches: the parameter block and the grid made from the problem (exposed so the
+// host-overhead benchmark's raw-launch floor launches exactly the runtime's configuration).
+struct Fa2Launch {
+  fj_attention_params params;
+  Dim3 grid, block;
+  int smem_bytes = 0;
+};
+Fa2Launch fa2_launch(const KernelRecord &kernel, const NormalizedProblem &problem);
 
 Status launch_fa2(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
                   CUstream stream);

@@ -142,6 +142,24 @@ inline Status plan_int(const char *what, const Plan &plan, const char *name, int
   return Status::success();
 }
 
+// A plan constant and where a generator keeps it.
+template <typename T> struct PlanField {
+  const char *name;
+  T *field;
+};
+
+// Reads every named constant of the plan (ints, or flags as nonzero); the first absent one is an
+// internal error naming it: a generator never falls back to a default of its own.
+template <typename T> Status read_plan(const char *what, const Plan &plan, std::initializer_list<PlanField<T>> fields) {
+  for (const PlanField<T> &f : fields) {
+    int value = 0;
+    if (Status s = plan_int(what, plan, f.name, &value); !s)
+      return s;
+    *f.field = static_cast<T>(value);
+  }
+  return Status::success();
+}
+
 // ldmatrix.sync.aligned.m8n8.x2{.trans}.shared.b16 {d0, d1}, [a] — lanes 0..15 supply addresses
 inline std::array<mlir::Value, 2> ldmatrix_x2(Emitter &e, mlir::Value address_shared, bool trans) {
   constexpr int kMatrices = 2, kRows = 8;

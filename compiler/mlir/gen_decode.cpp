@@ -727,31 +727,28 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
   sh.softcap = spec.softcap;
   sh.page_size = spec.page_size;
   sh.aligned16 = spec.align_bytes >= kChunkBytes;
-  struct {
-    const char *name;
-    int *field;
-  } constants[] = {
-      {"kBlockM", &sh.block_m},
-      {"kBlockN", &sh.block_n},
-      {"kWarpN", &sh.warp_n},
-      {"kStages", &sh.stages},
-      {"kMTiles", &sh.m_tiles},
-      {"kCtasPerSm", &sh.ctas_per_sm},
-      {"kCombineThreads", &sh.combine_threads},
-      {"kSmemRowQK", &sh.smem_row_qk},
-      {"kSmemRowV", &sh.smem_row_v},
-      {"kSmemOffsetQ", &sh.smem_offset_q},
-      {"kSmemOffsetKV", &sh.smem_offset_kv},
-      {"kSmemStageBytes", &sh.smem_stage_bytes},
-      {"kSmemOffsetVInStage", &sh.smem_offset_v_in_stage},
-      {"kSmemOffsetStats", &sh.smem_offset_stats},
-      {"kSmemOffsetPages", &sh.smem_offset_pages},
-      {"kHeadDimQKMma", &sh.head_dim_qk_mma},
-      {"kMergeRowFloats", &sh.merge_row_floats},
-  };
-  for (const auto &c : constants)
-    if (Status s = plan_int("decode", plan, c.name, c.field); !s)
-      return s;
+  if (Status s = read_plan<int>("decode", plan,
+                                {
+                                    {"kBlockM", &sh.block_m},
+                                    {"kBlockN", &sh.block_n},
+                                    {"kWarpN", &sh.warp_n},
+                                    {"kStages", &sh.stages},
+                                    {"kMTiles", &sh.m_tiles},
+                                    {"kCtasPerSm", &sh.ctas_per_sm},
+                                    {"kCombineThreads", &sh.combine_threads},
+                                    {"kSmemRowQK", &sh.smem_row_qk},
+                                    {"kSmemRowV", &sh.smem_row_v},
+                                    {"kSmemOffsetQ", &sh.smem_offset_q},
+                                    {"kSmemOffsetKV", &sh.smem_offset_kv},
+                                    {"kSmemStageBytes", &sh.smem_stage_bytes},
+                                    {"kSmemOffsetVInStage", &sh.smem_offset_v_in_stage},
+                                    {"kSmemOffsetStats", &sh.smem_offset_stats},
+                                    {"kSmemOffsetPages", &sh.smem_offset_pages},
+                                    {"kHeadDimQKMma", &sh.head_dim_qk_mma},
+                                    {"kMergeRowFloats", &sh.merge_row_floats},
+                                });
+      !s)
+    return s;
   // The static_asserts of decode_splitk.cuh's Traits, as errors.
   if (sh.threads % kWarpSize != 0 || sh.block_n != sh.warp_n * sh.warps() || sh.warp_n % kMmaK != 0 ||
       sh.block_m != sh.m_tiles * kMmaM || sh.stages < 2 || sh.gqa_group < 1 ||

@@ -836,28 +836,25 @@ Status build_fa2(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const Pl
   sh.aligned16 = spec.align_bytes >= kChunkBytes;
   sh.page_size = spec.page_size;
   sh.threads = plan.threads;
-  struct {
-    const char *name;
-    int *field;
-  } constants[] = {
-      {"kBlockM", &sh.block_m},
-      {"kBlockN", &sh.block_n},
-      {"kStages", &sh.stages},
-      {"kWarps", &sh.warps},
-      {"kRowsPerWarp", &sh.rows_per_warp},
-      {"kHeadDimQKPad", &sh.head_dim_qk_pad},
-      {"kSmemStrideQ", &sh.stride_q},
-      {"kSmemStrideK", &sh.stride_k},
-      {"kSmemStrideV", &sh.stride_v},
-      {"kSmemStrideO", &sh.stride_o},
-      {"kSmemOffsetQ", &sh.offset_q},
-      {"kSmemOffsetK", &sh.offset_k},
-      {"kSmemOffsetV", &sh.offset_v},
-      {"kSmemOffsetO", &sh.offset_o},
-  };
-  for (const auto &c : constants)
-    if (Status s = plan_int("fa2", plan, c.name, c.field); !s)
-      return s;
+  if (Status s = read_plan<int>("fa2", plan,
+                                {
+                                    {"kBlockM", &sh.block_m},
+                                    {"kBlockN", &sh.block_n},
+                                    {"kStages", &sh.stages},
+                                    {"kWarps", &sh.warps},
+                                    {"kRowsPerWarp", &sh.rows_per_warp},
+                                    {"kHeadDimQKPad", &sh.head_dim_qk_pad},
+                                    {"kSmemStrideQ", &sh.stride_q},
+                                    {"kSmemStrideK", &sh.stride_k},
+                                    {"kSmemStrideV", &sh.stride_v},
+                                    {"kSmemStrideO", &sh.stride_o},
+                                    {"kSmemOffsetQ", &sh.offset_q},
+                                    {"kSmemOffsetK", &sh.offset_k},
+                                    {"kSmemOffsetV", &sh.offset_v},
+                                    {"kSmemOffsetO", &sh.offset_o},
+                                });
+      !s)
+    return s;
   if (!invariants_hold(sh))
     return Status::error(FLASHJIT_INTERNAL, "fa2: the plan's constants break the kernel's invariants");
 

@@ -86,59 +86,46 @@ Status read_config(const KernelSpec &spec, const Plan &plan, Config *c) {
   c->local = spec.local;
   c->softcap = spec.softcap;
   c->varlen = spec.varlen;
-  struct {
-    const char *name;
-    int *field;
-  } ints[] = {
-      {"kBlockM", &c->block_m},
-      {"kBlockN", &c->block_n},
-      {"kStages", &c->stages},
-      {"kConsumerWarpgroups", &c->consumer_wgs},
-      {"kRegsProducer", &c->regs_producer},
-      {"kRegsConsumer", &c->regs_consumer},
-      {"kKStepsQK", &c->k_steps_qk},
-      {"kKStepsPV", &c->k_steps_pv},
-      {"kPanelCols", &c->panel_cols},
-      {"kPanelsQK", &c->panels_qk},
-      {"kPanelsV", &c->panels_v},
-      {"kSwizzleBytes", &c->swizzle_bytes},
-      {"kWgmmaSwizzle", &c->wgmma_swizzle},
-      {"kTmaBoxRows", &c->tma_box_rows},
-      {"kSmemAlign", &c->smem_align},
-      {"kSmemOffsetQ", &c->smem_offset_q},
-      {"kSmemPanelBytesQ", &c->smem_panel_bytes_q},
-      {"kSmemOffsetO", &c->smem_offset_o},
-      {"kSmemOffsetK", &c->smem_offset_k},
-      {"kSmemStageBytesK", &c->smem_stage_bytes_k},
-      {"kSmemOffsetV", &c->smem_offset_v},
-      {"kSmemStageBytesV", &c->smem_stage_bytes_v},
-      {"kSmemPanelBytesKV", &c->smem_panel_bytes_kv},
-      {"kSmemOffsetBarriers", &c->smem_offset_barriers},
-      {"kTxBytesQ", &c->tx_bytes_q},
-      {"kTxBytesK", &c->tx_bytes_k},
-      {"kTxBytesV", &c->tx_bytes_v},
-      {"kBarrierPingpong", &c->barrier_pingpong},
-      {"kBarrierEpilogue", &c->barrier_epilogue},
-      {"kExp2PolyEvery", &c->exp2_poly_every},
-  };
-  constexpr int64_t kMissing = -1;
-  for (const auto &i : ints) {
-    const int64_t v = plan.constant(i.name, kMissing);
-    if (v == kMissing)
-      return Status::error(FLASHJIT_INTERNAL, std::string("fa3 (MLIR): the plan has no ") + i.name);
-    *i.field = int(v);
-  }
-  struct {
-    const char *name;
-    bool *field;
-  } bools[] = {
-      {"kPingpong", &c->pingpong}, {"kSeparateO", &c->separate_o}, {"kRescaleBeforePv", &c->rescale_before_pv}};
-  for (const auto &f : bools) {
-    const int64_t v = plan.constant(f.name, kMissing);
-    if (v == kMissing)
-      return Status::error(FLASHJIT_INTERNAL, std::string("fa3 (MLIR): the plan has no ") + f.name);
-    *f.field = v != 0;
-  }
+  if (Status s = read_plan<int>("fa3 (MLIR)", plan,
+                                {
+                                    {"kBlockM", &c->block_m},
+                                    {"kBlockN", &c->block_n},
+                                    {"kStages", &c->stages},
+                                    {"kConsumerWarpgroups", &c->consumer_wgs},
+                                    {"kRegsProducer", &c->regs_producer},
+                                    {"kRegsConsumer", &c->regs_consumer},
+                                    {"kKStepsQK", &c->k_steps_qk},
+                                    {"kKStepsPV", &c->k_steps_pv},
+                                    {"kPanelCols", &c->panel_cols},
+                                    {"kPanelsQK", &c->panels_qk},
+                                    {"kPanelsV", &c->panels_v},
+                                    {"kSwizzleBytes", &c->swizzle_bytes},
+                                    {"kWgmmaSwizzle", &c->wgmma_swizzle},
+                                    {"kTmaBoxRows", &c->tma_box_rows},
+                                    {"kSmemAlign", &c->smem_align},
+                                    {"kSmemOffsetQ", &c->smem_offset_q},
+                                    {"kSmemPanelBytesQ", &c->smem_panel_bytes_q},
+                                    {"kSmemOffsetO", &c->smem_offset_o},
+                                    {"kSmemOffsetK", &c->smem_offset_k},
+                                    {"kSmemStageBytesK", &c->smem_stage_bytes_k},
+                                    {"kSmemOffsetV", &c->smem_offset_v},
+                                    {"kSmemStageBytesV", &c->smem_stage_bytes_v},
+                                    {"kSmemPanelBytesKV", &c->smem_panel_bytes_kv},
+                                    {"kSmemOffsetBarriers", &c->smem_offset_barriers},
+                                    {"kTxBytesQ", &c->tx_bytes_q},
+                                    {"kTxBytesK", &c->tx_bytes_k},
+                                    {"kTxBytesV", &c->tx_bytes_v},
+                                    {"kBarrierPingpong", &c->barrier_pingpong},
+                                    {"kBarrierEpilogue", &c->barrier_epilogue},
+                                    {"kExp2PolyEvery", &c->exp2_poly_every},
+                                });
+      !s)
+    return s;
+  if (Status s = read_plan<bool>(
+          "fa3 (MLIR)", plan,
+          {{"kPingpong", &c->pingpong}, {"kSeparateO", &c->separate_o}, {"kRescaleBeforePv", &c->rescale_before_pv}});
+      !s)
+    return s;
   // The static_asserts of fa3_prefill.cuh / consumer.cuh, as errors.
   if (c->threads != kWarpgroupThreads * (1 + c->consumer_wgs) || c->block_m != kWgmmaM * c->consumer_wgs ||
       c->block_n % kWgmmaK != 0 || c->head_dim_v % kColsPerGroup != 0 || c->k_steps_pv * kWgmmaK != c->block_n ||

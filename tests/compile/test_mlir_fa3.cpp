@@ -13,6 +13,7 @@
 
 #ifdef FLASHJIT_WITH_MLIR
 #include "compiler/mlir/mlir_backend.hpp"
+#include "compiler/mlir/ptxas_tool.hpp"
 #endif
 
 #include "params_fa3.h"
@@ -21,11 +22,7 @@
 
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -171,34 +168,13 @@ TEST(MlirFa3Stages, PtxFp16Dim72Causal) {
 
 // --- ptxas accepts every covered specialization: no spills, no serialization --------------------
 
-std::string find_ptxas() {
-  std::vector<std::string> candidates;
-  for (const char *env : {"CUDA_HOME", "CUDA_PATH"})
-    if (const char *root = std::getenv(env))
-      candidates.push_back(std::string(root) + "/bin/ptxas");
-  candidates.push_back("/usr/local/cuda/bin/ptxas");
-  for (const std::string &path : candidates)
-    if (std::filesystem::exists(path))
-      return path;
-  return "";
-}
-
-// Whole-program ptxas -v on `ptx`; returns its log (empty path: not found).
-std::string run_ptxas(const std::string &ptxas, const std::string &ptx, const std::string &tag) {
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "mlir_fa3";
-  std::filesystem::create_directories(dir);
-  const std::filesystem::path in = dir / (tag + ".ptx"), out = dir / (tag + ".cubin");
-  std::ofstream(in) << ptx;
-  const std::string command = ptxas + " -arch=sm_90a -v -warn-spills " + in.string() + " -o " + out.string() + " 2>&1";
+// Whole-program ptxas -v on `ptx` (the backend's own assembler, compiler/mlir/ptxas_tool.hpp);
+// returns its log, with a line saying so when ptxas failed.
+std::string run_ptxas(const std::string &ptx, const std::string &tag) {
+  std::vector<char> cubin;
   std::string log;
-  if (FILE *pipe = popen(command.c_str(), "r")) {
-    std::array<char, 4096> buffer;
-    size_t n;
-    while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-      log.append(buffer.data(), n);
-    if (pclose(pipe) != 0)
-      log += "\nptxas exited with an error";
-  }
+  if (Status s = ptxas::assemble(ptx, "sm_90a", tag, &cubin, &log); !s)
+    log += "\nptxas exited with an error";
   return log;
 }
 
@@ -227,15 +203,14 @@ class MlirFa3Compile : public ::testing::TestWithParam<Fa3Case> {};
 
 TEST_P(MlirFa3Compile, PtxasAcceptsWithoutSpillsOrSerialization) {
   const Fa3Case &c = GetParam();
-  const std::string ptxas = find_ptxas();
-  if (ptxas.empty())
+  if (ptxas::path().empty())
     GTEST_SKIP() << "no ptxas (CUDA toolkit) on this machine";
   const KernelSpec spec = fa3_spec(c.dqk, c.dv, c.dtype, c.causal);
   const mlirgen::Stages stages = generate_or_fail(spec);
   for (const char *instruction : {"wgmma.mma_async", "cp.async.bulk.tensor", "setmaxnreg"})
     EXPECT_NE(stages.ptx.find(instruction), std::string::npos) << instruction;
   EXPECT_NE(stages.ptx.find(kParamDecl), std::string::npos);
-  const std::string log = run_ptxas(ptxas, stages.ptx, case_name(c));
+  const std::string log = run_ptxas(stages.ptx, case_name(c));
   const ResourceUsage usage = parse_ptxas_report(log, "fj_fa3_prefill");
   EXPECT_GT(usage.registers, 0) << log;
   EXPECT_EQ(usage.spill_store_bytes, 0) << log;
@@ -254,8 +229,7 @@ INSTANTIATE_TEST_SUITE_P(Covered, MlirFa3Compile, ::testing::ValuesIn(fa3_cases(
 // __launch_bounds__(threads, 1) both report the entry's cap (65536 / threads, rounded down to 8); the
 // consumer's setmaxnreg budget is a plan constant. Prints the table the report quotes.
 TEST(MlirFa3, RegistersNextToNvrtc) {
-  const std::string ptxas = find_ptxas();
-  if (ptxas.empty())
+  if (ptxas::path().empty())
     GTEST_SKIP() << "no ptxas (CUDA toolkit) on this machine";
   std::ostringstream table;
   table << "spec                 mlir regs/spill   nvrtc regs/spill\n";
@@ -264,7 +238,7 @@ TEST(MlirFa3, RegistersNextToNvrtc) {
                            Fa3Case{192, 128, FLASHJIT_FP16, false}}) {
     const KernelSpec spec = fa3_spec(c.dqk, c.dv, c.dtype, c.causal);
     const mlirgen::Stages stages = generate_or_fail(spec);
-    const ResourceUsage mlir = parse_ptxas_report(run_ptxas(ptxas, stages.ptx, "regs_" + case_name(c)));
+    const ResourceUsage mlir = parse_ptxas_report(run_ptxas(stages.ptx, "regs_" + case_name(c)));
     CompiledKernel nvrtc;
     Status s = build_kernel(spec, fa3_plan(spec), FLASHJIT_BACKEND_NVRTC, &nvrtc);
     ASSERT_TRUE(s.ok()) << s.message;
@@ -293,8 +267,7 @@ TEST(MlirFa3, BuildKernelMakesACubin) {
 
 // Sliding window, softcap and varlen build and assemble like the rest.
 TEST(MlirFa3, WindowSoftcapVarlen) {
-  const std::string ptxas = find_ptxas();
-  if (ptxas.empty())
+  if (ptxas::path().empty())
     GTEST_SKIP() << "no ptxas (CUDA toolkit) on this machine";
   KernelSpec spec = fa3_spec(128, 128, FLASHJIT_BF16, false);
   spec.local = true;
@@ -304,7 +277,7 @@ TEST(MlirFa3, WindowSoftcapVarlen) {
   // varlen: rows past the sequence go out through predicated 16-byte stores; softcap: tanh via ex2 + rcp
   for (const char *op : {"ld.shared.v4.b32", "st.global.v4.b32", "ld.global.nc.b32", "div.rn.f32"})
     EXPECT_NE(stages.ptx.find(op), std::string::npos) << op;
-  const std::string log = run_ptxas(ptxas, stages.ptx, "window_softcap_varlen");
+  const std::string log = run_ptxas(stages.ptx, "window_softcap_varlen");
   const ResourceUsage usage = parse_ptxas_report(log, "fj_fa3_prefill");
   EXPECT_EQ(usage.spill_store_bytes, 0) << log;
   EXPECT_TRUE(usage.warnings.empty()) << log;
