@@ -43,6 +43,10 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   if (plan.block_m > 0)
     name +=
         ".m" + std::to_string(plan.block_m) + "n" + std::to_string(plan.block_n) + "s" + std::to_string(plan.stages);
+  // fa2 running a key block in several QK -> softmax -> PV steps: "k" and the keys per step.
+  if (const int64_t sub_block_n = plan.constant("kSubBlockN", plan.block_n);
+      plan.variant == Variant::fa2 && sub_block_n != plan.block_n)
+    name += "k" + std::to_string(sub_block_n);
   // fa2 with a non-default warp shape (Fa2Tuning::rows_per_warp) must not share a name with the default.
   if (const int64_t rows_per_warp = plan.constant("kRowsPerWarp", kDefaultFa2RowsPerWarp);
       plan.variant == Variant::fa2 && rows_per_warp != kDefaultFa2RowsPerWarp)

@@ -82,12 +82,16 @@ Status launch_decode(const KernelRecord &kernel, const NormalizedProblem &n, con
   params.m_blocks = d.shape.m_blocks;
   void *args[] = {&params};
   const Dim3 grid{static_cast<unsigned>(d.layout.grid)};
-  if (Status s = kernel.kernel.launch(grid, Dim3{static_cast<unsigned>(plan.threads)}, plan.smem_bytes, stream, args);
+  // sm_90: both kernels go out with PDL. The decode reads only its work list before
+  // griddepcontrol.wait, so its launch overlaps the previous kernel of the stream; the merge waits
+  // for the decode's partial states the same way.
+  const bool pdl = kernel.choice.spec.arch.sm >= 90;
+  if (Status s = kernel.kernel.launch(grid, Dim3{static_cast<unsigned>(plan.threads)}, plan.smem_bytes, stream, args,
+                                      Dim3{}, pdl);
       !s)
     return s;
   // Launched even when this schedule split nothing (it then exits at once): a captured graph stays
   // valid when the workspace is planned again for lengths that do split.
-  const bool pdl = kernel.choice.spec.arch.sm >= 90; // the merge waits with griddepcontrol.wait
   const unsigned combine_threads = static_cast<unsigned>(plan.constant("kCombineThreads"));
   return kernel.companion.launch(grid, Dim3{combine_threads}, 0, stream, args, Dim3{}, pdl);
 }

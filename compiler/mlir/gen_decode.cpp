@@ -56,6 +56,7 @@ struct Shape {
   int block_m, block_n, warp_n, stages, m_tiles, ctas_per_sm, combine_threads, head_dim_qk_mma;
   int smem_row_qk, smem_row_v, smem_offset_q, smem_offset_kv, smem_stage_bytes, smem_offset_v_in_stage,
       smem_offset_stats, smem_offset_pages, merge_row_floats;
+  int kv_l2_hints; // plan constant kKvL2Hints: K/V copies with an L2 evict-first policy + 128 B prefetch
   int warps() const { return threads / kWarpSize; }
   bool paged() const { return page_size > 0; }
   int n_tiles_s() const { return warp_n / kMmaN; }
@@ -188,6 +189,36 @@ void copy_chunk(Emitter &e, const Shape &sh, Value dst, Value valid, Value fallb
   e.st_shared(dst, mlir::LLVM::BitcastOp::create(e.b, e.loc, v4i32, chunk), kChunkBytes);
 }
 
+// An asm volatile statement with a "memory" clobber, as the templates' prim wrappers spell them.
+mlir::LLVM::InlineAsmOp inline_asm(Emitter &e, mlir::TypeRange results, ValueRange operands, const std::string &text,
+                                   const std::string &constraints) {
+  return mlir::LLVM::InlineAsmOp::create(
+      e.b, e.loc, results, operands, e.b.getStringAttr(text), e.b.getStringAttr(constraints + ",~{memory}"),
+      /*has_side_effects=*/e.b.getUnitAttr(), /*is_align_stack=*/mlir::UnitAttr{},
+      mlir::LLVM::TailCallKindAttr::get(e.b.getContext(), mlir::LLVM::tailcallkind::TailCallKind::None),
+      mlir::LLVM::AsmDialectAttr::get(e.b.getContext(), mlir::LLVM::AsmDialect::AD_ATT), mlir::ArrayAttr{});
+}
+
+// l2_policy_evict_first of prim/tma.cuh: createpolicy.fractional.L2::evict_first.b64 d, 1.0
+Value l2_policy_evict_first(Emitter &e) {
+  return inline_asm(e, {e.i64()}, {}, "createpolicy.fractional.L2::evict_first.b64 $0, 1.0;", "=l").getResult(0);
+}
+
+// copy_kv_chunk of decode_splitk.cuh: copy_chunk, or with kKvL2Hints (aligned rows) prim/cp_async_l2.cuh's
+// cp.async.cg.shared.global.L2::cache_hint.L2::128B [dst], [src], 16, src_bytes, policy
+template <typename Source>
+void copy_kv_chunk(Emitter &e, const Shape &sh, Value dst, Value valid, Value fallback, Value policy, Source &&source) {
+  if (!(sh.aligned16 && sh.kv_l2_hints != 0)) {
+    copy_chunk(e, sh, dst, valid, fallback, source);
+    return;
+  }
+  Value dst_u32 = mlir::LLVM::PtrToIntOp::create(e.b, e.loc, e.i32(), dst);
+  Value src = e.to_global(e.select(valid, source(), fallback));
+  Value bytes = e.select(valid, e.c_i32(kChunkBytes), e.c_i32(0));
+  inline_asm(e, {}, {dst_u32, src, bytes, policy},
+             "cp.async.cg.shared.global.L2::cache_hint.L2::128B [$0], [$1], 16, $2, $3;", "r,l,r,l");
+}
+
 // llvm.loop.unroll.disable on a thread-strided loop. LLVM runtime-unrolls them (the trip count
 // starts at tid, so it is unknown), and the extra live addresses cost registers in the key loop
 // (measured, sm_80 d128 g4: paged q1 168 -> 150, contiguous q4 208 -> 157; NVRTC 146 / 172).
@@ -200,10 +231,11 @@ void keep_rolled(Emitter &e, scf::ForOp loop) {
 
 // Rows of `dim` elements: chunk c = tid, tid + threads, ... < rows * chunks_per_row; row c / cpr.
 // `row_offset(row)` gives the i64 element offset of a tile row from `base` (through the block table
-// when paged); invalid rows read nothing (cp.async zero-fills from `base`).
+// when paged); invalid rows read nothing (cp.async zero-fills from `base`). `policy`: the L2 policy
+// of the copies (kKvL2Hints).
 template <typename RowOffset>
 void copy_rows(Emitter &e, const Shape &sh, Value smem, int rows, int dim, int smem_row, Value rows_valid, Value base,
-               RowOffset &&row_offset) {
+               Value policy, RowOffset &&row_offset) {
   const int chunks_per_row = dim / kChunkElems;
   auto loop = scf::ForOp::create(e.b, e.loc, e.tid_x(), e.c_i32(rows * chunks_per_row), e.c_i32(sh.threads),
                                  ValueRange{}, [&](mlir::OpBuilder &, mlir::Location, Value c, ValueRange) {
@@ -211,7 +243,7 @@ void copy_rows(Emitter &e, const Shape &sh, Value smem, int rows, int dim, int s
                                    Value col = e.mul(e.rem_s(c, e.c_i32(chunks_per_row)), e.c_i32(kChunkElems));
                                    Value valid = e.cmp(Pred::slt, row, rows_valid);
                                    Value dst = e.gep(smem, e.b.getI16Type(), e.add(e.mul(row, e.c_i32(smem_row)), col));
-                                   copy_chunk(e, sh, dst, valid, base, [&] {
+                                   copy_kv_chunk(e, sh, dst, valid, base, policy, [&] {
                                      return e.gep(base, e.b.getI16Type(), e.add(row_offset(row), e.sext64(col)));
                                    });
                                    scf::YieldOp::create(e.b, e.loc);
@@ -223,6 +255,7 @@ void copy_rows(Emitter &e, const Shape &sh, Value smem, int rows, int dim, int s
 // slice of page 0; `table` is the sequence's block-table row.
 struct KvSource {
   Value k, v, k_row, v_row, k_page, v_page, table, kv_begin, kv_end;
+  Value policy; // L2 policy of the copies (kKvL2Hints; a zero otherwise)
 };
 
 // KvSource::lookup: page of row `tid` of `tile` (0 past the end, or for threads past the tile).
@@ -263,9 +296,9 @@ void issue_tile(Emitter &e, const Shape &sh, const Smem &smem, const KvSource &s
         return e.add(e.mul(e.sext64(page), page_stride), e.mul(e.sext64(in_page), row_stride));
       };
     };
-    copy_rows(e, sh, smem.k(stage), sh.block_n, sh.head_dim_qk, sh.smem_row_qk, rows_valid, src.k,
+    copy_rows(e, sh, smem.k(stage), sh.block_n, sh.head_dim_qk, sh.smem_row_qk, rows_valid, src.k, src.policy,
               paged_row(src.k_page, src.k_row));
-    copy_rows(e, sh, smem.v(stage), sh.block_n, sh.head_dim_v, sh.smem_row_v, rows_valid, src.v,
+    copy_rows(e, sh, smem.v(stage), sh.block_n, sh.head_dim_v, sh.smem_row_v, rows_valid, src.v, src.policy,
               paged_row(src.v_page, src.v_row));
     return;
   }
@@ -275,9 +308,9 @@ void issue_tile(Emitter &e, const Shape &sh, const Smem &smem, const KvSource &s
   auto contiguous_row = [&e](Value row_stride) {
     return [&e, row_stride](Value row) { return e.mul(e.sext64(row), row_stride); };
   };
-  copy_rows(e, sh, smem.k(stage), sh.block_n, sh.head_dim_qk, sh.smem_row_qk, rows_valid, k_base,
+  copy_rows(e, sh, smem.k(stage), sh.block_n, sh.head_dim_qk, sh.smem_row_qk, rows_valid, k_base, src.policy,
             contiguous_row(src.k_row));
-  copy_rows(e, sh, smem.v(stage), sh.block_n, sh.head_dim_v, sh.smem_row_v, rows_valid, v_base,
+  copy_rows(e, sh, smem.v(stage), sh.block_n, sh.head_dim_v, sh.smem_row_v, rows_valid, v_base, src.policy,
             contiguous_row(src.v_row));
 }
 
@@ -595,6 +628,7 @@ void run_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, cons
     src.table = e.gep(p.block_table, e.i32(), e.mul(e.sext64(u.batch), e.sext64(p.max_pages_per_seq)));
   src.kv_begin = u.kv_begin;
   src.kv_end = u.kv_end;
+  src.policy = sh.kv_l2_hints != 0 ? l2_policy_evict_first(e) : e.c_i64(0);
   zero_qk_padding(e, sh, smem); // the previous piece's merge scratch may have covered the K padding
   Value num_tiles = e.div_s(e.add(e.sub(u.kv_end, u.kv_begin), e.c_i32(sh.block_n - 1)), e.c_i32(sh.block_n));
 
@@ -746,6 +780,7 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
                                     {"kSmemOffsetPages", &sh.smem_offset_pages},
                                     {"kHeadDimQKMma", &sh.head_dim_qk_mma},
                                     {"kMergeRowFloats", &sh.merge_row_floats},
+                                    {"kKvL2Hints", &sh.kv_l2_hints},
                                 });
       !s)
     return s;
@@ -788,16 +823,31 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
     Value cta = e.sext64(e.ctaid_x());
     Value first = e.load(e.i32(), e.to_global(e.gep(slot_begin, e.i32(), cta)), kF32Bytes);
     Value last = e.load(e.i32(), e.to_global(e.gep(slot_begin, e.i32(), e.add(cta, e.c_i64(1)))), kF32Bytes);
-    scf::ForOp::create(
-        b, loc, first, last, e.c_i32(1), ValueRange{}, [&](mlir::OpBuilder &, mlir::Location, Value i, ValueRange) {
-          Value w = e.ld_global_nc_v4_s32(e.gep(work, e.i32(), e.mul(e.sext64(i), e.c_i64(kWorkFields))));
-          Unit u = decode_unit(e, sh, p, e.extract(w, 0), /*with_kv_len=*/true);
-          u.kv_begin = e.extract(w, 1);
-          u.kv_end = e.extract(w, 2);
-          u.state = e.extract(w, 3);
-          run_piece(e, sh, p, u, smem);
-          scf::YieldOp::create(b, loc);
-        });
+    auto load_work = [&](Value i) {
+      return e.ld_global_nc_v4_s32(e.gep(work, e.i32(), e.mul(e.sext64(i), e.c_i64(kWorkFields))));
+    };
+    // A CTA without work touches no memory and need not wait (PDL). The work list is the host's: its
+    // first entry is read before griddepcontrol.wait, Q/K/V/lengths/tables after; the wait is
+    // conditional on the entry (kv_begin <= kv_end always) only so that the load issues before it.
+    when(e, e.cmp(Pred::slt, first, last), [&] {
+      Value first_work = load_work(first);
+      if (sh.arch >= 90)
+        when(e, e.cmp(Pred::sle, e.extract(first_work, 1), e.extract(first_work, 2)),
+             [&] { e.griddepcontrol(mlir::NVVM::GridDepActionKind::wait); });
+      scf::ForOp::create(b, loc, first, last, e.c_i32(1), ValueRange{},
+                         [&](mlir::OpBuilder &, mlir::Location, Value i, ValueRange) {
+                           Value w = if_values(
+                               e, e.cmp(Pred::eq, i, first), mlir::TypeRange{first_work.getType()},
+                               [&] { return llvm::SmallVector<Value, 1>{first_work}; },
+                               [&] { return llvm::SmallVector<Value, 1>{load_work(i)}; })[0];
+                           Unit u = decode_unit(e, sh, p, e.extract(w, 0), /*with_kv_len=*/true);
+                           u.kv_begin = e.extract(w, 1);
+                           u.kv_end = e.extract(w, 2);
+                           u.state = e.extract(w, 3);
+                           run_piece(e, sh, p, u, smem);
+                           scf::YieldOp::create(b, loc);
+                         });
+    });
     mlir::gpu::ReturnOp::create(b, loc);
     if (Status s = layout_matches("decode", fn, params_type, int(sizeof(fj_decode_params))); !s)
       return s;
@@ -809,8 +859,12 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
     auto fn = kernel_func(e, "fj_decode_combine", sh.combine_threads);
     b.setInsertionPointToStart(&fn.getBody().front());
     Value pp = fn.getArgument(0);
-    if (sh.arch >= 90) // launched with PDL: wait for the decode grid's partials
-      e.griddepcontrol(mlir::NVVM::GridDepActionKind::wait);
+    if (sh.arch >= 90) {
+      // The next step's decode (PDL) may get resident now; it waits for this grid before touching
+      // anything this grid reads or writes.
+      e.griddepcontrol(mlir::NVVM::GridDepActionKind::launch_dependents);
+      e.griddepcontrol(mlir::NVVM::GridDepActionKind::wait); // launched with PDL: the decode's partials
+    }
     const Params p = load_params(e, pp, params_type);
     Value header = param_at(e, pp, params_type, {kHeader});
     Value merges = param_at(e, pp, params_type, {kMerges});

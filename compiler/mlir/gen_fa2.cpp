@@ -41,16 +41,18 @@ struct Shape {
   int head_dim_qk, head_dim_v;
   bool causal, local, softcap, varlen, aligned16;
   int page_size, threads;
-  int block_m, block_n, stages, warps, rows_per_warp, head_dim_qk_pad;
+  int block_m, block_n, sub_block_n, stages, warps, rows_per_warp, head_dim_qk_pad;
   int stride_q, stride_k, stride_v, stride_o, offset_q, offset_k, offset_v, offset_o;
 
   int m_blocks() const { return rows_per_warp / kMmaM; }
   // kKvStream: contiguous 16-byte-aligned K/V go through the fixed per-thread KvStream pattern.
   bool kv_stream() const { return aligned16 && page_size == 0; }
-  int tiles_n() const { return block_n / kMmaN; }
+  // Per QK -> softmax -> PV step: the ring runs a key block as block_n / sub_block_n such steps.
+  int sub_blocks() const { return block_n / sub_block_n; }
+  int tiles_n() const { return sub_block_n / kMmaN; }
   int tiles_dv() const { return head_dim_v / kMmaN; }
   int steps_qk() const { return head_dim_qk_pad / kMmaK; }
-  int steps_pv() const { return block_n / kMmaK; }
+  int steps_pv() const { return sub_block_n / kMmaK; }
   int chunks_qk() const { return head_dim_qk / kChunkElems; }
   int chunks_v() const { return head_dim_v / kChunkElems; }
   // kFoldScale: the scale goes into the exponent's FFMA (32-row schedule without softcap only).
@@ -104,17 +106,16 @@ Params load_params(Emitter &e, Value pp, mlir::LLVM::LLVMStructType t) {
 }
 
 // KvStream of fa2_prefill.cuh: thread t copies chunk t % chunks of rows t / chunks + i * rows_per_pass
-// of every key/value block, so its source pointer and shared address are computed once per CTA and
-// a block only adds its row offset (the generic load_tile recomputes 64-bit row addresses and the
-// shared window for every chunk, right after the per-block barrier). When chunks does not divide
-// kThreads, the last kThreads % chunks threads stay idle.
+// of every key/value block, a fixed pattern (the generic load_tile recomputes 64-bit row addresses and
+// the shared window for every chunk, right after the per-block barrier). The thread's row and chunk
+// come from a fresh %tid.x and the sequence base from the parameters and tile indices each block, so
+// nothing per thread is carried across the key loop. When chunks does not divide kThreads, the last
+// kThreads % chunks threads stay idle.
 struct KvStream {
-  int rows_per_pass, passes;
+  int chunks, smem_stride, rows_per_pass, passes;
   bool even; // every (thread, pass) pair names a row inside the block: no per-pass bounds check
   int pass_smem_bytes;
-  Value src;  // this thread's chunk in row `row0` of the sequence (block 0)
-  Value dst;  // its chunk in buffer 0, !llvm.ptr<3>
-  Value row0; // its first row within a block; kBlockN for idle threads
+  Value smem_buf0; // buffer 0, !llvm.ptr<3>
 };
 
 // The per-CTA view of the problem (Tile of fa2_prefill.cuh): lengths, mask bounds, base pointers.
@@ -158,6 +159,13 @@ private:
         mlir::LLVM::AsmDialectAttr::get(e.b.getContext(), mlir::LLVM::AsmDialect::AD_ATT), mlir::ArrayAttr{});
     return op.getResult(0);
   }
+  // ldmatrix_lane_offset of fa2_prefill.cuh, in elements: lanes 0-15 name rows 0-15 of columns
+  // 0-7, lanes 16-31 the same rows at column 8.
+  Value ldmatrix_lane_offset(int stride) {
+    Value lane = e.lane_id();
+    return e.add(e.mul(e.rem_s(lane, e.c_i32(kMmaM)), e.c_i32(stride)),
+                 e.mul(e.div_s(lane, e.c_i32(kMmaM)), e.c_i32(kHalfTile)));
+  }
   Value lt(Value x, Value y) { return e.cmp(Pred::slt, x, y); }
   Value ge0(Value x) { return e.cmp(Pred::sge, x, e.c_i32(0)); }
   Value or_(Value x, Value y) { return arith::OrIOp::create(e.b, e.loc, x, y); }
@@ -170,8 +178,10 @@ private:
   template <typename Body> void strided(Value total, Body &&body) { strided_from(e.tid_x(), total, body); }
   void load_q(Value smem_q);
   void load_kv(bool is_v, Value buffer, Value n_block, Value n_end);
-  KvStream kv_stream(int chunks, int smem_stride, Value base, Value row_stride, Value smem_buf0);
-  void stream_copy(const KvStream &s, bool full, Value buf_bytes, Value n_block, Value row_stride, Value valid_rows);
+  KvStream kv_stream(int chunks, int smem_stride, Value smem_buf0);
+  Value kv_sequence(bool is_v);
+  void stream_copy(const KvStream &s, bool full, Value seq, Value tensor, Value buf_bytes, Value n_block,
+                   Value row_stride, Value valid_rows);
   void stream_kv(bool is_v, const KvStream &s, Value buf_bytes, Value n_block, Value n_end);
   void zero_qk_padding(Value smem_q, Value smem_k);
   std::vector<Frag> gemm_qk(Value q_warp, Value k_buf);
@@ -181,6 +191,8 @@ private:
                    Value row0, Value n0, std::vector<std::array<Value, 4>> *pf);
   void softmax_update(int mb, std::vector<Frag> &s, std::vector<Frag> &o, std::vector<Value> &row_max,
                       std::vector<Value> &row_sum);
+  void sub_block_steps(Value k_buf, Value v_buf, Value q_warp, Value row0, Value n0, std::vector<Frag> *o,
+                       std::vector<Value> *row_max, std::vector<Value> *row_sum);
   Value lse_at(Value row);
   Value output_base();
   void write_empty_tile();
@@ -308,74 +320,82 @@ void Fa2Builder::load_kv(bool is_v, Value buffer, Value n_block, Value n_end) {
   e.cp_async_commit_group();
 }
 
-// kv_stream: the KvStream constructor, once per CTA; `base` is row 0 of the sequence, `smem_buf0`
-// buffer 0 of K or V.
-KvStream Fa2Builder::kv_stream(int chunks, int smem_stride, Value base, Value row_stride, Value smem_buf0) {
+// kv_stream: the KvStream's constants; `smem_buf0` is buffer 0 of K or V.
+KvStream Fa2Builder::kv_stream(int chunks, int smem_stride, Value smem_buf0) {
   KvStream s{};
+  s.chunks = chunks;
+  s.smem_stride = smem_stride;
   s.rows_per_pass = sh.threads / chunks;
   s.passes = (sh.block_n + s.rows_per_pass - 1) / s.rows_per_pass;
   s.even = sh.threads % chunks == 0 && sh.block_n % s.rows_per_pass == 0;
   s.pass_smem_bytes = s.rows_per_pass * smem_stride * kElemBytes;
-  Value tid = e.tid_x();
-  Value row = arith::DivUIOp::create(e.b, e.loc, tid, e.c_i32(chunks));
-  Value chunk_elems = e.mul(arith::RemUIOp::create(e.b, e.loc, tid, e.c_i32(chunks)), e.c_i32(kChunkElems));
-  s.row0 = e.select(lt(row, e.c_i32(s.rows_per_pass)), row, e.c_i32(sh.block_n));
-  s.src = elems(base, e.add(e.mul(e.sext64(row), row_stride), e.sext64(chunk_elems)));
-  s.dst = e.gep(smem_buf0, e.b.getI8Type(),
-                e.mul(e.add(e.mul(row, e.c_i32(smem_stride)), chunk_elems), e.c_i32(kElemBytes)));
+  s.smem_buf0 = smem_buf0;
   return s;
 }
 
-// stream_copy (KvStream::copy): the kBlockN rows of block `n_block` into the buffer `buf_bytes`
-// past buffer 0; rows at or past `valid_rows` land as zeros. Full blocks skip the row predicates.
-void Fa2Builder::stream_copy(const KvStream &s, bool full, Value buf_bytes, Value n_block, Value row_stride,
-                             Value valid_rows) {
-  Value pass_stride = e.mul(e.c_i64(s.rows_per_pass), row_stride);
-  // The block's first row as an i32 product (it is below seqlen_k + kBlockN, so it cannot wrap), then
-  // widened: LLVM's loop strength reduction cannot see through that sign extension. Widened first,
-  // as the template does, the 2 x kPasses pass addresses became induction variables of the key loop
-  // (~32 registers carried across it: spills); this way each block recomputes them from n_block.
-  Value n0 = e.mul(n_block, e.c_i32(sh.block_n));
-  Value from = elems(s.src, e.mul(e.sext64(n0), row_stride));
-  Value to = e.gep(s.dst, e.b.getI8Type(), buf_bytes);
-  Value limit = e.sub(valid_rows, s.row0); // pass i is valid iff i * rows_per_pass < limit
-  // A zero-filled chunk still names a source (src-size 0 reads nothing): row n0 of the sequence,
-  // which exists whenever the block is loaded (only the partial last block needs it). Derived from
-  // n_block, so it is computed in that branch; the template's row 0 is loop-invariant, and LLVM
-  // hoisted it and carried it (64 bits for K and for V) across the key loop.
-  Value row_zero = full ? s.src : elems(s.src, e.mul(e.sext64(e.sub(n0, s.row0)), row_stride));
-  for (int i = 0; i < s.passes; ++i) {
-    const int pass_row = i * s.rows_per_pass;
-    auto issue = [&] {
-      Value at = e.gep(to, e.b.getI8Type(), e.c_i32(i * s.pass_smem_bytes));
-      if (full) {
-        e.cp_async_cg_16(at, from, e.c_i32(kChunkBytes));
-        return;
-      }
-      Value valid = lt(e.c_i32(pass_row), limit);
-      e.cp_async_cg_16(at, e.select(valid, from, row_zero), e.select(valid, e.c_i32(kChunkBytes), e.c_i32(0)));
-    };
-    if (s.even)
-      issue();
-    else
-      when(e, lt(e.add(s.row0, e.c_i32(pass_row)), e.c_i32(sh.block_n)), issue);
-    from = elems(from, pass_stride);
-  }
+// kv_sequence: row 0 of this (batch, kv head) in K or V, recomputed from the parameters and the
+// tile's indices (uniform registers) rather than carried across the key loop as t.k / t.v.
+Value Fa2Builder::kv_sequence(bool is_v) {
+  Value ptr = is_v ? p.v : p.k;
+  const Value *strides = is_v ? p.v_strides : p.k_strides;
+  Value seq_off = sh.varlen ? e.mul(t.k_row0, strides[1]) : e.mul(e.sext64(t.batch), strides[0]);
+  return elems(ptr, e.add(seq_off, e.mul(e.sext64(t.head_kv), strides[2])));
 }
 
-// stream_kv: block `n_block` of K (or V) through its stream into the buffer `buf_bytes` past
-// buffer 0; always one commit group, empty past n_end.
+// stream_copy (KvStream::copy): the kBlockN rows of block `n_block` of the sequence `seq` into the
+// buffer `buf_bytes` past buffer 0; rows at or past `valid_rows` land as zeros. Full blocks skip the
+// row predicates.
+void Fa2Builder::stream_copy(const KvStream &s, bool full, Value seq, Value tensor, Value buf_bytes, Value n_block,
+                             Value row_stride, Value valid_rows) {
+  Value tid = sreg_here("tid.x");
+  Value row = arith::DivUIOp::create(e.b, e.loc, tid, e.c_i32(s.chunks));
+  Value chunk_elems = e.mul(arith::RemUIOp::create(e.b, e.loc, tid, e.c_i32(s.chunks)), e.c_i32(kChunkElems));
+  auto copy = [&] {
+    Value pass_stride = e.mul(e.c_i64(s.rows_per_pass), row_stride);
+    // The thread's first row as an i32 (below seqlen_k + kBlockN, so it cannot wrap), then widened.
+    Value first_row = e.add(e.mul(n_block, e.c_i32(sh.block_n)), row);
+    Value from = elems(seq, e.add(e.mul(e.sext64(first_row), row_stride), e.sext64(chunk_elems)));
+    Value to =
+        e.gep(s.smem_buf0, e.b.getI8Type(),
+              e.add(buf_bytes, e.mul(e.add(e.mul(row, e.c_i32(s.smem_stride)), chunk_elems), e.c_i32(kElemBytes))));
+    Value limit = e.sub(valid_rows, row); // pass i is valid iff i * rows_per_pass < limit
+    for (int i = 0; i < s.passes; ++i) {
+      const int pass_row = i * s.rows_per_pass;
+      auto issue = [&] {
+        Value at = e.gep(to, e.b.getI8Type(), e.c_i32(i * s.pass_smem_bytes));
+        if (full) {
+          e.cp_async_cg_16(at, from, e.c_i32(kChunkBytes));
+          return;
+        }
+        // A zero-filled chunk still names a source (src-size 0 reads nothing): the tensor's first
+        // element, which always exists and lives in the parameter space.
+        Value valid = lt(e.c_i32(pass_row), limit);
+        e.cp_async_cg_16(at, e.select(valid, from, tensor), e.select(valid, e.c_i32(kChunkBytes), e.c_i32(0)));
+      };
+      if (s.even)
+        issue();
+      else
+        when(e, lt(e.add(row, e.c_i32(pass_row)), e.c_i32(sh.block_n)), issue);
+      from = elems(from, pass_stride);
+    }
+  };
+  if (sh.threads % s.chunks == 0)
+    copy();
+  else
+    when(e, lt(row, e.c_i32(s.rows_per_pass)), copy); // the idle threads copy nothing
+}
 void Fa2Builder::stream_kv(bool is_v, const KvStream &s, Value buf_bytes, Value n_block, Value n_end) {
   when(e, lt(n_block, n_end), [&] {
     Value row_stride = is_v ? p.v_strides[1] : p.k_strides[1];
     Value valid_rows = e.sub(t.seqlen_k, e.mul(n_block, e.c_i32(sh.block_n)));
+    Value seq = kv_sequence(is_v), tensor = is_v ? p.v : p.k;
     auto branch =
         scf::IfOp::create(e.b, e.loc, e.cmp(Pred::sge, valid_rows, e.c_i32(sh.block_n)), /*withElseRegion=*/true);
     mlir::OpBuilder::InsertionGuard guard(e.b);
     e.b.setInsertionPoint(branch.thenBlock()->getTerminator());
-    stream_copy(s, /*full=*/true, buf_bytes, n_block, row_stride, valid_rows);
+    stream_copy(s, /*full=*/true, seq, tensor, buf_bytes, n_block, row_stride, valid_rows);
     e.b.setInsertionPoint(branch.elseBlock()->getTerminator());
-    stream_copy(s, /*full=*/false, buf_bytes, n_block, row_stride, valid_rows);
+    stream_copy(s, /*full=*/false, seq, tensor, buf_bytes, n_block, row_stride, valid_rows);
   });
   e.cp_async_commit_group();
 }
@@ -400,12 +420,13 @@ void Fa2Builder::zero_qk_padding(Value smem_q, Value smem_k) {
 // gemm_qk: S = Q K^T for this warp's rows and the kBlockN keys of one buffer; each K fragment is
 // loaded once and multiplied into every m16 row block.
 std::vector<Frag> Fa2Builder::gemm_qk(Value q_warp, Value k_buf) {
+  // A (Q) matrices go rows 0-7 / 8-15 then columns 0-7 / 8-15 (ldmatrix_lane_offset); each x4 of
+  // K covers two n8 key tiles (keys 0-7 then 8-15), columns 0-7 / 8-15 within each, so each tile's
+  // B pair is two consecutive registers.
   Value lane = e.lane_id();
-  Value lane16 = e.rem_s(lane, e.c_i32(kMmaM)), half16 = e.div_s(lane, e.c_i32(kMmaM));
+  Value half16 = e.div_s(lane, e.c_i32(kMmaM));
   Value lane8 = e.rem_s(lane, e.c_i32(kHalfTile)), matrix2 = e.rem_s(e.div_s(lane, e.c_i32(kHalfTile)), e.c_i32(2));
-  // A (Q) matrices go rows 0-7 / 8-15 then columns 0-7 / 8-15; each x4 of K covers two n8 key
-  // tiles (keys 0-7 then 8-15), columns 0-7 / 8-15 within each.
-  Value q_addr = e.gep(q_warp, i16(), e.add(e.mul(lane16, e.c_i32(sh.stride_q)), e.mul(half16, e.c_i32(kHalfTile))));
+  Value q_addr = e.gep(q_warp, i16(), ldmatrix_lane_offset(sh.stride_q));
   Value k_addr = e.gep(k_buf, i16(),
                        e.add(e.mul(e.add(lane8, e.mul(half16, e.c_i32(kHalfTile))), e.c_i32(sh.stride_k)),
                              e.mul(matrix2, e.c_i32(kHalfTile))));
@@ -430,12 +451,7 @@ std::vector<Frag> Fa2Builder::gemm_qk(Value q_warp, Value k_buf) {
 // gemm_pv: O += P V, P's C fragments repacked as A fragments, V read transposed by ldmatrix.trans;
 // each V fragment feeds every row block; head_dim_v = 8 (mod 16) ends with one x2 n8 tile.
 void Fa2Builder::gemm_pv(std::vector<Frag> &o, const std::vector<std::array<Value, 4>> &pf, Value v_buf) {
-  Value lane = e.lane_id();
-  Value lane8 = e.rem_s(lane, e.c_i32(kHalfTile)), matrix2 = e.rem_s(e.div_s(lane, e.c_i32(kHalfTile)), e.c_i32(2));
-  Value half16 = e.div_s(lane, e.c_i32(kMmaM));
-  Value v_addr = e.gep(v_buf, i16(),
-                       e.add(e.mul(e.add(lane8, e.mul(matrix2, e.c_i32(kHalfTile))), e.c_i32(sh.stride_v)),
-                             e.mul(half16, e.c_i32(kHalfTile))));
+  Value v_addr = e.gep(v_buf, i16(), ldmatrix_lane_offset(sh.stride_v));
   const int dv = sh.tiles_dv(), steps = sh.steps_pv();
   for (int kk = 0; kk < steps; ++kk) {
     const int row_offset = kk * kMmaK * sh.stride_v;
@@ -501,6 +517,52 @@ void Fa2Builder::softmax_update(int mb, std::vector<Frag> &s, std::vector<Frag> 
   }
 }
 
+// sub_block_steps: the math of one ring key block, as sub_blocks() QK -> softmax -> PV steps of
+// sub_block_n keys in a loop that is not unrolled, as the template: unrolled, ptxas overlaps one
+// step's PV with the next one's QK and the wide tiles spill. One step is emitted inline.
+void Fa2Builder::sub_block_steps(Value k_buf, Value v_buf, Value q_warp, Value row0, Value n0, std::vector<Frag> *o,
+                                 std::vector<Value> *row_max, std::vector<Value> *row_sum) {
+  auto step = [&](Value k_sub, Value v_sub, Value n_sub) {
+    std::vector<std::array<Value, 4>> pf;
+    std::vector<Frag> s = gemm_qk(q_warp, k_sub);
+    scores_to_p(s, *o, *row_max, *row_sum, row0, n_sub, &pf);
+    gemm_pv(*o, pf, v_sub);
+  };
+  if (sh.sub_blocks() == 1) {
+    step(k_buf, v_buf, n0);
+    return;
+  }
+  std::vector<Value> init;
+  for (const Frag &f : *o)
+    init.insert(init.end(), f.begin(), f.end());
+  init.insert(init.end(), row_max->begin(), row_max->end());
+  init.insert(init.end(), row_sum->begin(), row_sum->end());
+  const size_t o_values = o->size() * kFragment, stats = row_max->size();
+  auto unpack = [&](ValueRange values) {
+    for (size_t f = 0; f < o->size(); ++f)
+      for (int i = 0; i < kFragment; ++i)
+        (*o)[f][i] = values[f * kFragment + i];
+    row_max->assign(values.begin() + o_values, values.begin() + o_values + stats);
+    row_sum->assign(values.begin() + o_values + stats, values.begin() + o_values + 2 * stats);
+  };
+  auto loop =
+      scf::ForOp::create(e.b, e.loc, e.c_i32(0), e.c_i32(sh.sub_blocks()), e.c_i32(1), init,
+                         [&](mlir::OpBuilder &, mlir::Location, Value sub, ValueRange values) {
+                           unpack(values);
+                           Value first_key = e.mul(sub, e.c_i32(sh.sub_block_n));
+                           step(e.gep(k_buf, i16(), e.mul(first_key, e.c_i32(sh.stride_k))),
+                                e.gep(v_buf, i16(), e.mul(first_key, e.c_i32(sh.stride_v))), e.add(n0, first_key));
+                           std::vector<Value> out;
+                           for (const Frag &f : *o)
+                             out.insert(out.end(), f.begin(), f.end());
+                           out.insert(out.end(), row_max->begin(), row_max->end());
+                           out.insert(out.end(), row_sum->begin(), row_sum->end());
+                           scf::YieldOp::create(e.b, e.loc, out);
+                         });
+  no_unroll(e, loop);
+  unpack(loop.getResults());
+}
+
 // scores_to_p: scale (or softcap), mask where the block needs it, online softmax, 16-bit P.
 void Fa2Builder::scores_to_p(std::vector<Frag> &s, std::vector<Frag> &o, std::vector<Value> &row_max,
                              std::vector<Value> &row_sum, Value row0, Value n0, std::vector<std::array<Value, 4>> *pf) {
@@ -512,10 +574,10 @@ void Fa2Builder::scores_to_p(std::vector<Frag> &s, std::vector<Frag> &o, std::ve
         x = sh.softcap ? e.fmul(tanh_fast(e.fmul(x, softcap_scale)), softcap_out) : e.fmul(x, p.scale_log2);
   }
   // Only blocks that cross seqlen_k or an edge of the band pay for the mask.
-  Value crosses_end = e.cmp(Pred::sgt, e.add(n0, e.c_i32(sh.block_n)), t.seqlen_k);
+  Value crosses_end = e.cmp(Pred::sgt, e.add(n0, e.c_i32(sh.sub_block_n)), t.seqlen_k);
   Value diag0 = e.add(t.m0, t.shift);
   Value crosses_right =
-      e.and_(ge0(t.right), e.cmp(Pred::sgt, e.add(n0, e.c_i32(sh.block_n - 1)), e.add(diag0, t.right)));
+      e.and_(ge0(t.right), e.cmp(Pred::sgt, e.add(n0, e.c_i32(sh.sub_block_n - 1)), e.add(diag0, t.right)));
   Value crosses_left = e.and_(ge0(t.left), lt(n0, e.sub(e.add(diag0, e.c_i32(sh.block_m - 1)), t.left)));
   Value needs_mask = or_(crosses_end, or_(crosses_right, crosses_left));
   // Per row block, as the template: mask (when the block needs it), online softmax, 16-bit P.
@@ -534,14 +596,17 @@ void Fa2Builder::scores_to_p(std::vector<Frag> &s, std::vector<Frag> &o, std::ve
           Value lane = e.lane_id();
           Value col_base = e.add(n0, e.mul(e.rem_s(lane, e.c_i32(kQuadSize)), e.c_i32(2)));
           Value right_on = ge0(t.right), left_on = ge0(t.left);
+          // Each element's distance from its row's diagonal is one value plus a constant (one
+          // register for the band across the key loop, not a hoisted bound per row).
+          Value from_diag = e.sub(col_base, e.add(row0, t.shift));
+          Value neg_left = e.sub(e.c_i32(0), t.left);
           for (int j = 0; j < n; ++j)
             for (int i = 0; i < kFragment; ++i) {
-              Value row = e.add(row0, e.c_i32(mb * kMmaM + (i / 2) * kHalfTile));
               Value col = e.add(col_base, e.c_i32(j * kMmaN + i % 2));
-              Value diag = e.add(row, t.shift);
+              Value dist = e.add(from_diag, e.c_i32(j * kMmaN + i % 2 - mb * kMmaM - (i / 2) * kHalfTile));
               Value out_of_band = e.cmp(Pred::sge, col, t.seqlen_k);
-              out_of_band = or_(out_of_band, e.and_(right_on, e.cmp(Pred::sgt, col, e.add(diag, t.right))));
-              out_of_band = or_(out_of_band, e.and_(left_on, lt(col, e.sub(diag, t.left))));
+              out_of_band = or_(out_of_band, e.and_(right_on, e.cmp(Pred::sgt, dist, t.right)));
+              out_of_band = or_(out_of_band, e.and_(left_on, lt(dist, neg_left)));
               out.push_back(e.select(out_of_band, e.neg_inf(), s[mb * n + j][i]));
             }
           return out;
@@ -602,8 +667,8 @@ void Fa2Builder::main_tile(Value n_begin, Value n_end) {
   const int stage_k_bytes = stage_k * kElemBytes, stage_v_bytes = stage_v * kElemBytes;
   KvStream k_stream{}, v_stream{};
   if (sh.kv_stream()) {
-    k_stream = kv_stream(sh.chunks_qk(), sh.stride_k, t.k, p.k_strides[1], smem_k);
-    v_stream = kv_stream(sh.chunks_v(), sh.stride_v, t.v, p.v_strides[1], smem_v);
+    k_stream = kv_stream(sh.chunks_qk(), sh.stride_k, smem_k);
+    v_stream = kv_stream(sh.chunks_v(), sh.stride_v, smem_v);
   }
   // Block `n_block` of K and V into the buffers of `stage`, streamed or through load_tile.
   auto load_k = [&](Value stage, Value n_block) {
@@ -663,9 +728,7 @@ void Fa2Builder::main_tile(Value n_begin, Value n_end) {
                              Value ahead_stage = e.rem_s(e.sub(ahead, n_begin), e.c_i32(sh.stages));
                              load_k(ahead_stage, ahead);
                              load_v(ahead_stage, ahead);
-                             std::vector<Frag> s = gemm_qk(q_warp, k_buf);
-                             scores_to_p(s, o, row_max, row_sum, row0, n0, &pf);
-                             gemm_pv(o, pf, v_buf);
+                             sub_block_steps(k_buf, v_buf, q_warp, row0, n0, &o, &row_max, &row_sum);
                            } else {
                              Value next = e.add(n_block, e.c_i32(1));
                              e.cp_async_wait_group(sh.groups_in_flight());
@@ -806,9 +869,10 @@ void Fa2Builder::build() {
 // The static_asserts of fa2_prefill.cuh, as errors.
 bool invariants_hold(const Shape &sh) {
   return sh.rows_per_warp % kMmaM == 0 && sh.m_blocks() >= 1 && sh.m_blocks() <= kMaxMBlocks &&
-         sh.warps * kWarpSize == sh.threads && sh.warps * sh.rows_per_warp == sh.block_m && sh.block_n % kMmaK == 0 &&
-         sh.head_dim_qk % kChunkElems == 0 && sh.head_dim_v % kChunkElems == 0 && sh.head_dim_qk_pad % kMmaK == 0 &&
-         sh.head_dim_qk_pad >= sh.head_dim_qk &&
+         sh.warps * kWarpSize == sh.threads && sh.warps * sh.rows_per_warp == sh.block_m &&
+         sh.sub_block_n % kMmaK == 0 && sh.sub_block_n > 0 && sh.block_n % sh.sub_block_n == 0 &&
+         (sh.ring() || sh.sub_blocks() == 1) && sh.head_dim_qk % kChunkElems == 0 && sh.head_dim_v % kChunkElems == 0 &&
+         sh.head_dim_qk_pad % kMmaK == 0 && sh.head_dim_qk_pad >= sh.head_dim_qk &&
          (sh.head_dim_qk_pad == sh.head_dim_qk || sh.head_dim_qk_pad - sh.head_dim_qk == kChunkElems) &&
          sh.stride_q >= sh.head_dim_qk_pad && sh.stride_k >= sh.head_dim_qk_pad && sh.stride_v >= sh.head_dim_v &&
          sh.stride_o >= sh.head_dim_v && sh.stride_q % kChunkElems == 0 && sh.stride_k % kChunkElems == 0 &&
@@ -840,6 +904,7 @@ Status build_fa2(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const Pl
                                 {
                                     {"kBlockM", &sh.block_m},
                                     {"kBlockN", &sh.block_n},
+                                    {"kSubBlockN", &sh.sub_block_n},
                                     {"kStages", &sh.stages},
                                     {"kWarps", &sh.warps},
                                     {"kRowsPerWarp", &sh.rows_per_warp},

@@ -26,11 +26,13 @@ constexpr int kWideRowsPerWarp = 32; // two m16 fragments per warp (Fa2Tuning::r
 constexpr int kWarpThreads = 32;
 constexpr int kElemBytes = 2;
 constexpr int kChunkElems = 8; // 16 bytes
+constexpr int kChunkBytes = kChunkElems * kElemBytes;
 constexpr int kSmallHeadDim = 64;
 constexpr int kMediumHeadDim = 128;
 
 struct Tiles {
   int block_m, block_n, stages;
+  int sub_block_n = 0; // 0: block_n (one QK -> softmax -> PV step per key block)
 };
 
 // Candidates per padded head dim, preferred first. Register budget per thread (fp32 accumulators):
@@ -47,22 +49,46 @@ constexpr std::array<Tiles, 6> kLargeTiles{
 // 16-row counts) plus the P fragments, addresses and tile bounds, at the edge of 255 registers.
 // head_dim_v + block_n <= kWideRegBudget is the widest rule under which ptxas spills nothing for any
 // head dim <= 128 on sm_80/86/89/90a, fp16/bf16, causal or not (NVRTC sweeps, perf-notes "fa2: 32
-// rows per warp"): d64 -> 128x80, d80 -> 128x64, d96 -> 128x48, d112/d128 -> 128x32. Budgets 160,
-// 176 and 192 spill 4-48 bytes somewhere (d128 128x64 at 192 ran 275 TFLOP/s with 8-52 spill bytes
-// before the K/V stream copy, against 247 for 128x32). Above head dim 128 the O accumulators alone
-// crowd the register file and every tile spills: keep 16 rows there.
+// rows per warp"): d64 -> 128x80, d80 -> 128x64, d96 -> 128x48, d112/d128 -> 128x32. Above head dim
+// 128 the O accumulators alone crowd the register file and every tile spills: keep 16 rows there.
 constexpr int kWideRegBudget = 144;
 constexpr int kWideMaxBlockN = 128;
 constexpr int kWideMinBlockN = 32;
+constexpr int kFeaturedWideMaxHeadDim = 112;
 constexpr int kWideBlockM = 128;
 constexpr int kWideSmallBlockM = 64;
 constexpr int kWideCandidates = 5;
 
+// Wider key blocks where they fit 255 registers without spilling (NVRTC and MLIR sweeps, perf-notes
+// "fa2: key blocks past the budget"): on sm_90a, for non-causal specs with no window, softcap,
+// varlen, paging or unaligned rows. Each of those adds live state, and with any of them these
+// tiles spill (causal: the MLIR build, 4-32 bytes). Measured on the H200 against the budget's
+// tile: d64 128x128 vs 128x80 and d128 128x64 vs 128x32.
+struct WideBlock {
+  int head_dim, block_n;
+};
+constexpr int kWideBlockArch = 90;
+constexpr std::array<WideBlock, 2> kPlainSm90WideBlocks{{{64, 128}, {128, 64}}};
+
+bool plain(const KernelSpec &spec) {
+  return !spec.local && !spec.softcap && !spec.varlen && spec.page_size == 0 && spec.align_bytes >= kChunkBytes;
+}
+
+// The budget's key block, or the measured wider one for a plain spec on sm_90a.
+int wide_block_n(const KernelSpec &spec) {
+  if (spec.arch.sm == kWideBlockArch && plain(spec) && !spec.causal && spec.head_dim_qk == spec.head_dim_v)
+    for (const WideBlock &wide : kPlainSm90WideBlocks)
+      if (wide.head_dim == spec.head_dim_v)
+        return wide.block_n;
+  return std::clamp((kWideRegBudget - spec.head_dim_v) / kMmaK * kMmaK, kWideMinBlockN, kWideMaxBlockN);
+}
+
 // Candidates for 32 rows per warp, preferred first: the widest key block within the register
-// budget, two stages, then one, then 64-row tiles, then the smallest key block.
-std::array<Tiles, kWideCandidates> wide_tiles(int head_dim_v) {
-  const int budget_n = (kWideRegBudget - head_dim_v) / kMmaK * kMmaK;
-  const int block_n = std::clamp(budget_n, kWideMinBlockN, kWideMaxBlockN);
+// budget, two stages, then one, then 64-row tiles, then the smallest key block. One QK -> softmax ->
+// PV step per block (Fa2Tuning::sub_block_n splits a block into several; measured slower than one
+// step of the same keys, see perf-notes "fa2: key blocks in sub-block steps").
+std::array<Tiles, kWideCandidates> wide_tiles(const KernelSpec &spec) {
+  const int block_n = wide_block_n(spec);
   return {{{kWideBlockM, block_n, 2},
            {kWideBlockM, block_n, 1},
            {kWideSmallBlockM, block_n, 2},
@@ -123,6 +149,10 @@ bool valid_tuning(const Fa2Tuning &tuning, int rows_per_warp, std::string *why_n
     *why_not = "fa2 block_n must be a multiple of 16, got " + std::to_string(tuning.block_n);
     return false;
   }
+  if (tuning.sub_block_n < 0 || tuning.sub_block_n % kMmaK != 0) {
+    *why_not = "fa2 sub_block_n must be a multiple of 16, got " + std::to_string(tuning.sub_block_n);
+    return false;
+  }
   if (tuning.stages < 0) {
     *why_not = "fa2 stages must be positive, got " + std::to_string(tuning.stages);
     return false;
@@ -138,10 +168,20 @@ bool pick(const std::array<Tiles, N> &candidates, const Fa2Tuning &tuning, int h
   for (Tiles candidate : candidates) {
     if (tuning.block_m > 0)
       candidate.block_m = tuning.block_m;
-    if (tuning.block_n > 0)
+    if (tuning.block_n > 0) {
       candidate.block_n = tuning.block_n;
+      candidate.sub_block_n = 0; // one step per tuned block unless sub_block_n says otherwise
+    }
     if (tuning.stages > 0)
       candidate.stages = tuning.stages;
+    if (tuning.sub_block_n > 0) {
+      if (candidate.block_n % tuning.sub_block_n != 0)
+        continue;
+      candidate.sub_block_n = tuning.sub_block_n;
+    }
+    // The single-buffer schedule refills K between QK and PV: one step per block.
+    if (candidate.sub_block_n <= 0 || candidate.stages < 2)
+      candidate.sub_block_n = candidate.block_n;
     const Layout l = layout_for(candidate, head_dim_qk_pad, head_dim_v);
     if (l.bytes <= max_smem) {
       *tiles = candidate;
@@ -183,7 +223,10 @@ bool plan_fa2_tuned(const KernelSpec &spec, const Fa2Tuning &tuning, Plan *plan,
 
   const int head_dim_qk_pad = round_up(spec.head_dim_qk, kMmaK);
   const int head_dim_max = std::max(head_dim_qk_pad, spec.head_dim_v);
-  const int default_rows = head_dim_max <= kMediumHeadDim ? kWideRowsPerWarp : kRowsPerWarp;
+  // 32 rows per warp up to head dim 128; a window, softcap, varlen, paging or unaligned rows add live
+  // state that spills at 120 and 128 (NVRTC sweeps), so those keep 16 rows from there.
+  const int wide_max_dim = plain(spec) ? kMediumHeadDim : kFeaturedWideMaxHeadDim;
+  const int default_rows = head_dim_max <= wide_max_dim ? kWideRowsPerWarp : kRowsPerWarp;
   const int rows_per_warp = tuning.rows_per_warp > 0 ? tuning.rows_per_warp : default_rows;
   if (!valid_tuning(tuning, rows_per_warp, why_not))
     return false;
@@ -194,7 +237,7 @@ bool plan_fa2_tuned(const KernelSpec &spec, const Fa2Tuning &tuning, Plan *plan,
   Layout layout{};
   bool found = false;
   if (wide)
-    found = pick(wide_tiles(spec.head_dim_v), tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
+    found = pick(wide_tiles(spec), tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
   else if (head_dim_max <= kSmallHeadDim)
     found = pick(kSmallTiles, tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
   else if (head_dim_max <= kMediumHeadDim)
@@ -218,6 +261,7 @@ bool plan_fa2_tuned(const KernelSpec &spec, const Fa2Tuning &tuning, Plan *plan,
   plan->add("kBlockM", tiles.block_m);
   plan->add("kBlockN", tiles.block_n);
   plan->add("kStages", tiles.stages);
+  plan->add("kSubBlockN", tiles.sub_block_n);
   plan->add("kWarps", warps);
   plan->add("kRowsPerWarp", rows_per_warp);
   plan->add("kHeadDimQKPad", head_dim_qk_pad);

@@ -15,6 +15,9 @@ struct Fa2Tuning {
   int block_m = 0; // 0: the planner's choice; else a multiple of rows_per_warp
   int block_n = 0; // 0: the planner's choice; else a multiple of 16
   int stages = 0;  // 0: the planner's choice; else 1 (interleaved single buffer) or more (ring)
+  // 0: the planner's choice; else the keys of one QK -> softmax -> PV step, a multiple of 16 that
+  // divides block_n (ring schedule only; one stage always uses block_n).
+  int sub_block_n = 0;
 };
 
 bool plan_fa2_tuned(const KernelSpec &spec, const Fa2Tuning &tuning, Plan *plan, std::string *why_not);

@@ -10,18 +10,27 @@
 // Inside a CTA: a kStages-deep cp.async ring of kBlockN-key tiles (K and V). The warps split each
 // tile's keys (kWarpN each), run an online softmax over their own keys with mma.sync m16n8k16, and
 // are merged through shared memory at the end of the piece. Decode is bound by KV bandwidth, so the
-// design is about bytes in flight: the plan sizes stages x CTAs per SM for that.
+// design is about bytes in flight: the plan sizes stages x CTAs per SM for that. With kKvL2Hints
+// (sm_90) the K/V copies carry an L2 evict-first policy (the stream is read once; the work list,
+// tables and partial states stay in L2 across launches) and a 128-byte L2 prefetch.
+//
+// Launch (sm_90): the runtime launches fj_decode_splitk with programmatic stream serialization
+// (PDL) as well as the combine. The decode reads only the host-written work list before
+// griddepcontrol.wait, so its launch and work-list latency overlap the previous kernel of the stream
+// (the previous step's combine, which lets it in early with griddepcontrol.launch_dependents).
 #pragma once
 
 #include "kernels/combine.cuh"
 #include "params_decode.h"
 #include "prim/cp_async.cuh"
+#include "prim/cp_async_l2.cuh"
 #include "prim/griddep.cuh"
 #include "prim/ld_global.cuh"
 #include "prim/ldmatrix.cuh"
 #include "prim/math.cuh"
 #include "prim/mma.cuh"
 #include "prim/st_global.cuh"
+#include "prim/tma.cuh"
 #include "prim/types.cuh"
 #include "prim/warp.cuh"
 
@@ -136,6 +145,15 @@ __device__ __forceinline__ void copy_chunk(u16 *dst, const u16 *src, bool valid)
   }
 }
 
+// One 16-byte chunk of the K/V stream: copy_chunk, with the L2 policy `policy` and a 128-byte L2
+// prefetch when the plan asks for them (kKvL2Hints).
+__device__ __forceinline__ void copy_kv_chunk(u16 *dst, const u16 *src, bool valid, u64 policy) {
+  if constexpr (Cfg::kAligned16 && Cfg::kKvL2Hints != 0)
+    cp_async_cg_16_l2_hint_128b(cvta_to_shared_u32(dst), src, valid ? kCpAsyncBytes : 0, policy);
+  else
+    copy_chunk(dst, src, valid);
+}
+
 // Copies of one K or V tile: chunk c = it * kThreads + tid covers row c / kChunksPerRow. `row_offset`
 // gives the element offset of a tile row (through the block table when paged).
 template <int Dim, int SmemRow> struct TileCopy {
@@ -148,7 +166,7 @@ template <int Dim, int SmemRow> struct TileCopy {
   static constexpr int kUnroll = kIters < kMaxUnroll ? kIters : kMaxUnroll;
 
   template <class RowOffset>
-  __device__ static void issue(u16 *smem, const u16 *base, int rows_valid, const RowOffset &row_offset) {
+  __device__ static void issue(u16 *smem, const u16 *base, int rows_valid, const RowOffset &row_offset, u64 policy) {
 #pragma unroll kUnroll
     for (int it = 0; it < kIters; ++it) {
       const int c = it * Cfg::kThreads + (int)threadIdx.x;
@@ -157,7 +175,7 @@ template <int Dim, int SmemRow> struct TileCopy {
       const int row = c / kChunksPerRow;
       const int col = (c % kChunksPerRow) * kChunkElems;
       const bool valid = row < rows_valid;
-      copy_chunk(smem + row * SmemRow + col, valid ? base + row_offset(row) + col : base, valid);
+      copy_kv_chunk(smem + row * SmemRow + col, valid ? base + row_offset(row) + col : base, valid, policy);
     }
   }
 };
@@ -174,6 +192,7 @@ struct KvSource {
   i64 k_row, v_row, k_page, v_page;
   const i32 *table; // this sequence's block-table row
   int kv_begin, kv_end;
+  u64 policy; // L2 policy of the copies (kKvL2Hints)
 
   __device__ int tile_key(int tile) const { return kv_begin + tile * Cfg::kBlockN; }
 
@@ -198,13 +217,17 @@ struct KvSource {
     const int stage = tile % Cfg::kStages;
     if constexpr (Traits::kPaged) {
       const i32 *pages = smem.pages(stage);
-      KCopy::issue(smem.k(stage), k, rows_valid,
-                   [&](int row) { return pages[row] * k_page + ((key0 + row) % Cfg::kPageSize) * k_row; });
-      VCopy::issue(smem.v(stage), v, rows_valid,
-                   [&](int row) { return pages[row] * v_page + ((key0 + row) % Cfg::kPageSize) * v_row; });
+      KCopy::issue(
+          smem.k(stage), k, rows_valid,
+          [&](int row) { return pages[row] * k_page + ((key0 + row) % Cfg::kPageSize) * k_row; }, policy);
+      VCopy::issue(
+          smem.v(stage), v, rows_valid,
+          [&](int row) { return pages[row] * v_page + ((key0 + row) % Cfg::kPageSize) * v_row; }, policy);
     } else {
-      KCopy::issue(smem.k(stage), k + key0 * k_row, rows_valid, [&](int row) { return row * k_row; });
-      VCopy::issue(smem.v(stage), v + key0 * v_row, rows_valid, [&](int row) { return row * v_row; });
+      KCopy::issue(
+          smem.k(stage), k + key0 * k_row, rows_valid, [&](int row) { return row * k_row; }, policy);
+      VCopy::issue(
+          smem.v(stage), v + key0 * v_row, rows_valid, [&](int row) { return row * v_row; }, policy);
     }
   }
 };
@@ -224,6 +247,9 @@ __device__ __forceinline__ KvSource kv_source(const fj_attention_params &a, cons
   s.table = Traits::kPaged ? a.paged.block_table + (i64)u.batch * a.paged.max_pages_per_seq : nullptr;
   s.kv_begin = u.kv_begin;
   s.kv_end = u.kv_end;
+  s.policy = 0;
+  if constexpr (Cfg::kKvL2Hints != 0)
+    s.policy = l2_policy_evict_first();
   return s;
 }
 
@@ -623,8 +649,18 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfi
     fj::griddepcontrol_launch_dependents();
   const int first = p.slot_begin[blockIdx.x];
   const int last = p.slot_begin[blockIdx.x + 1];
+  if (first == last) // no work: this CTA touches no memory, so it need not wait (PDL) either
+    return;
+  // The work list is the host's (no kernel writes it): read before the wait. Q, K, V, lengths and
+  // tables may come from the previous kernel of the stream: read after it. The wait is conditional
+  // on the loaded entry only so that its load issues before the wait (ptxas sinks an unconditional
+  // one below it); an entry always has kv_begin <= kv_end.
+  const fj_decode_work first_work = fj::decode::load_work(p.work + first);
+  if constexpr (KernelConfig::kArch >= 90)
+    if (first_work.kv_begin <= first_work.kv_end)
+      fj::griddepcontrol_wait();
   for (int i = first; i < last; ++i) {
-    const fj::decode::Unit u = fj::decode::decode_unit(p, fj::decode::load_work(p.work + i));
+    const fj::decode::Unit u = fj::decode::decode_unit(p, i == first ? first_work : fj::decode::load_work(p.work + i));
     fj::decode::run_piece(p, u, smem);
   }
 }
@@ -635,8 +671,12 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfi
 // Min blocks 1: see fj_combine.
 extern "C" __global__ void __launch_bounds__(KernelConfig::kCombineThreads, 1)
     fj_decode_combine(const __grid_constant__ fj_decode_params p) {
-  if constexpr (KernelConfig::kArch >= 90) // launched with PDL: wait for the decode grid's partials
-    fj::griddepcontrol_wait();
+  if constexpr (KernelConfig::kArch >= 90) {
+    // The next step's decode (PDL) may get resident now; it waits for this grid before touching
+    // anything this grid reads or writes.
+    fj::griddepcontrol_launch_dependents();
+    fj::griddepcontrol_wait(); // launched with PDL: wait for the decode grid's partials
+  }
   if ((int)blockIdx.x >= p.header->num_merges)
     return;
   constexpr int kWarps = KernelConfig::kCombineThreads / fj::kWarpSize;

@@ -8,7 +8,8 @@
 // rows stream through kStages shared-memory buffers each, filled with cp.async (16-byte path) or
 // predicated element loads (unaligned path). Two schedules, chosen by kStages:
 //   kStages >= 2 (ring): wait K_j, V_j -> refill the buffers of block j-1 with block j+kStages-1
-//     -> S = Q K_j^T -> mask, online softmax -> O += P V_j. One barrier per block.
+//     -> per sub-block of kSubBlockN keys: S = Q K^T -> mask, online softmax -> O += P V.
+//     One barrier per block.
 //   kStages == 1 (one buffer each, for small shared memory): wait K_j -> S = Q K_j^T -> refill K
 //     -> softmax -> wait V_j -> O += P V_j -> refill V; each load overlaps half a block of math.
 // Commit groups go in the fixed order Q, K0, V0, K1, V1, ..., one (possibly empty) group per load,
@@ -34,16 +35,22 @@ using Cfg = KernelConfig;
 constexpr int kMmaM = 16;
 constexpr int kMmaN = 8;
 constexpr int kMmaK = 16;
+constexpr int kHalfMmaK = kMmaK / 2; // ldmatrix matrices are 8 columns wide
 constexpr int kElemBytes = 2;
 constexpr int kChunkElems = kCpAsyncBytes / kElemBytes;
 
 constexpr int kChunksQK = Cfg::kHeadDimQK / kChunkElems; // 16-byte chunks per Q/K row
 constexpr int kChunksV = Cfg::kHeadDimV / kChunkElems;   // per V/O row
-constexpr int kTilesN = Cfg::kBlockN / kMmaN;            // S fragments per warp row block
-constexpr int kTilesDV = Cfg::kHeadDimV / kMmaN;         // O fragments (exactly head_dim_v)
-constexpr int kStepsQK = Cfg::kHeadDimQKPad / kMmaK;     // k-steps of Q K^T (zero-padded)
-constexpr int kStepsPV = Cfg::kBlockN / kMmaK;           // k-steps of P V
-constexpr int kMBlocks = Cfg::kRowsPerWarp / kMmaM;      // m16 row blocks per warp (1 or 2)
+// The ring schedule runs the math of a key block in sub-blocks of kSubBlockN keys, each a whole
+// QK -> softmax -> PV step, in a loop that is not unrolled: a thread then holds the S accumulators
+// of one sub-block, and ptxas cannot overlap one sub-block's PV with the next one's QK (unrolled,
+// it does, and the wide tiles spill). The copies and the barrier stay per kBlockN keys.
+constexpr int kSubBlocks = Cfg::kBlockN / Cfg::kSubBlockN;
+constexpr int kTilesN = Cfg::kSubBlockN / kMmaN;     // S fragments per warp row block
+constexpr int kTilesDV = Cfg::kHeadDimV / kMmaN;     // O fragments (exactly head_dim_v)
+constexpr int kStepsQK = Cfg::kHeadDimQKPad / kMmaK; // k-steps of Q K^T (zero-padded)
+constexpr int kStepsPV = Cfg::kSubBlockN / kMmaK;    // k-steps of P V per sub-block
+constexpr int kMBlocks = Cfg::kRowsPerWarp / kMmaM;  // m16 row blocks per warp (1 or 2)
 // The scale goes into the exponent, exp2(s * scale_log2 - max * scale_log2) as one FFMA, instead
 // of a separate multiply of every logit (the max commutes with a positive scale). A softcap needs
 // the scaled logit for its tanh, so it keeps the pass. Only the 32-row schedule folds for now: the
@@ -60,7 +67,9 @@ constexpr int kGroupsInFlight = kRing ? 2 * (Cfg::kStages - 2) : 1;
 
 static_assert(Cfg::kRowsPerWarp % kMmaM == 0 && kMBlocks >= 1 && kMBlocks <= 2, "one or two m16 blocks per warp");
 static_assert(Cfg::kWarps * kWarpSize == Cfg::kThreads && Cfg::kWarps * Cfg::kRowsPerWarp == Cfg::kBlockM);
-static_assert(Cfg::kBlockN % kMmaK == 0, "key blocks are whole k-steps of P V");
+static_assert(Cfg::kSubBlockN % kMmaK == 0, "sub-blocks are whole k-steps of P V");
+static_assert(Cfg::kBlockN % Cfg::kSubBlockN == 0 && (kRing || kSubBlocks == 1),
+              "sub-blocks tile the key block; the single-buffer schedule has one");
 static_assert(Cfg::kHeadDimQK % kChunkElems == 0 && Cfg::kHeadDimV % kChunkElems == 0);
 static_assert(Cfg::kHeadDimQKPad % kMmaK == 0 && Cfg::kHeadDimQKPad >= Cfg::kHeadDimQK &&
               Cfg::kHeadDimQKPad - Cfg::kHeadDimQK < kMmaK);
@@ -185,36 +194,30 @@ template <int Chunks, int SmemStride> struct KvStream {
   static constexpr u32 kPassSmemBytes = kRowsPerPass * SmemStride * kElemBytes;
   static_assert(kRowsPerPass >= 1, "one row of chunks fits the CTA");
 
-  const u16 *src; // this thread's chunk in row `row0` of the sequence (block 0)
-  u32 dst;        // its chunk in buffer 0 (shared window address)
-  int row0;       // its first row within a block; kBlockN for idle threads
-
-  __device__ __forceinline__ KvStream(const u16 *base, i64 row_stride, u32 smem_buf0) {
-    const int tid = threadIdx.x;
-    const int row = tid / Chunks;
-    const int chunk = tid % Chunks;
-    row0 = row < kRowsPerPass ? row : Cfg::kBlockN;
-    src = base + (i64)row * row_stride + chunk * kChunkElems;
-    dst = smem_buf0 + (u32)(row * SmemStride + chunk * kChunkElems) * kElemBytes;
-  }
-
-  // Copies the kBlockN rows of block `n_block` into the buffer at byte offset `buf_bytes` from
-  // buffer 0; rows at or past `valid_rows` land as zeros. Full blocks skip the row predicates.
+  // Copies the kBlockN rows of block `n_block` of the sequence starting at `seq` into the buffer
+  // at shared address `buf`; rows at or past `valid_rows` land as zeros. Full blocks skip the row
+  // predicates. The thread's row and chunk come from threadIdx here, and `seq` / `buf` are the
+  // same for the whole CTA (uniform registers), so nothing per thread lives across the key loop.
   template <bool Full>
-  __device__ __forceinline__ void copy(u32 buf_bytes, int n_block, i64 row_stride, int valid_rows) const {
+  static __device__ __forceinline__ void copy(const u16 *seq, u32 buf, int n_block, i64 row_stride, int valid_rows,
+                                              const u16 *tensor_base) {
+    const int tid = threadIdx.x;
+    const int row0 = tid / Chunks;
+    const int chunk = tid % Chunks;
+    if (Cfg::kThreads % Chunks != 0 && row0 >= kRowsPerPass)
+      return; // idle thread
     const i64 pass_stride = (i64)kRowsPerPass * row_stride;
-    const u16 *from = src + (i64)n_block * Cfg::kBlockN * row_stride;
-    const u32 to = dst + buf_bytes;
+    const u16 *from = seq + (i64)(n_block * Cfg::kBlockN + row0) * row_stride + chunk * kChunkElems;
+    const u32 to = buf + (u32)(row0 * SmemStride + chunk * kChunkElems) * kElemBytes;
     const int limit = valid_rows - row0; // pass i is valid iff i * kRowsPerPass < limit
-    // A zero-filled chunk still names a source: row 0 of the sequence, which exists whenever a
-    // block is loaded (only the partial last block needs it).
-    const u16 *row_zero = Full ? src : src - (i64)row0 * row_stride;
+    // A zero-filled chunk still names a source (src-size 0 reads nothing): the tensor's first
+    // element, which always exists and lives in the parameter bank.
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
       const bool in_block = kEven || row0 + i * kRowsPerPass < Cfg::kBlockN;
       if (in_block) {
         const bool valid = Full || i * kRowsPerPass < limit;
-        cp_async_cg_16(to + i * kPassSmemBytes, valid ? from : row_zero, valid ? kCpAsyncBytes : 0);
+        cp_async_cg_16(to + i * kPassSmemBytes, valid ? from : tensor_base, valid ? kCpAsyncBytes : 0);
       }
       from += pass_stride;
     }
@@ -224,21 +227,27 @@ template <int Chunks, int SmemStride> struct KvStream {
 // The fixed-pattern copy applies to contiguous 16-byte-aligned K/V; paged and element-aligned
 // layouts keep load_tile.
 constexpr bool kKvStream = Cfg::kAligned16 && Cfg::kPageSize == 0;
-using KStream = KvStream<kChunksQK, Cfg::kSmemStrideK>;
-using VStream = KvStream<kChunksV, Cfg::kSmemStrideV>;
 
 // Block `n_block` of K (IsV = false) or V through its stream into the buffer `buf_bytes` past
 // buffer 0; always commits a group, empty when the block is past the range.
-template <bool IsV, class Stream>
-__device__ __forceinline__ void stream_kv(const fj_attention_params &p, const Tile &t, const Stream &s, u32 buf_bytes,
-                                          int n_block, int n_end) {
+template <bool IsV>
+__device__ __forceinline__ void stream_kv(const fj_attention_params &p, const Tile &t, u32 buf, int n_block,
+                                          int n_end) {
+  using Stream = KvStream<IsV ? kChunksV : kChunksQK, IsV ? Cfg::kSmemStrideV : Cfg::kSmemStrideK>;
   if (n_block < n_end) {
     const fj_i64 row_stride = IsV ? p.v.row_stride : p.k.row_stride;
+    const u16 *tensor_base = (const u16 *)(IsV ? p.v.ptr : p.k.ptr);
+    // Recomputed from the parameter bank and the tile's indices (uniform registers) rather than
+    // t.k / t.v, which would occupy two vector registers each across the key loop.
+    const fj_tensor_ref &kv = IsV ? p.v : p.k;
+    const i64 seq_off =
+        Cfg::kVarlen ? (IsV ? t.k_row0 * p.v.row_stride : t.k_row0 * p.k.row_stride) : (i64)t.batch * kv.batch_stride;
+    const u16 *seq = (const u16 *)kv.ptr + seq_off + (i64)t.head_kv * kv.head_stride;
     const int valid_rows = t.seqlen_k - n_block * Cfg::kBlockN;
     if (valid_rows >= Cfg::kBlockN)
-      s.template copy<true>(buf_bytes, n_block, row_stride, valid_rows);
+      Stream::template copy<true>(seq, buf, n_block, row_stride, valid_rows, tensor_base);
     else
-      s.template copy<false>(buf_bytes, n_block, row_stride, valid_rows);
+      Stream::template copy<false>(seq, buf, n_block, row_stride, valid_rows, tensor_base);
   }
   cp_async_commit_group();
 }
@@ -276,15 +285,25 @@ __device__ __forceinline__ void zero_qk_padding(u16 *smem_q, u16 *smem_k) {
   }
 }
 
-// S = Q K^T for this warp's kRowsPerWarp rows and the kBlockN keys of one buffer; each K fragment
-// is loaded once and multiplied into every m16 row block.
-__device__ __forceinline__ void gemm_qk(float (&s)[kMBlocks][kTilesN][4], const u16 *smem_q_warp, const u16 *smem_k) {
+// This lane's byte offset for ldmatrix x4 over a 16x16 tile of rows `Stride` elements apart: lanes
+// 0-15 name rows 0-15 of columns 0-7, lanes 16-31 the same rows at column 8. Q and V (transposed)
+// share it when their strides agree, so one register serves both across the key loop.
+template <int Stride> __device__ __forceinline__ u32 ldmatrix_lane_offset() {
   const int lane = lane_id();
-  // ldmatrix row pointers: A (Q) matrices go rows 0-7 / 8-15 then columns 0-7 / 8-15; each x4 of
-  // K covers two n8 key tiles (keys 0-7 then 8-15), columns 0-7 / 8-15 within each.
-  const u32 q_addr = cvta_to_shared_u32(smem_q_warp + (lane % 16) * Cfg::kSmemStrideQ + (lane / 16) * 8);
-  const u32 k_addr =
-      cvta_to_shared_u32(smem_k + ((lane % 8) + (lane / 16) * 8) * Cfg::kSmemStrideK + ((lane / 8) % 2) * 8);
+  return ((lane % kMmaM) * Stride + (lane / kMmaM) * kHalfMmaK) * kElemBytes;
+}
+
+// S = Q K^T for this warp's kRowsPerWarp rows and the kSubBlockN keys at `smem_k` (shared window
+// addresses: a generic pointer would carry 64 bits through the key loop); each K fragment is
+// loaded once and multiplied into every m16 row block.
+__device__ __forceinline__ void gemm_qk(float (&s)[kMBlocks][kTilesN][4], u32 smem_q_warp, u32 smem_k) {
+  // ldmatrix row pointers: A (Q) matrices go rows 0-7 / 8-15 then columns 0-7 / 8-15
+  // (ldmatrix_lane_offset); each x4 of K covers two n8 key tiles (keys 0-7 then 8-15), columns 0-7 /
+  // 8-15 within each, so each tile's B pair lands in consecutive registers (another matrix order
+  // costs two register moves per MMA pair).
+  const int lane = lane_id();
+  const u32 q_addr = smem_q_warp + ldmatrix_lane_offset<Cfg::kSmemStrideQ>();
+  const u32 k_addr = smem_k + (((lane % 8) + (lane / 16) * 8) * Cfg::kSmemStrideK + ((lane / 8) % 2) * 8) * kElemBytes;
   constexpr u32 kQBlockBytes = kMmaM * Cfg::kSmemStrideQ * kElemBytes; // one m16 row block of Q
 #pragma unroll
   for (int mb = 0; mb < kMBlocks; ++mb)
@@ -315,10 +334,8 @@ __device__ __forceinline__ void gemm_qk(float (&s)[kMBlocks][kTilesN][4], const 
 // O += P V, with P taken from the S accumulators (the C layout of two n8 tiles is the A layout
 // of one k16 step) and V read transposed by ldmatrix.trans; each V fragment feeds every row block.
 __device__ __forceinline__ void gemm_pv(float (&o)[kMBlocks][kTilesDV][4], const u32 (&pf)[kMBlocks][kStepsPV][4],
-                                        const u16 *smem_v) {
-  const int lane = lane_id();
-  const u32 v_addr =
-      cvta_to_shared_u32(smem_v + ((lane % 8) + ((lane / 8) % 2) * 8) * Cfg::kSmemStrideV + (lane / 16) * 8);
+                                        u32 smem_v) {
+  const u32 v_addr = smem_v + ldmatrix_lane_offset<Cfg::kSmemStrideV>();
 #pragma unroll
   for (int kk = 0; kk < kStepsPV; ++kk) {
     const u32 row_offset = kk * kMmaK * Cfg::kSmemStrideV * kElemBytes;
@@ -362,18 +379,21 @@ __device__ __forceinline__ void scale_logits(float (&s)[kTilesN][4], const fj_at
 // query row of accumulator elements 0,1 (elements 2,3 are row0 + 8).
 __device__ __forceinline__ void mask_logits(float (&s)[kTilesN][4], const Tile &t, int row0, int n0) {
   const int col_base = n0 + (lane_id() % kQuadSize) * 2;
+  // Every element's distance from its row's diagonal is this one value plus a constant, so the
+  // key loop carries one register for the band (not one bound per row, as hoisted per-row
+  // diagonals would).
+  const int from_diag = col_base - (row0 + t.shift);
 #pragma unroll
   for (int j = 0; j < kTilesN; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int row = row0 + (e / 2) * 8;
       const int col = col_base + j * kMmaN + (e % 2);
-      const int diag = row + t.shift;
+      const int dist = from_diag + j * kMmaN + (e % 2) - (e / 2) * 8; // col - (row + shift)
       bool masked = col >= t.seqlen_k;
       if (t.right >= 0)
-        masked |= col > diag + t.right;
+        masked |= dist > t.right;
       if (t.left >= 0)
-        masked |= col < diag - t.left;
+        masked |= dist < -t.left;
       if (masked)
         s[j][e] = neg_inf();
     }
@@ -447,8 +467,8 @@ __device__ __forceinline__ void scores_to_p(u32 (&pf)[kMBlocks][kStepsPV][4], fl
       scale_logits(s[mb], p);
   }
   // Only blocks that cross seqlen_k or an edge of the band pay for the mask.
-  const bool crosses_end = n0 + Cfg::kBlockN > t.seqlen_k;
-  const bool crosses_right = t.right >= 0 && n0 + Cfg::kBlockN - 1 > t.m0 + t.shift + t.right;
+  const bool crosses_end = n0 + Cfg::kSubBlockN > t.seqlen_k;
+  const bool crosses_right = t.right >= 0 && n0 + Cfg::kSubBlockN - 1 > t.m0 + t.shift + t.right;
   const bool crosses_left = t.left >= 0 && n0 < t.m0 + Cfg::kBlockM - 1 + t.shift - t.left;
   const bool needs_mask = crosses_end || crosses_right || crosses_left;
 #pragma unroll
@@ -571,17 +591,17 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 
   constexpr u32 kStageKBytes = kStageK * kElemBytes;
   constexpr u32 kStageVBytes = kStageV * kElemBytes;
+  constexpr u32 kSubKBytes = Cfg::kSubBlockN * Cfg::kSmemStrideK * kElemBytes; // one sub-block of a buffer
+  constexpr u32 kSubVBytes = Cfg::kSubBlockN * Cfg::kSmemStrideV * kElemBytes;
   const u32 smem_u32 = cvta_to_shared_u32(smem);
-  const KStream k_stream(t.k, p.k.row_stride, smem_u32 + Cfg::kSmemOffsetK);
-  const VStream v_stream(t.v, p.v.row_stride, smem_u32 + Cfg::kSmemOffsetV);
 
   zero_qk_padding(smem_q, smem_k);
   load_q(p, t, smem_q);
 #pragma unroll
   for (int s = 0; s < kPrologueBlocks; ++s) {
     if constexpr (kKvStream) {
-      stream_kv<false>(p, t, k_stream, s * kStageKBytes, n_begin + s, n_end);
-      stream_kv<true>(p, t, v_stream, s * kStageVBytes, n_begin + s, n_end);
+      stream_kv<false>(p, t, smem_u32 + Cfg::kSmemOffsetK + s * kStageKBytes, n_begin + s, n_end);
+      stream_kv<true>(p, t, smem_u32 + Cfg::kSmemOffsetV + s * kStageVBytes, n_begin + s, n_end);
     } else {
       load_kv<false>(p, t, smem_k + s * kStageK, n_begin + s, n_end);
       load_kv<true>(p, t, smem_v + s * kStageV, n_begin + s, n_end);
@@ -590,7 +610,7 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 
   const int warp = warp_id();
   const int lane = lane_id();
-  const u16 *smem_q_warp = smem_q + warp * Cfg::kRowsPerWarp * Cfg::kSmemStrideQ;
+  const u32 smem_q_warp = smem_u32 + Cfg::kSmemOffsetQ + warp * Cfg::kRowsPerWarp * Cfg::kSmemStrideQ * kElemBytes;
   const int row0 = t.m0 + warp * Cfg::kRowsPerWarp + lane / kQuadSize; // query row of c0, c1 (block 0)
 
   float o[kMBlocks][kTilesDV][4];
@@ -609,8 +629,8 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   for (int n_block = n_begin; n_block < n_end; ++n_block) {
     const int stage = (n_block - n_begin) % Cfg::kStages;
     const int n0 = n_block * Cfg::kBlockN;
-    u16 *k_buf = smem_k + stage * kStageK;
-    u16 *v_buf = smem_v + stage * kStageV;
+    const u32 k_buf = smem_u32 + Cfg::kSmemOffsetK + stage * kStageKBytes;
+    const u32 v_buf = smem_u32 + Cfg::kSmemOffsetV + stage * kStageVBytes;
     float s[kMBlocks][kTilesN][4];
     u32 pf[kMBlocks][kStepsPV][4];
     if constexpr (kRing) {
@@ -619,33 +639,36 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       const int ahead = n_block + Cfg::kStages - 1;
       const int ahead_stage = (ahead - n_begin) % Cfg::kStages;
       if constexpr (kKvStream) {
-        stream_kv<false>(p, t, k_stream, ahead_stage * kStageKBytes, ahead, n_end);
-        stream_kv<true>(p, t, v_stream, ahead_stage * kStageVBytes, ahead, n_end);
+        stream_kv<false>(p, t, smem_u32 + Cfg::kSmemOffsetK + ahead_stage * kStageKBytes, ahead, n_end);
+        stream_kv<true>(p, t, smem_u32 + Cfg::kSmemOffsetV + ahead_stage * kStageVBytes, ahead, n_end);
       } else {
         load_kv<false>(p, t, smem_k + ahead_stage * kStageK, ahead, n_end);
         load_kv<true>(p, t, smem_v + ahead_stage * kStageV, ahead, n_end);
       }
-      gemm_qk(s, smem_q_warp, k_buf);
-      scores_to_p(pf, s, o, row_max, row_sum, p, t, row0, n0);
-      gemm_pv(o, pf, v_buf);
+#pragma unroll 1
+      for (int sub = 0; sub < kSubBlocks; ++sub) {
+        gemm_qk(s, smem_q_warp, k_buf + sub * kSubKBytes);
+        scores_to_p(pf, s, o, row_max, row_sum, p, t, row0, n0 + sub * Cfg::kSubBlockN);
+        gemm_pv(o, pf, v_buf + sub * kSubVBytes);
+      }
     } else {
       cp_async_wait_group<kGroupsInFlight>();
       __syncthreads(); // K_j (and Q) visible to every warp
       gemm_qk(s, smem_q_warp, k_buf);
       __syncthreads(); // every warp is done with the K buffer
       if constexpr (kKvStream)
-        stream_kv<false>(p, t, k_stream, 0, n_block + 1, n_end);
+        stream_kv<false>(p, t, smem_u32 + Cfg::kSmemOffsetK, n_block + 1, n_end);
       else
-        load_kv<false>(p, t, k_buf, n_block + 1, n_end);
+        load_kv<false>(p, t, smem_k, n_block + 1, n_end); // the one K buffer
       scores_to_p(pf, s, o, row_max, row_sum, p, t, row0, n0);
       cp_async_wait_group<kGroupsInFlight>();
       __syncthreads(); // V_j visible
       gemm_pv(o, pf, v_buf);
       __syncthreads(); // every warp is done with the V buffer
       if constexpr (kKvStream)
-        stream_kv<true>(p, t, v_stream, 0, n_block + 1, n_end);
+        stream_kv<true>(p, t, smem_u32 + Cfg::kSmemOffsetV, n_block + 1, n_end);
       else
-        load_kv<true>(p, t, v_buf, n_block + 1, n_end);
+        load_kv<true>(p, t, smem_v, n_block + 1, n_end);
     }
   }
   cp_async_wait_all();

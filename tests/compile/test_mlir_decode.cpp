@@ -133,15 +133,36 @@ TEST(MlirDecodeStages, Ptx) {
       << load_line;
 }
 
+// sm_90 (as decode_splitk.cuh): the runtime launches the decode with PDL too, so it reads its first
+// work entry, then waits, and only then touches Q/K/V; the combine lets the next decode in early.
+// The K/V copies carry an L2 evict-first policy and a 128-byte prefetch (plan constant kKvL2Hints).
+TEST(MlirDecodeStages, Sm90WaitsAfterTheWorkListAndHintsTheKvCopies) {
+  KernelSpec spec = decode_spec(kSm90a, 128, FLASHJIT_BF16, 4, 1);
+  const Plan plan = decode_plan(spec);
+  EXPECT_EQ(plan.constant("kKvL2Hints"), 1);
+  mlirgen::Stages stages;
+  Status s = mlirgen::generate(spec, plan, {}, &stages);
+  ASSERT_TRUE(s.ok()) << s.message;
+  const std::string decode_entry = stages.ptx.substr(0, stages.ptx.find(".entry fj_decode_combine("));
+  EXPECT_TRUE(check_in_order(decode_entry, {"griddepcontrol.launch_dependents", "ld.global.nc.v4",
+                                            "griddepcontrol.wait", "createpolicy.fractional.L2::evict_first.b64",
+                                            "cp.async.cg.shared.global.L2::cache_hint.L2::128B"}));
+  const std::string combine_entry = stages.ptx.substr(stages.ptx.find(".entry fj_decode_combine("));
+  EXPECT_TRUE(check_in_order(combine_entry, {"griddepcontrol.launch_dependents", "griddepcontrol.wait"}));
+  EXPECT_EQ(combine_entry.find("L2::cache_hint"), std::string::npos);
+}
+
 TEST(MlirDecodeStages, Fp16Sm80NoPdl) {
   KernelSpec spec = decode_spec(kSm80, 64, FLASHJIT_FP16, 8, 2);
   spec.causal = true;
+  const Plan plan = decode_plan(spec);
+  EXPECT_EQ(plan.constant("kKvL2Hints"), 0); // measured on sm_90 only: plain copies here
   mlirgen::Stages stages;
-  Status s = mlirgen::generate(spec, decode_plan(spec), {}, &stages);
+  Status s = mlirgen::generate(spec, plan, {}, &stages);
   ASSERT_TRUE(s.ok()) << s.message;
   EXPECT_TRUE(check_in_order(
       stages.ptx, {".target sm_80", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "cvt.rn.f16x2.f32"}));
-  EXPECT_TRUE(check_not(stages.ptx, {"griddepcontrol"}));
+  EXPECT_TRUE(check_not(stages.ptx, {"griddepcontrol", "createpolicy", "L2::cache_hint"}));
 }
 
 // Paged KV: the block table is read with ld.global.nc ahead of the copies, the page ring lives in

@@ -32,6 +32,8 @@ const Arch kSm90a{90, true};
 const Arch kSm80{80, false};
 const Arch kSm86{86, false};
 constexpr int kRows16 = 16;
+constexpr int kSingleBufferBlockN = 32;                     // d128 under the planner's register budget
+constexpr int kSteppedBlockN = 128, kSteppedSubBlockN = 64; // d64: two steps of 64 keys
 constexpr int kRows32 = 32;
 constexpr int kMaxHeadDim = 256;
 constexpr int kChunkElems = 8; // 16-bit values per 16-byte cp.async
@@ -42,7 +44,7 @@ struct Fa2Case {
   flashjit_dtype dtype;
   bool causal = false, local = false, softcap = false, varlen = false;
   int page_size = 0, align_bytes = 16;
-  int rows_per_warp = 0, block_n = 0, stages = 0; // 0: the planner's choice
+  int rows_per_warp = 0, block_n = 0, stages = 0, sub_block_n = 0; // 0: the planner's choice
 };
 
 KernelSpec spec_of(const Fa2Case &c) {
@@ -66,6 +68,7 @@ Plan plan_of(const Fa2Case &c) {
   tuning.rows_per_warp = c.rows_per_warp;
   tuning.block_n = c.block_n;
   tuning.stages = c.stages;
+  tuning.sub_block_n = c.sub_block_n;
   Plan plan;
   std::string why;
   EXPECT_TRUE(plan_fa2_tuned(spec_of(c), tuning, &plan, &why)) << why;
@@ -91,7 +94,8 @@ void PrintTo(const Fa2Case &c, std::ostream *out) {
        << (c.varlen ? " varlen" : "") << (c.page_size ? " paged" + std::to_string(c.page_size) : "")
        << (c.align_bytes < 16 ? " al" + std::to_string(c.align_bytes) : "")
        << (c.rows_per_warp ? " r" + std::to_string(c.rows_per_warp) : "")
-       << (c.block_n ? " n" + std::to_string(c.block_n) : "") << (c.stages ? " s" + std::to_string(c.stages) : "");
+       << (c.block_n ? " n" + std::to_string(c.block_n) : "") << (c.stages ? " s" + std::to_string(c.stages) : "")
+       << (c.sub_block_n ? " k" + std::to_string(c.sub_block_n) : "");
 }
 
 const std::string kParamDecl =
@@ -225,9 +229,17 @@ std::vector<Fa2Case> fa2_cases() {
   cases.push_back(c);
   c = {kSm90a, 128, 128, FLASHJIT_FP16};
   c.stages = 1;
+  c.block_n = kSingleBufferBlockN; // the budget's key block: the wide sm_90a one is a two-stage tile
   cases.push_back(c);
   c = {kSm80, 64, 64, FLASHJIT_FP16, false, false, /*softcap=*/true};
   cases.push_back(c);
+  // A key block run as several QK -> softmax -> PV steps (Fa2Tuning::sub_block_n), causal and not.
+  for (bool causal : {false, true}) {
+    c = {kSm90a, 64, 64, FLASHJIT_BF16, causal};
+    c.block_n = kSteppedBlockN;
+    c.sub_block_n = kSteppedSubBlockN;
+    cases.push_back(c);
+  }
   // 16 rows per warp where the default is 32: the one-row-block warp shape, streamed, paged, unaligned
   // and single-buffered.
   for (int dim : {64, 128}) {

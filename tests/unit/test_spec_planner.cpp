@@ -43,6 +43,13 @@ TEST(KernelName, SpellsOutTheSpecAndPlan) {
   spec.head_dim_v = 128;
   EXPECT_EQ(kernel_name(spec, plan),
             "prefill.fa2.sm90a.d80v128.fp16.causal.window.softcap.varlen.page16.m128n64s2.al16");
+  plan.add("kSubBlockN", 64); // one step per block: nothing to say
+  EXPECT_EQ(kernel_name(spec, plan),
+            "prefill.fa2.sm90a.d80v128.fp16.causal.window.softcap.varlen.page16.m128n64s2.al16");
+  plan.constants.clear();
+  plan.add("kSubBlockN", 32);
+  EXPECT_EQ(kernel_name(spec, plan),
+            "prefill.fa2.sm90a.d80v128.fp16.causal.window.softcap.varlen.page16.m128n64s2k32.al16");
 }
 
 TEST(KernelHash, IsStableAndSeparatesEveryField) {
