@@ -338,8 +338,11 @@ KvStream Fa2Builder::kv_stream(int chunks, int smem_stride, Value smem_buf0) {
 Value Fa2Builder::kv_sequence(bool is_v) {
   Value ptr = is_v ? p.v : p.k;
   const Value *strides = is_v ? p.v_strides : p.k_strides;
-  Value seq_off = sh.varlen ? e.mul(t.k_row0, strides[1]) : e.mul(e.sext64(t.batch), strides[0]);
-  return elems(ptr, e.add(seq_off, e.mul(e.sext64(t.head_kv), strides[2])));
+  // %ctaid read here (asm volatile): computed from t.batch / t.head_kv, LLVM hoists both bases out
+  // of the key loop into four vector registers, which ptxas then spills at the widest tiles.
+  Value head_kv = e.div_s(sreg_here("ctaid.y"), p.group);
+  Value seq_off = sh.varlen ? e.mul(t.k_row0, strides[1]) : e.mul(e.sext64(sreg_here("ctaid.z")), strides[0]);
+  return elems(ptr, e.add(seq_off, e.mul(e.sext64(head_kv), strides[2])));
 }
 
 // stream_copy (KvStream::copy): the kBlockN rows of block `n_block` of the sequence `seq` into the

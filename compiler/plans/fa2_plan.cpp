@@ -60,15 +60,16 @@ constexpr int kWideSmallBlockM = 64;
 constexpr int kWideCandidates = 5;
 
 // Wider key blocks where they fit 255 registers without spilling (NVRTC and MLIR sweeps, perf-notes
-// "fa2: key blocks past the budget"): on sm_90a, for non-causal specs with no window, softcap,
-// varlen, paging or unaligned rows. Each of those adds live state, and with any of them these
-// tiles spill (causal: the MLIR build, 4-32 bytes). Measured on the H200 against the budget's
-// tile: d64 128x128 vs 128x80 and d128 128x64 vs 128x32.
+// "fa2: key blocks past the budget"): on sm_90a, for specs with no window, softcap, varlen, paging
+// or unaligned rows. Each of those adds live state, and with any of them these tiles spill; so does
+// causal d128 (the MLIR build, 4-36 bytes). Measured on the H200 against the budget's tile:
+// d64 128x128 vs 128x80 and d128 128x64 vs 128x32.
 struct WideBlock {
   int head_dim, block_n;
+  bool causal_fits;
 };
 constexpr int kWideBlockArch = 90;
-constexpr std::array<WideBlock, 2> kPlainSm90WideBlocks{{{64, 128}, {128, 64}}};
+constexpr std::array<WideBlock, 2> kPlainSm90WideBlocks{{{64, 128, true}, {128, 64, false}}};
 
 bool plain(const KernelSpec &spec) {
   return !spec.local && !spec.softcap && !spec.varlen && spec.page_size == 0 && spec.align_bytes >= kChunkBytes;
@@ -76,9 +77,9 @@ bool plain(const KernelSpec &spec) {
 
 // The budget's key block, or the measured wider one for a plain spec on sm_90a.
 int wide_block_n(const KernelSpec &spec) {
-  if (spec.arch.sm == kWideBlockArch && plain(spec) && !spec.causal && spec.head_dim_qk == spec.head_dim_v)
+  if (spec.arch.sm == kWideBlockArch && plain(spec) && spec.head_dim_qk == spec.head_dim_v)
     for (const WideBlock &wide : kPlainSm90WideBlocks)
-      if (wide.head_dim == spec.head_dim_v)
+      if (wide.head_dim == spec.head_dim_v && (wide.causal_fits || !spec.causal))
         return wide.block_n;
   return std::clamp((kWideRegBudget - spec.head_dim_v) / kMmaK * kMmaK, kWideMinBlockN, kWideMaxBlockN);
 }
