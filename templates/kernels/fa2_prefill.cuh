@@ -42,9 +42,10 @@ constexpr int kChunkElems = kCpAsyncBytes / kElemBytes;
 constexpr int kChunksQK = Cfg::kHeadDimQK / kChunkElems; // 16-byte chunks per Q/K row
 constexpr int kChunksV = Cfg::kHeadDimV / kChunkElems;   // per V/O row
 // The ring schedule runs the math of a key block in sub-blocks of kSubBlockN keys, each a whole
-// QK -> softmax -> PV step, in a loop that is not unrolled: a thread then holds the S accumulators
-// of one sub-block, and ptxas cannot overlap one sub-block's PV with the next one's QK (unrolled,
-// it does, and the wide tiles spill). The copies and the barrier stay per kBlockN keys.
+// QK -> softmax -> PV step, in a loop that is not unrolled, so a thread holds the S accumulators
+// of one sub-block only; the copies and the barrier stay per kBlockN keys. The planner uses one
+// step per block (kSubBlockN = kBlockN): several steps were measured slower than one step of the
+// same keys (perf-notes "fa2: key blocks past the budget"); Fa2Tuning::sub_block_n sets it.
 constexpr int kSubBlocks = Cfg::kBlockN / Cfg::kSubBlockN;
 constexpr int kTilesN = Cfg::kSubBlockN / kMmaN;     // S fragments per warp row block
 constexpr int kTilesDV = Cfg::kHeadDimV / kMmaN;     // O fragments (exactly head_dim_v)
@@ -228,8 +229,8 @@ template <int Chunks, int SmemStride> struct KvStream {
 // layouts keep load_tile.
 constexpr bool kKvStream = Cfg::kAligned16 && Cfg::kPageSize == 0;
 
-// Block `n_block` of K (IsV = false) or V through its stream into the buffer `buf_bytes` past
-// buffer 0; always commits a group, empty when the block is past the range.
+// Block `n_block` of K (IsV = false) or V through its stream into the buffer at shared address
+// `buf`; always commits a group, empty when the block is past the range.
 template <bool IsV>
 __device__ __forceinline__ void stream_kv(const fj_attention_params &p, const Tile &t, u32 buf, int n_block,
                                           int n_end) {
@@ -240,8 +241,7 @@ __device__ __forceinline__ void stream_kv(const fj_attention_params &p, const Ti
     // Recomputed from the parameter bank and the tile's indices (uniform registers) rather than
     // t.k / t.v, which would occupy two vector registers each across the key loop.
     const fj_tensor_ref &kv = IsV ? p.v : p.k;
-    const i64 seq_off =
-        Cfg::kVarlen ? (IsV ? t.k_row0 * p.v.row_stride : t.k_row0 * p.k.row_stride) : (i64)t.batch * kv.batch_stride;
+    const i64 seq_off = Cfg::kVarlen ? t.k_row0 * kv.row_stride : (i64)t.batch * kv.batch_stride;
     const u16 *seq = (const u16 *)kv.ptr + seq_off + (i64)t.head_kv * kv.head_stride;
     const int valid_rows = t.seqlen_k - n_block * Cfg::kBlockN;
     if (valid_rows >= Cfg::kBlockN)

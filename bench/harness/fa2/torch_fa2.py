@@ -5,7 +5,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 S, TOKENS, WIDTH = 4096, 16384, 2048
-for d in (64, 80, 128):
+for d in (64, 80, 96, 128):
     for causal in (False, True):
         B, H = TOKENS // S, WIDTH // d
         q, k, v = (torch.randn(B, S, H, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(3))
