@@ -95,6 +95,35 @@ TEST(Planner, Fa2CoversEveryHeadDimOnEveryArchWithinSharedMemory) {
         }
 }
 
+// The fa2 key blocks of perf-notes "fa2: key blocks past the budget": the budget's tile everywhere,
+// wider ones only for plain specs on sm_90a (and not causal d128), one QK -> softmax -> PV step per
+// block, 16 rows per warp for featured specs from head dim 120.
+TEST(Planner, Fa2KeyBlocksFollowTheMeasuredRule) {
+  struct Expect {
+    Arch arch;
+    int d;
+    bool causal, softcap;
+    int block_n, rows_per_warp;
+  };
+  const Arch sm90a{90, true}, sm80{80, false};
+  const Expect cases[] = {
+      {sm90a, 64, false, false, 128, 32}, {sm90a, 64, true, false, 128, 32}, {sm90a, 128, false, false, 64, 32},
+      {sm90a, 128, true, false, 32, 32},  {sm90a, 80, false, false, 64, 32}, {sm90a, 64, false, true, 80, 32},
+      {sm80, 64, false, false, 80, 32},   {sm80, 128, false, false, 32, 32}, {sm90a, 112, false, true, 32, 32},
+      {sm90a, 120, false, true, 128, 16}, {sm90a, 128, true, true, 128, 16}, {sm90a, 192, false, false, 64, 16},
+  };
+  for (const Expect &c : cases) {
+    KernelSpec spec = prefill(c.d, c.causal, c.arch);
+    spec.softcap = c.softcap;
+    Plan plan;
+    std::string why;
+    ASSERT_TRUE(plan_fa2(spec, &plan, &why)) << why;
+    EXPECT_EQ(plan.block_n, c.block_n) << kernel_name(spec, plan);
+    EXPECT_EQ(plan.constant("kRowsPerWarp"), c.rows_per_warp) << kernel_name(spec, plan);
+    EXPECT_EQ(plan.constant("kSubBlockN"), plan.block_n) << kernel_name(spec, plan);
+  }
+}
+
 TEST(Planner, PrefersFa3OnHopperAndFa2Elsewhere) {
   PlanChoice hopper = choose_plan(prefill(128, false));
   ASSERT_TRUE(hopper.ok) << hopper.error;
