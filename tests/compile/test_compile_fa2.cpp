@@ -1,4 +1,5 @@
 // Every fa2 specialization compiles for every arch it serves, with no spills (no GPU needed).
+#include "compiler/plans/fa2_plan.hpp"
 #include "tests/compile/compile_matrix.hpp"
 
 namespace flashjit {
@@ -57,15 +58,39 @@ INSTANTIATE_TEST_SUITE_P(AllArchsAndHeadDims, Fa2Compile, ::testing::ValuesIn(fa
                                   (c.dtype == FLASHJIT_FP16 ? "fp16" : "bf16") + (c.causal ? "_causal" : "");
                          });
 
+// Window + softcap + varlen, or paged (page 1, 16 and 7, the last element-aligned), at head dims on
+// both sides of the planner's switch to 16 rows per warp for such specs (d120).
 TEST(Fa2CompileFeatures, WindowSoftcapVarlenPagedAndUnalignedCompile) {
-  for (int page : {0, 1, 16, 7}) {
-    KernelSpec spec = testing::prefill_spec(Arch{90, true}, 80, 80, FLASHJIT_BF16, true);
-    spec.local = spec.softcap = true;
-    spec.varlen = page == 0;
-    spec.page_size = page;
-    spec.align_bytes = page == 7 ? 2 : 16;
-    CompiledKernel kernel = testing::compile_or_fail(spec, Variant::fa2);
-    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name;
+  for (Arch arch : {Arch{90, true}, Arch{80, false}})
+    for (int dim : {80, 112, 128})
+      for (int page : {0, 1, 16, 7}) {
+        KernelSpec spec = testing::prefill_spec(arch, dim, dim, FLASHJIT_BF16, true);
+        spec.local = spec.softcap = true;
+        spec.varlen = page == 0;
+        spec.page_size = page;
+        spec.align_bytes = page == 7 ? 2 : 16;
+        CompiledKernel kernel = testing::compile_or_fail(spec, Variant::fa2);
+        EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name;
+      }
+}
+
+// A key block run as several QK -> softmax -> PV steps (Fa2Tuning::sub_block_n; the planner uses
+// one): the template's step loop compiles, and within the register budget it spills nothing.
+TEST(Fa2CompileFeatures, SubBlockStepsCompile) {
+  for (bool causal : {false, true}) {
+    KernelSpec spec = testing::prefill_spec(Arch{90, true}, 64, 64, FLASHJIT_BF16, causal);
+    Fa2Tuning tuning;
+    tuning.block_n = 128;
+    tuning.sub_block_n = 64;
+    Plan plan;
+    std::string why;
+    ASSERT_TRUE(plan_fa2_tuned(spec, tuning, &plan, &why)) << why;
+    ASSERT_EQ(plan.constant("kSubBlockN"), 64);
+    CompiledKernel kernel;
+    Status s = build_kernel(spec, plan, FLASHJIT_BACKEND_NVRTC, &kernel);
+    ASSERT_TRUE(s.ok()) << s.message;
+    EXPECT_NE(kernel.name.find("n128s2k64"), std::string::npos) << kernel.name;
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name << "\n" << kernel.log;
   }
 }
 
