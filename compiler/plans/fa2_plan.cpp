@@ -87,7 +87,7 @@ int wide_block_n(const KernelSpec &spec) {
 // Candidates for 32 rows per warp, preferred first: the widest key block within the register
 // budget, two stages, then one, then 64-row tiles, then the smallest key block. One QK -> softmax ->
 // PV step per block (Fa2Tuning::sub_block_n splits a block into several; measured slower than one
-// step of the same keys, see perf-notes "fa2: key blocks in sub-block steps").
+// step of the same keys, see perf-notes "fa2: key blocks past the budget").
 std::array<Tiles, kWideCandidates> wide_tiles(const KernelSpec &spec) {
   const int block_n = wide_block_n(spec);
   return {{{kWideBlockM, block_n, 2},
