@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <string>
 
 namespace flashjit::mlirgen {
 
@@ -38,6 +39,26 @@ enum class DType { fp16, bf16 };
 struct Emitter {
   mlir::OpBuilder &b;
   mlir::Location loc;
+
+  // --- inline PTX (templates' asm volatile): `constraints` in LLVM syntax ("=r,r,~{memory}")
+  mlir::Value asm_value(mlir::Type result, mlir::ValueRange operands, const std::string &ptx,
+                        const std::string &constraints) {
+    auto op = mlir::LLVM::InlineAsmOp::create(
+        b, loc, result, operands, b.getStringAttr(ptx), b.getStringAttr(constraints), b.getUnitAttr(), mlir::UnitAttr{},
+        mlir::LLVM::TailCallKindAttr::get(b.getContext(), mlir::LLVM::tailcallkind::TailCallKind::None),
+        mlir::LLVM::AsmDialectAttr::get(b.getContext(), mlir::LLVM::AsmDialect::AD_ATT), mlir::ArrayAttr{});
+    return result ? op.getResult(0) : mlir::Value{};
+  }
+  void asm_void(mlir::ValueRange operands, const std::string &ptx, const std::string &constraints) {
+    asm_value(mlir::Type{}, operands, ptx, constraints);
+  }
+  // createpolicy.fractional.L2::evict_last.b64 d, 1.0 / evict_first
+  mlir::Value l2_policy(bool evict_last) {
+    return asm_value(i64(), {},
+                     std::string("createpolicy.fractional.L2::") + (evict_last ? "evict_last" : "evict_first") +
+                         ".b64 $0, 1.0;",
+                     "=l");
+  }
 
   // --- types and constants
   mlir::Type i1() const { return b.getI1Type(); }

@@ -24,18 +24,6 @@ constexpr int kWgmmaDescStrideShift = 32;
 constexpr int kWgmmaDescSwizzleShift = 62;
 
 struct HopperEmitter : Emitter {
-  // --- inline PTX (templates' asm volatile): `constraints` in LLVM syntax ("=r,r,~{memory}")
-  mlir::Value asm_value(mlir::Type result, mlir::ValueRange operands, const std::string &ptx,
-                        const std::string &constraints) {
-    auto op = mlir::LLVM::InlineAsmOp::create(
-        b, loc, result, operands, b.getStringAttr(ptx), b.getStringAttr(constraints), b.getUnitAttr(), mlir::UnitAttr{},
-        mlir::LLVM::TailCallKindAttr::get(b.getContext(), mlir::LLVM::tailcallkind::TailCallKind::None),
-        mlir::LLVM::AsmDialectAttr::get(b.getContext(), mlir::LLVM::AsmDialect::AD_ATT), mlir::ArrayAttr{});
-    return result ? op.getResult(0) : mlir::Value{};
-  }
-  void asm_void(mlir::ValueRange operands, const std::string &ptx, const std::string &constraints) {
-    asm_value(mlir::Type{}, operands, ptx, constraints);
-  }
   mlir::Value field(mlir::Value aggregate, int i) { return mlir::LLVM::ExtractValueOp::create(b, loc, aggregate, i); }
 
   // --- integer helpers on shared addresses / descriptors
@@ -194,13 +182,6 @@ struct HopperEmitter : Emitter {
   // --- TMA (templates/prim/tma.cuh); `map` is the generic address of a __grid_constant__ CUtensorMap
   // prefetch.tensormap [map]
   void tma_prefetch_descriptor(mlir::Value map) { asm_void({map}, "prefetch.tensormap [$0];", "l,~{memory}"); }
-  // createpolicy.fractional.L2::evict_last.b64 d, 1.0 / evict_first
-  mlir::Value l2_policy(bool evict_last) {
-    return asm_value(i64(), {},
-                     std::string("createpolicy.fractional.L2::") + (evict_last ? "evict_last" : "evict_first") +
-                         ".b64 $0, 1.0;",
-                     "=l");
-  }
   // cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint
   //   [dst], [map, {c0, c1, c2, c3}], [bar], policy
   void tma_load_4d(mlir::Value dst, mlir::Value map, mlir::Value bar, mlir::Value c0, mlir::Value c1, mlir::Value c2,

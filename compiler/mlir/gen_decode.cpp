@@ -189,21 +189,6 @@ void copy_chunk(Emitter &e, const Shape &sh, Value dst, Value valid, Value fallb
   e.st_shared(dst, mlir::LLVM::BitcastOp::create(e.b, e.loc, v4i32, chunk), kChunkBytes);
 }
 
-// An asm volatile statement with a "memory" clobber, as the templates' prim wrappers spell them.
-mlir::LLVM::InlineAsmOp inline_asm(Emitter &e, mlir::TypeRange results, ValueRange operands, const std::string &text,
-                                   const std::string &constraints) {
-  return mlir::LLVM::InlineAsmOp::create(
-      e.b, e.loc, results, operands, e.b.getStringAttr(text), e.b.getStringAttr(constraints + ",~{memory}"),
-      /*has_side_effects=*/e.b.getUnitAttr(), /*is_align_stack=*/mlir::UnitAttr{},
-      mlir::LLVM::TailCallKindAttr::get(e.b.getContext(), mlir::LLVM::tailcallkind::TailCallKind::None),
-      mlir::LLVM::AsmDialectAttr::get(e.b.getContext(), mlir::LLVM::AsmDialect::AD_ATT), mlir::ArrayAttr{});
-}
-
-// l2_policy_evict_first of prim/tma.cuh: createpolicy.fractional.L2::evict_first.b64 d, 1.0
-Value l2_policy_evict_first(Emitter &e) {
-  return inline_asm(e, {e.i64()}, {}, "createpolicy.fractional.L2::evict_first.b64 $0, 1.0;", "=l").getResult(0);
-}
-
 // copy_kv_chunk of decode_splitk.cuh: copy_chunk, or with kKvL2Hints (aligned rows) prim/cp_async_l2.cuh's
 // cp.async.cg.shared.global.L2::cache_hint.L2::128B [dst], [src], 16, src_bytes, policy
 template <typename Source>
@@ -215,8 +200,8 @@ void copy_kv_chunk(Emitter &e, const Shape &sh, Value dst, Value valid, Value fa
   Value dst_u32 = mlir::LLVM::PtrToIntOp::create(e.b, e.loc, e.i32(), dst);
   Value src = e.to_global(e.select(valid, source(), fallback));
   Value bytes = e.select(valid, e.c_i32(kChunkBytes), e.c_i32(0));
-  inline_asm(e, {}, {dst_u32, src, bytes, policy},
-             "cp.async.cg.shared.global.L2::cache_hint.L2::128B [$0], [$1], 16, $2, $3;", "r,l,r,l");
+  e.asm_void({dst_u32, src, bytes, policy}, "cp.async.cg.shared.global.L2::cache_hint.L2::128B [$0], [$1], 16, $2, $3;",
+             "r,l,r,l,~{memory}");
 }
 
 // llvm.loop.unroll.disable on a thread-strided loop. LLVM runtime-unrolls them (the trip count
@@ -628,7 +613,7 @@ void run_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, cons
     src.table = e.gep(p.block_table, e.i32(), e.mul(e.sext64(u.batch), e.sext64(p.max_pages_per_seq)));
   src.kv_begin = u.kv_begin;
   src.kv_end = u.kv_end;
-  src.policy = sh.kv_l2_hints != 0 ? l2_policy_evict_first(e) : e.c_i64(0);
+  src.policy = sh.kv_l2_hints != 0 ? e.l2_policy(/*evict_last=*/false) : e.c_i64(0);
   zero_qk_padding(e, sh, smem); // the previous piece's merge scratch may have covered the K padding
   Value num_tiles = e.div_s(e.add(e.sub(u.kv_end, u.kv_begin), e.c_i32(sh.block_n - 1)), e.c_i32(sh.block_n));
 

@@ -105,6 +105,28 @@ Params load_params(Emitter &e, Value pp, mlir::LLVM::LLVMStructType t) {
   return r;
 }
 
+// The online-softmax state a loop carries (O fragments, row maxima, row sums) as one flat list of
+// iter_args, and back.
+std::vector<Value> flatten_state(const std::vector<Frag> &o, const std::vector<Value> &row_max,
+                                 const std::vector<Value> &row_sum) {
+  std::vector<Value> flat;
+  for (const Frag &f : o)
+    flat.insert(flat.end(), f.begin(), f.end());
+  flat.insert(flat.end(), row_max.begin(), row_max.end());
+  flat.insert(flat.end(), row_sum.begin(), row_sum.end());
+  return flat;
+}
+void unflatten_state(ValueRange flat, size_t frags, size_t stats, std::vector<Frag> *o, std::vector<Value> *row_max,
+                     std::vector<Value> *row_sum) {
+  o->assign(frags, {});
+  for (size_t f = 0; f < frags; ++f)
+    for (int i = 0; i < kFragment; ++i)
+      (*o)[f][i] = flat[f * kFragment + i];
+  const size_t o_values = frags * kFragment;
+  row_max->assign(flat.begin() + o_values, flat.begin() + o_values + stats);
+  row_sum->assign(flat.begin() + o_values + stats, flat.begin() + o_values + 2 * stats);
+}
+
 // KvStream of fa2_prefill.cuh: thread t copies chunk t % chunks of rows t / chunks + i * rows_per_pass
 // of every key/value block, a fixed pattern (the generic load_tile recomputes 64-bit row addresses and
 // the shared window for every chunk, right after the per-block barrier). The thread's row and chunk
@@ -151,14 +173,7 @@ private:
   // A special register read where it is used (an asm volatile mov): LLVM can neither reuse a copy
   // computed before the key loop nor hoist it, so the epilogue does not keep values live across the
   // loop for itself; ptxas re-reads the register (S2R). mov.u32 d, %<name>
-  Value sreg_here(const std::string &name) {
-    auto op = mlir::LLVM::InlineAsmOp::create(
-        e.b, e.loc, e.i32(), ValueRange{}, e.b.getStringAttr("mov.u32 $0, %" + name + ";"), e.b.getStringAttr("=r"),
-        /*has_side_effects=*/e.b.getUnitAttr(), /*is_align_stack=*/mlir::UnitAttr{},
-        mlir::LLVM::TailCallKindAttr::get(e.b.getContext(), mlir::LLVM::tailcallkind::TailCallKind::None),
-        mlir::LLVM::AsmDialectAttr::get(e.b.getContext(), mlir::LLVM::AsmDialect::AD_ATT), mlir::ArrayAttr{});
-    return op.getResult(0);
-  }
+  Value sreg_here(const std::string &name) { return e.asm_value(e.i32(), {}, "mov.u32 $0, %" + name + ";", "=r"); }
   // ldmatrix_lane_offset of fa2_prefill.cuh, in elements: lanes 0-15 name rows 0-15 of columns
   // 0-7, lanes 16-31 the same rows at column 8.
   Value ldmatrix_lane_offset(int stride) {
@@ -535,35 +550,18 @@ void Fa2Builder::sub_block_steps(Value k_buf, Value v_buf, Value q_warp, Value r
     step(k_buf, v_buf, n0);
     return;
   }
-  std::vector<Value> init;
-  for (const Frag &f : *o)
-    init.insert(init.end(), f.begin(), f.end());
-  init.insert(init.end(), row_max->begin(), row_max->end());
-  init.insert(init.end(), row_sum->begin(), row_sum->end());
-  const size_t o_values = o->size() * kFragment, stats = row_max->size();
-  auto unpack = [&](ValueRange values) {
-    for (size_t f = 0; f < o->size(); ++f)
-      for (int i = 0; i < kFragment; ++i)
-        (*o)[f][i] = values[f * kFragment + i];
-    row_max->assign(values.begin() + o_values, values.begin() + o_values + stats);
-    row_sum->assign(values.begin() + o_values + stats, values.begin() + o_values + 2 * stats);
-  };
-  auto loop =
-      scf::ForOp::create(e.b, e.loc, e.c_i32(0), e.c_i32(sh.sub_blocks()), e.c_i32(1), init,
-                         [&](mlir::OpBuilder &, mlir::Location, Value sub, ValueRange values) {
-                           unpack(values);
-                           Value first_key = e.mul(sub, e.c_i32(sh.sub_block_n));
-                           step(e.gep(k_buf, i16(), e.mul(first_key, e.c_i32(sh.stride_k))),
-                                e.gep(v_buf, i16(), e.mul(first_key, e.c_i32(sh.stride_v))), e.add(n0, first_key));
-                           std::vector<Value> out;
-                           for (const Frag &f : *o)
-                             out.insert(out.end(), f.begin(), f.end());
-                           out.insert(out.end(), row_max->begin(), row_max->end());
-                           out.insert(out.end(), row_sum->begin(), row_sum->end());
-                           scf::YieldOp::create(e.b, e.loc, out);
-                         });
+  const size_t frags = o->size(), stats = row_max->size();
+  auto loop = scf::ForOp::create(
+      e.b, e.loc, e.c_i32(0), e.c_i32(sh.sub_blocks()), e.c_i32(1), flatten_state(*o, *row_max, *row_sum),
+      [&](mlir::OpBuilder &, mlir::Location, Value sub, ValueRange values) {
+        unflatten_state(values, frags, stats, o, row_max, row_sum);
+        Value first_key = e.mul(sub, e.c_i32(sh.sub_block_n));
+        step(e.gep(k_buf, i16(), e.mul(first_key, e.c_i32(sh.stride_k))),
+             e.gep(v_buf, i16(), e.mul(first_key, e.c_i32(sh.stride_v))), e.add(n0, first_key));
+        scf::YieldOp::create(e.b, e.loc, flatten_state(*o, *row_max, *row_sum));
+      });
   no_unroll(e, loop);
-  unpack(loop.getResults());
+  unflatten_state(loop.getResults(), frags, stats, o, row_max, row_sum);
 }
 
 // scores_to_p: scale (or softcap), mask where the block needs it, online softmax, 16-bit P.
@@ -706,12 +704,7 @@ void Fa2Builder::main_tile(Value n_begin, Value n_end) {
   init.insert(init.end(), stats, neg_inf); // row_max
   init.insert(init.end(), stats, zero);    // row_sum
   auto unpack = [&](ValueRange values, std::vector<Frag> *o, std::vector<Value> *row_max, std::vector<Value> *row_sum) {
-    o->assign(mbs * dv, {});
-    for (int f = 0; f < mbs * dv; ++f)
-      for (int i = 0; i < kFragment; ++i)
-        (*o)[f][i] = values[f * kFragment + i];
-    row_max->assign(values.begin() + o_values, values.begin() + o_values + stats);
-    row_sum->assign(values.begin() + o_values + stats, values.begin() + o_values + 2 * stats);
+    unflatten_state(values, mbs * dv, stats, o, row_max, row_sum);
   };
 
   auto loop =
@@ -746,12 +739,7 @@ void Fa2Builder::main_tile(Value n_begin, Value n_end) {
                              e.bar_sync(); // every warp is done with the V buffer
                              load_v(e.c_i32(0), next);
                            }
-                           std::vector<Value> out;
-                           for (const Frag &f : o)
-                             out.insert(out.end(), f.begin(), f.end());
-                           out.insert(out.end(), row_max.begin(), row_max.end());
-                           out.insert(out.end(), row_sum.begin(), row_sum.end());
-                           scf::YieldOp::create(e.b, e.loc, out);
+                           scf::YieldOp::create(e.b, e.loc, flatten_state(o, row_max, row_sum));
                          });
   no_unroll(e, loop);
   e.cp_async_wait_group(0);
