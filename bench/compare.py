@@ -59,6 +59,7 @@ class Options(ctypes.Structure):
 
 
 VARIANTS = {"auto": 0, "fa2": 1, "fa3": 2}
+BACKEND_MLIR = 2  # FLASHJIT_BACKEND_MLIR
 
 
 class FlashJit:
@@ -80,6 +81,7 @@ class FlashJit:
         if bundle:  # serve from the bundle alone: a kernel missing there is an error, never a JIT build
             options.jit = 0  # nor a disk-cache hit (that would be an NVRTC build of the same name)
             options.disk_cache = 0
+            options.backend = BACKEND_MLIR  # the planner's MLIR plans (a few fa2 tiles differ by backend)
         self.check(self.lib.flashjit_runtime_create(ctypes.byref(options), ctypes.byref(self.runtime)))
         for path in (bundle or "").split(","):
             if path:

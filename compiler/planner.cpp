@@ -20,7 +20,7 @@ PlanChoice failed(const KernelSpec &spec, std::string error) {
   return choice;
 }
 
-PlanChoice choose_prefill(const KernelSpec &spec) {
+PlanChoice choose_prefill(const KernelSpec &spec, flashjit_backend backend) {
   Plan plan;
   std::string fa3_reason;
   if (spec.arch.sm == 90 && spec.arch.arch_specific) {
@@ -28,7 +28,7 @@ PlanChoice choose_prefill(const KernelSpec &spec) {
       return planned(spec, plan, Variant::fa3, "");
   }
   std::string fa2_reason;
-  if (plan_fa2(spec, &plan, &fa2_reason)) {
+  if (plan_fa2(spec, &plan, &fa2_reason, backend)) {
     bool fa3_preferred = !fa3_reason.empty();
     return planned(spec, plan, fa3_preferred ? Variant::fa3 : Variant::fa2,
                    fa3_preferred ? "fa3 cannot run this spec: " + fa3_reason : "");
@@ -37,7 +37,7 @@ PlanChoice choose_prefill(const KernelSpec &spec) {
                           (fa3_reason.empty() ? "" : "; fa3: " + fa3_reason));
 }
 
-PlanChoice choose_decode(const KernelSpec &spec) {
+PlanChoice choose_decode(const KernelSpec &spec, flashjit_backend backend) {
   Plan plan;
   std::string decode_reason;
   if (plan_decode(spec, &plan, &decode_reason))
@@ -47,7 +47,7 @@ PlanChoice choose_decode(const KernelSpec &spec) {
   prefill.op = Op::prefill;
   prefill.gqa_group = 0;
   prefill.q_len = 0;
-  PlanChoice fallback = choose_prefill(prefill);
+  PlanChoice fallback = choose_prefill(prefill, backend);
   if (!fallback.ok)
     return failed(spec, "no decode kernel: " + decode_reason + "; " + fallback.error);
   fallback.preferred = Variant::decode_splitk;
@@ -55,7 +55,7 @@ PlanChoice choose_decode(const KernelSpec &spec) {
   return fallback;
 }
 
-PlanChoice choose_forced(const KernelSpec &spec, Variant forced) {
+PlanChoice choose_forced(const KernelSpec &spec, Variant forced, flashjit_backend backend) {
   Plan plan;
   std::string reason;
   bool ok = false;
@@ -66,7 +66,7 @@ PlanChoice choose_forced(const KernelSpec &spec, Variant forced) {
     effective.op = Op::prefill;
     effective.gqa_group = 0;
     effective.q_len = 0;
-    ok = forced == Variant::fa2 ? plan_fa2(effective, &plan, &reason) : plan_fa3(effective, &plan, &reason);
+    ok = forced == Variant::fa2 ? plan_fa2(effective, &plan, &reason, backend) : plan_fa3(effective, &plan, &reason);
     break;
   case Variant::decode_splitk: ok = spec.op == Op::decode && plan_decode(spec, &plan, &reason); break;
   case Variant::combine: ok = plan_combine(spec, &plan, &reason); break;
@@ -79,12 +79,12 @@ PlanChoice choose_forced(const KernelSpec &spec, Variant forced) {
 
 } // namespace
 
-PlanChoice choose_plan(const KernelSpec &spec, std::optional<Variant> forced) {
+PlanChoice choose_plan(const KernelSpec &spec, std::optional<Variant> forced, flashjit_backend backend) {
   if (forced)
-    return choose_forced(spec, *forced);
+    return choose_forced(spec, *forced, backend);
   switch (spec.op) {
-  case Op::prefill: return choose_prefill(spec);
-  case Op::decode: return choose_decode(spec);
+  case Op::prefill: return choose_prefill(spec, backend);
+  case Op::decode: return choose_decode(spec, backend);
   case Op::combine: {
     Plan plan;
     std::string reason;

@@ -4,12 +4,17 @@
 
 #include "compiler/plan.hpp"
 
+#include <flashjit/flashjit.h>
+
 #include <optional>
 #include <string>
 
 namespace flashjit {
 
-bool plan_fa2(const KernelSpec &spec, Plan *plan, std::string *why_not);
+// `backend` is the one that will render the plan (AUTO renders with NVRTC): fa2's widest key blocks
+// fit 255 registers in one backend's build and not in the other's (compiler/plans/fa2_plan.cpp).
+bool plan_fa2(const KernelSpec &spec, Plan *plan, std::string *why_not,
+              flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
 bool plan_fa3(const KernelSpec &spec, Plan *plan, std::string *why_not);
 bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not);
 bool plan_combine(const KernelSpec &spec, Plan *plan, std::string *why_not);
@@ -25,7 +30,9 @@ struct PlanChoice {
 
 // Preferred variant per op and arch: prefill -> fa3 on sm90a, else fa2; decode -> decode_splitk.
 // When the preferred variant's planner declines, the next one is tried and the reason recorded.
-// `forced` (if set) must run the spec, else the choice fails with that variant's reason.
-PlanChoice choose_plan(const KernelSpec &spec, std::optional<Variant> forced = std::nullopt);
+// `forced` (if set) must run the spec, else the choice fails with that variant's reason. `backend`
+// renders the plan (see plan_fa2).
+PlanChoice choose_plan(const KernelSpec &spec, std::optional<Variant> forced = std::nullopt,
+                       flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
 
 } // namespace flashjit

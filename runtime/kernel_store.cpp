@@ -241,7 +241,7 @@ std::string KernelStore::not_in_bundle_message(const PlanChoice &choice) const {
 }
 
 Status KernelStore::choose(const KernelSpec &spec, PlanChoice *choice) const {
-  *choice = choose_plan(spec, config_.variant);
+  *choice = choose_plan(spec, config_.variant, config_.backend);
   if (!choice->ok)
     return Status::error(FLASHJIT_UNSUPPORTED, choice->error);
   if (!choice->fallback_reason.empty() && config_.strict)

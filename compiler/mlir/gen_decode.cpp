@@ -4,17 +4,19 @@
 // warps merged through shared memory) and fj_decode_combine (merge of the split units' partial
 // states, one warp per packed row). Same plan constants, entry names and fj_decode_params block.
 //
-// Covered: contiguous and paged KV (the block-table page ring: lookups one step ahead of their
-// smem slot, two ahead of the copies that read it), 16-byte aligned rows (cp.async) and
-// element-aligned rows (synchronous 16-bit loads and stores), head dims that are multiples of 8
-// (8 mod 16: QK's last k step zero-padded in shared memory, P.V's odd n8 tile through ldmatrix .x2),
-// bf16/fp16, any GQA group and q_len of the plan, causal, sliding window, softcap.
+// Covered: contiguous and paged KV (the row-address ring: each tile row's K and V addresses,
+// computed from the block table one step ahead of their smem slot, two ahead of the copies that
+// read it), 16-byte aligned rows (cp.async) and element-aligned rows (synchronous 16-bit loads and
+// stores), head dims that are multiples of 8 (8 mod 16: QK's last k step zero-padded in shared
+// memory, P.V's odd n8 tile through ldmatrix .x2), bf16/fp16, any GQA group and q_len of the plan,
+// causal, sliding window, softcap.
 #include "compiler/mlir/emit_mma.hpp"
 #include "compiler/mlir/generators.hpp"
 #include "compiler/mlir/merge_states.hpp"
 
 #include "params_decode.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -33,6 +35,8 @@ constexpr int kStatsPerRow = 2;       // (max, sum)
 constexpr int kMergeChunk = 8;        // output columns per thread of the warp merge
 constexpr int kWorkFields = 4;        // fj_decode_work / fj_decode_merge: four int32
 constexpr int kI32Bytes = 4;          // a block-table entry (page index)
+constexpr int kPtrBytes = 8;          // a row address in the paged ring
+constexpr int kRowAddrsPerRow = 2;    // paged: a K and a V address per tile row and stage
 
 // --- parameter block ----------------------------------------------------------------------------
 
@@ -148,9 +152,9 @@ struct Smem {
     return at(
         e.add(e.c_i32(sh.smem_offset_kv + sh.smem_offset_v_in_stage), e.mul(stage, e.c_i32(sh.smem_stage_bytes))));
   }
-  // Paged KV: page of every row of the tile in `stage` (i32).
-  Value pages(Value stage) const {
-    return at(e.add(e.c_i32(sh.smem_offset_pages), e.mul(stage, e.c_i32(sh.block_n * kI32Bytes))));
+  // Paged KV: global address of every K row of the tile in `stage`, then of every V row.
+  Value row_addrs(Value stage) const {
+    return at(e.add(e.c_i32(sh.smem_offset_pages), e.mul(stage, e.c_i32(sh.block_n * kRowAddrsPerRow * kPtrBytes))));
   }
   Value stats() const { return at(e.c_i32(sh.smem_offset_stats)); }
   Value merge() const { return at(e.c_i32(sh.smem_offset_kv)); } // aliases the idle ring
@@ -257,13 +261,58 @@ Value lookup_page(Emitter &e, const Shape &sh, const KvSource &src, Value tile) 
       [&] { return llvm::SmallVector<Value, 1>{e.c_i32(0)}; })[0];
 }
 
-// KvSource::store_pages: thread r < kBlockN keeps row r's page in the slot of `tile`.
-void store_pages(Emitter &e, const Shape &sh, const Smem &smem, Value tile, Value page) {
+// KvSource::store_row_addrs: thread r < kBlockN stores row r's K and V addresses (the head's row of
+// `page`; the base pointers past the end) into the slot of `tile`.
+void store_row_addrs(Emitter &e, const Shape &sh, const Smem &smem, const KvSource &src, Value tile, Value page) {
   Value tid = e.tid_x();
   when(e, e.cmp(Pred::slt, tid, e.c_i32(sh.block_n)), [&] {
-    Value slot = smem.pages(e.rem_s(tile, e.c_i32(sh.stages)));
-    e.st_shared(e.gep(slot, e.i32(), tid), page, kI32Bytes);
+    mlir::Type i16 = e.b.getI16Type();
+    Value key = e.add(e.add(src.kv_begin, e.mul(tile, e.c_i32(sh.block_n))), tid);
+    Value valid = e.cmp(Pred::slt, key, src.kv_end);
+    Value in_page = e.sext64(e.rem_s(key, e.c_i32(sh.page_size)));
+    Value page64 = e.sext64(page);
+    Value k_row = e.gep(src.k, i16, e.add(e.mul(page64, src.k_page), e.mul(in_page, src.k_row)));
+    Value v_row = e.gep(src.v, i16, e.add(e.mul(page64, src.v_page), e.mul(in_page, src.v_row)));
+    Value slot = smem.row_addrs(e.rem_s(tile, e.c_i32(sh.stages)));
+    e.st_shared(e.gep(slot, e.ptr(), tid), e.select(valid, k_row, src.k), kPtrBytes);
+    e.st_shared(e.gep(slot, e.ptr(), e.add(tid, e.c_i32(sh.block_n))), e.select(valid, v_row, src.v), kPtrBytes);
   });
+}
+
+// TileCopy::issue_rows: paged rows whose addresses come from the ring `rows`. Unrolled here in
+// batches of kMaxCopyUnroll chunks; a batch reads all of its addresses before its first copy (a
+// copy's asm clobbers memory, so a later read could not move above it).
+constexpr int kMaxCopyUnroll = 8;
+void copy_rows_paged(Emitter &e, const Shape &sh, Value smem, int dim, int smem_row, Value rows_valid, Value rows,
+                     Value fallback, Value policy) {
+  const int chunks_per_row = dim / kChunkElems;
+  const int chunks = sh.block_n * chunks_per_row;
+  const int iters = (chunks + sh.threads - 1) / sh.threads;
+  Value tid = e.tid_x();
+  for (int first = 0; first < iters; first += kMaxCopyUnroll) {
+    const int count = std::min(kMaxCopyUnroll, iters - first);
+    std::vector<Value> src;
+    for (int i = 0; i < count; ++i) {
+      Value row = e.div_s(e.add(tid, e.c_i32((first + i) * sh.threads)), e.c_i32(chunks_per_row));
+      row = e.min_s(row, e.c_i32(sh.block_n - 1)); // a partial last iteration reads in bounds
+      src.push_back(e.ld_shared(e.ptr(), e.gep(rows, e.ptr(), row), kPtrBytes));
+    }
+    for (int i = 0; i < count; ++i) {
+      Value c = e.add(tid, e.c_i32((first + i) * sh.threads));
+      auto copy = [&] {
+        Value row = e.div_s(c, e.c_i32(chunks_per_row));
+        Value col = e.mul(e.rem_s(c, e.c_i32(chunks_per_row)), e.c_i32(kChunkElems));
+        Value valid = e.cmp(Pred::slt, row, rows_valid);
+        Value dst = e.gep(smem, e.b.getI16Type(), e.add(e.mul(row, e.c_i32(smem_row)), col));
+        copy_kv_chunk(e, sh, dst, valid, fallback, policy,
+                      [&] { return e.gep(src[i], e.b.getI16Type(), e.sext64(col)); });
+      };
+      if (chunks % sh.threads != 0 && first + i == iters - 1)
+        when(e, e.cmp(Pred::slt, c, e.c_i32(chunks)), copy);
+      else
+        copy();
+    }
+  }
 }
 
 // KvSource::issue: tile `tile` into stage tile % kStages.
@@ -273,18 +322,10 @@ void issue_tile(Emitter &e, const Shape &sh, const Smem &smem, const KvSource &s
   Value rows_valid = e.sub(src.kv_end, key0);
   Value stage = e.rem_s(tile, e.c_i32(sh.stages));
   if (sh.paged()) {
-    Value pages = smem.pages(stage);
-    auto paged_row = [&](Value page_stride, Value row_stride) {
-      return [&e, &sh, pages, key0, page_stride, row_stride](Value row) {
-        Value page = e.ld_shared(e.i32(), e.gep(pages, e.i32(), row), kI32Bytes);
-        Value in_page = e.rem_s(e.add(key0, row), e.c_i32(sh.page_size));
-        return e.add(e.mul(e.sext64(page), page_stride), e.mul(e.sext64(in_page), row_stride));
-      };
-    };
-    copy_rows(e, sh, smem.k(stage), sh.block_n, sh.head_dim_qk, sh.smem_row_qk, rows_valid, src.k, src.policy,
-              paged_row(src.k_page, src.k_row));
-    copy_rows(e, sh, smem.v(stage), sh.block_n, sh.head_dim_v, sh.smem_row_v, rows_valid, src.v, src.policy,
-              paged_row(src.v_page, src.v_row));
+    Value rows = smem.row_addrs(stage);
+    copy_rows_paged(e, sh, smem.k(stage), sh.head_dim_qk, sh.smem_row_qk, rows_valid, rows, src.k, src.policy);
+    copy_rows_paged(e, sh, smem.v(stage), sh.head_dim_v, sh.smem_row_v, rows_valid,
+                    e.gep(rows, e.ptr(), e.c_i32(sh.block_n)), src.v, src.policy);
     return;
   }
   Value key0_64 = e.sext64(key0);
@@ -617,13 +658,14 @@ void run_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, cons
   zero_qk_padding(e, sh, smem); // the previous piece's merge scratch may have covered the K padding
   Value num_tiles = e.div_s(e.add(e.sub(u.kv_end, u.kv_begin), e.c_i32(sh.block_n - 1)), e.c_i32(sh.block_n));
 
-  // Paged: pages of tiles 0 .. kStages-1 (their lookups go out together) before any copy reads them.
+  // Paged: row addresses of tiles 0 .. kStages-1 (their page lookups go out together) before any
+  // copy reads them.
   if (sh.paged()) {
     std::vector<Value> first_pages;
     for (int t = 0; t < sh.stages; ++t)
       first_pages.push_back(lookup_page(e, sh, src, e.c_i32(t)));
     for (int t = 0; t < sh.stages; ++t)
-      store_pages(e, sh, smem, e.c_i32(t), first_pages[t]);
+      store_row_addrs(e, sh, smem, src, e.c_i32(t), first_pages[t]);
     e.bar_sync();
   }
 
@@ -699,7 +741,7 @@ void run_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, cons
           page = if_values(
               e, e.cmp(Pred::slt, after, num_tiles), mlir::TypeRange{e.i32()},
               [&] {
-                store_pages(e, sh, smem, after, page);
+                store_row_addrs(e, sh, smem, src, after, page);
                 return llvm::SmallVector<Value, 1>{lookup_page(e, sh, src, e.add(ahead, e.c_i32(2)))};
               },
               [&] { return llvm::SmallVector<Value, 1>{page}; })[0];
@@ -780,7 +822,7 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
       (sh.head_dim_qk_mma != sh.head_dim_qk && sh.head_dim_qk_mma - sh.head_dim_qk != kChunkElems) ||
       sh.smem_row_qk % kChunkElems != 0 || sh.smem_row_qk < sh.head_dim_qk_mma || sh.smem_row_v < sh.head_dim_v ||
       sh.smem_offset_stats + sh.warps() * sh.block_m * kStatsPerRow * kF32Bytes > sh.smem_offset_pages ||
-      (sh.paged() && sh.smem_offset_pages + sh.stages * sh.block_n * kI32Bytes > plan.smem_bytes))
+      (sh.paged() && sh.smem_offset_pages + sh.stages * sh.block_n * kRowAddrsPerRow * kPtrBytes > plan.smem_bytes))
     return Status::error(FLASHJIT_INTERNAL, "decode: the plan's constants break the kernel's invariants");
 
   mlir::OpBuilder b(module.getContext());

@@ -794,7 +794,10 @@ void Fa2Builder::build() {
   t.batch = ctaid_z();
   t.head = ctaid_y();
   t.head_kv = e.div_s(t.head, p.group);
-  t.m0 = e.mul(mlir::NVVM::BlockIdXOp::create(e.b, e.loc, e.i32()), e.c_i32(sh.block_m));
+  // Causal: query blocks from the end, heavy tiles first (as make_tile in fa2_prefill.cuh).
+  Value block_x = mlir::NVVM::BlockIdXOp::create(e.b, e.loc, e.i32());
+  Value m_block = sh.causal ? e.sub(e.sub(e.nctaid_x(), block_x), e.c_i32(1)) : block_x;
+  t.m0 = e.mul(m_block, e.c_i32(sh.block_m));
   if (sh.varlen) {
     Value first = load_i32(p.cu_q, t.batch);
     t.q_row0 = e.sext64(first);

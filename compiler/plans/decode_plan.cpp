@@ -36,6 +36,7 @@ constexpr int kSmemReservedPerCta = 1024; // the driver keeps 1 KB of every CTA'
 constexpr int kSmemAlign = 128;
 constexpr int kMergePadFloats = 4; // merge rows are padded so the 8 rows of a fragment spread over banks
 constexpr int kStatsPerRow = 2;    // (max, sum)
+constexpr int kRowAddrsPerRow = 2; // paged: a K and a V address per tile row and stage
 constexpr int kCombineThreads = 128;
 constexpr int kCombineGridPerSm = 2;
 // K/V copies with an L2 evict-first policy and a 128-byte L2 prefetch (kKvL2Hints) from this arch
@@ -119,15 +120,17 @@ bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not) {
     const int merge_row = spec.head_dim_v + kMergePadFloats;
     const int merge_bytes = align_up(warps * block_m * merge_row * int(sizeof(float)), kSmemAlign);
     const int stats_bytes = align_up(warps * block_m * kStatsPerRow * int(sizeof(float)), kSmemAlign);
+    // Paged KV: per stage, the global address of every K and V row of its tile (decode_splitk.cuh's
+    // row-address ring), after the stats.
+    const int ring_stage_bytes = spec.page_size > 0 ? block_n * kRowAddrsPerRow * int(sizeof(uint64_t)) : 0;
     for (int ctas = kMaxCtasPerSm; ctas >= 1; --ctas) {
       const int per_cta = std::min(sm_capacity / ctas - kSmemReservedPerCta, block_limit);
-      const int pages_bytes =
-          spec.page_size > 0 ? align_up(kMaxStages * block_n * int(sizeof(int32_t)), kSmemAlign) : 0;
-      const int room = per_cta - q_bytes - stats_bytes - pages_bytes;
+      const int room = per_cta - q_bytes - stats_bytes;
       if (room <= 0)
         continue;
-      const int stages = std::min(room / stage_bytes, kMaxStages);
-      if (stages < kMinStages || std::max(stages * stage_bytes, merge_bytes) > room)
+      const int stages = std::min(room / (stage_bytes + ring_stage_bytes), kMaxStages);
+      if (stages < kMinStages ||
+          std::max(stages * stage_bytes, merge_bytes) + align_up(stages * ring_stage_bytes, kSmemAlign) > room)
         continue;
       const long in_flight = long(ctas) * (stages - 1) * stage_bytes;
       const bool meets = stages >= kPreferredMinStages && in_flight >= kInFlightTargetBytes;
@@ -136,8 +139,7 @@ bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not) {
         best = {warps, ctas, stages, 0, in_flight, q_bytes, stage_bytes, k_bytes, 0, merge_row, 0};
         best.offset_stats = q_bytes + std::max(stages * stage_bytes, merge_bytes);
         best.offset_pages = best.offset_stats + stats_bytes;
-        const int ring_pages = spec.page_size > 0 ? align_up(stages * block_n * int(sizeof(int32_t)), kSmemAlign) : 0;
-        best.smem = best.offset_pages + ring_pages;
+        best.smem = best.offset_pages + align_up(stages * ring_stage_bytes, kSmemAlign);
         found_target = meets;
       }
     }

@@ -61,25 +61,30 @@ constexpr int kWideCandidates = 5;
 
 // Wider key blocks where they fit 255 registers without spilling (NVRTC and MLIR sweeps, perf-notes
 // "fa2: key blocks past the budget"): on sm_90a, for specs with no window, softcap, varlen, paging
-// or unaligned rows. Each of those adds live state, and with any of them these tiles spill; so does
-// causal d128 (the MLIR build, 4-36 bytes). Measured on the H200 against the budget's tile:
+// or unaligned rows. Each of those adds live state, and with any of them these tiles spill. Causal
+// d128 at 128x64 fits NVRTC's build and not the MLIR one (4-36 bytes of spills), so the plan of that
+// spec depends on the backend that renders it. Measured on the H200 against the budget's tile:
 // d64 128x128 vs 128x80 and d128 128x64 vs 128x32.
 struct WideBlock {
   int head_dim, block_n;
-  bool causal_fits;
+  bool causal_fits_nvrtc, causal_fits_mlir;
 };
 constexpr int kWideBlockArch = 90;
-constexpr std::array<WideBlock, 2> kPlainSm90WideBlocks{{{64, 128, true}, {128, 64, false}}};
+constexpr std::array<WideBlock, 2> kPlainSm90WideBlocks{{{64, 128, true, true}, {128, 64, true, false}}};
 
 bool plain(const KernelSpec &spec) {
   return !spec.local && !spec.softcap && !spec.varlen && spec.page_size == 0 && spec.align_bytes >= kChunkBytes;
 }
 
+bool causal_fits(const WideBlock &wide, flashjit_backend backend) {
+  return backend == FLASHJIT_BACKEND_MLIR ? wide.causal_fits_mlir : wide.causal_fits_nvrtc;
+}
+
 // The budget's key block, or the measured wider one for a plain spec on sm_90a.
-int wide_block_n(const KernelSpec &spec) {
+int wide_block_n(const KernelSpec &spec, flashjit_backend backend) {
   if (spec.arch.sm == kWideBlockArch && plain(spec) && spec.head_dim_qk == spec.head_dim_v)
     for (const WideBlock &wide : kPlainSm90WideBlocks)
-      if (wide.head_dim == spec.head_dim_v && (wide.causal_fits || !spec.causal))
+      if (wide.head_dim == spec.head_dim_v && (!spec.causal || causal_fits(wide, backend)))
         return wide.block_n;
   return std::clamp((kWideRegBudget - spec.head_dim_v) / kMmaK * kMmaK, kWideMinBlockN, kWideMaxBlockN);
 }
@@ -88,8 +93,8 @@ int wide_block_n(const KernelSpec &spec) {
 // budget, two stages, then one, then 64-row tiles, then the smallest key block. One QK -> softmax ->
 // PV step per block (Fa2Tuning::sub_block_n splits a block into several; measured slower than one
 // step of the same keys, see perf-notes "fa2: key blocks past the budget").
-std::array<Tiles, kWideCandidates> wide_tiles(const KernelSpec &spec) {
-  const int block_n = wide_block_n(spec);
+std::array<Tiles, kWideCandidates> wide_tiles(const KernelSpec &spec, flashjit_backend backend) {
+  const int block_n = wide_block_n(spec, backend);
   return {{{kWideBlockM, block_n, 2},
            {kWideBlockM, block_n, 1},
            {kWideSmallBlockM, block_n, 2},
@@ -195,11 +200,12 @@ bool pick(const std::array<Tiles, N> &candidates, const Fa2Tuning &tuning, int h
 
 } // namespace
 
-bool plan_fa2(const KernelSpec &spec, Plan *plan, std::string *why_not) {
-  return plan_fa2_tuned(spec, Fa2Tuning{}, plan, why_not);
+bool plan_fa2(const KernelSpec &spec, Plan *plan, std::string *why_not, flashjit_backend backend) {
+  return plan_fa2_tuned(spec, Fa2Tuning{}, plan, why_not, backend);
 }
 
-bool plan_fa2_tuned(const KernelSpec &spec, const Fa2Tuning &tuning, Plan *plan, std::string *why_not) {
+bool plan_fa2_tuned(const KernelSpec &spec, const Fa2Tuning &tuning, Plan *plan, std::string *why_not,
+                    flashjit_backend backend) {
   if (spec.op != Op::prefill) {
     *why_not = std::string("fa2 runs prefill only, not ") + op_name(spec.op);
     return false;
@@ -238,7 +244,7 @@ bool plan_fa2_tuned(const KernelSpec &spec, const Fa2Tuning &tuning, Plan *plan,
   Layout layout{};
   bool found = false;
   if (wide)
-    found = pick(wide_tiles(spec), tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
+    found = pick(wide_tiles(spec, backend), tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
   else if (head_dim_max <= kSmallHeadDim)
     found = pick(kSmallTiles, tuning, head_dim_qk_pad, spec.head_dim_v, max_smem, &tiles, &layout);
   else if (head_dim_max <= kMediumHeadDim)

@@ -4,6 +4,8 @@
 
 #include "compiler/plan.hpp"
 
+#include <flashjit/flashjit.h>
+
 #include <string>
 
 namespace flashjit {
@@ -20,6 +22,7 @@ struct Fa2Tuning {
   int sub_block_n = 0;
 };
 
-bool plan_fa2_tuned(const KernelSpec &spec, const Fa2Tuning &tuning, Plan *plan, std::string *why_not);
+bool plan_fa2_tuned(const KernelSpec &spec, const Fa2Tuning &tuning, Plan *plan, std::string *why_not,
+                    flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
 
 } // namespace flashjit

@@ -59,6 +59,7 @@ struct Traits {
   static constexpr int kChunksV = Cfg::kHeadDimV / kChunkElems;
   static constexpr int kRows = Cfg::kGqaGroup * Cfg::kQLen; // packed query rows of a unit
   static constexpr bool kPaged = Cfg::kPageSize > 0;
+  static constexpr int kRowAddrsPerStage = 2 * Cfg::kBlockN; // paged: a K and a V address per tile row
 
   static_assert(Cfg::kThreads % kWarpSize == 0, "whole warps");
   static_assert(Cfg::kBlockM % kMmaM == 0 && Cfg::kBlockM == Cfg::kMTiles * kMmaM, "block_m");
@@ -75,8 +76,9 @@ struct Traits {
                 "the merge scratch fits in the ring it aliases");
   static_assert(Cfg::kSmemOffsetStats + kWarps * Cfg::kBlockM * 2 * (int)sizeof(float) <= Cfg::kSmemOffsetPages,
                 "stats fit");
-  static_assert(!kPaged || Cfg::kSmemOffsetPages + Cfg::kStages * Cfg::kBlockN * (int)sizeof(i32) <= Cfg::kSmemBytes,
-                "pages fit");
+  static_assert(!kPaged ||
+                    Cfg::kSmemOffsetPages + Cfg::kStages * kRowAddrsPerStage * (int)sizeof(void *) <= Cfg::kSmemBytes,
+                "row addresses fit");
 };
 
 // ---- shared memory -------------------------------------------------------------------------------
@@ -90,9 +92,9 @@ struct Smem {
   __device__ u16 *v(int stage) const {
     return reinterpret_cast<u16 *>(base + Cfg::kSmemOffsetKV + stage * Cfg::kSmemStageBytes + Cfg::kSmemOffsetVInStage);
   }
-  // Paged KV: page of every row of the tile in `stage`.
-  __device__ i32 *pages(int stage) const {
-    return reinterpret_cast<i32 *>(base + Cfg::kSmemOffsetPages) + stage * Cfg::kBlockN;
+  // Paged KV: global address of every K row of the tile in `stage`, then of every V row.
+  __device__ const u16 **row_addrs(int stage) const {
+    return reinterpret_cast<const u16 **>(base + Cfg::kSmemOffsetPages) + stage * Traits::kRowAddrsPerStage;
   }
   // Per-warp (max, sum) of every row, for the cross-warp merge.
   __device__ float *stats() const { return reinterpret_cast<float *>(base + Cfg::kSmemOffsetStats); }
@@ -178,15 +180,42 @@ template <int Dim, int SmemRow> struct TileCopy {
       copy_kv_chunk(smem + row * SmemRow + col, valid ? base + row_offset(row) + col : base, valid, policy);
     }
   }
+
+  // Paged: the address of every row comes from the smem ring `rows` (rows past the end hold a valid
+  // base). A batch reads all of its addresses before its first copy: the copies' asm clobbers
+  // memory, so a read after one copy could not move above it and every copy would wait out a
+  // shared-memory round trip (measured in SASS: one LDS -> IMAD chain per 16-byte copy).
+  __device__ static void issue_rows(u16 *smem, const u16 *const *rows, int rows_valid, u64 policy) {
+    constexpr int kBatches = (kIters + kUnroll - 1) / kUnroll;
+    for (int b = 0; b < kBatches; ++b) {
+      const u16 *src[kUnroll];
+#pragma unroll
+      for (int i = 0; i < kUnroll; ++i) {
+        const int row = ((b * kUnroll + i) * Cfg::kThreads + (int)threadIdx.x) / kChunksPerRow;
+        src[i] = rows[row < Cfg::kBlockN ? row : Cfg::kBlockN - 1]; // a partial last iteration reads in bounds
+      }
+#pragma unroll
+      for (int i = 0; i < kUnroll; ++i) {
+        const int it = b * kUnroll + i;
+        const int c = it * Cfg::kThreads + (int)threadIdx.x;
+        if ((kIters % kUnroll != 0 && it >= kIters) || (kChunks % Cfg::kThreads != 0 && c >= kChunks))
+          break;
+        const int row = c / kChunksPerRow;
+        const int col = (c % kChunksPerRow) * kChunkElems;
+        copy_kv_chunk(smem + row * SmemRow + col, src[i] + col, row < rows_valid, policy);
+      }
+    }
+  }
 };
 
 using KCopy = TileCopy<Cfg::kHeadDimQK, Cfg::kSmemRowQK>;
 using VCopy = TileCopy<Cfg::kHeadDimV, Cfg::kSmemRowV>;
 
-// Per-piece addressing of K and V. Paged KV: the page of every row of a tile sits in a small smem
-// ring (`pages`, one slot per stage). Thread r < kBlockN looks up row r of the tile one step ahead
-// of when it is stored and two steps ahead of its copies, so a block-table read never stalls the
-// ring; the loop's barrier orders the store before the copies that read it.
+// Per-piece addressing of K and V. Paged KV: the global address of every K and V row of a tile sits
+// in a small smem ring (`row_addrs`, one slot per stage). Thread r < kBlockN looks up the page of
+// row r of the tile one step ahead of when it stores the row's addresses and two steps ahead of
+// its copies, so a block-table read never stalls the ring; the loop's barrier orders the store
+// before the copies that read it.
 struct KvSource {
   const u16 *k, *v;
   i64 k_row, v_row, k_page, v_page;
@@ -205,10 +234,18 @@ struct KvSource {
     }
     return 0;
   }
-  __device__ void store_pages(const Smem &smem, int tile, i32 page) const {
+  // Row `threadIdx.x` of `tile`: its K and V addresses (the head's row of `page`) into the ring.
+  // One 64-bit multiply per row and tile here instead of one per 16-byte copy.
+  __device__ void store_row_addrs(const Smem &smem, int tile, i32 page) const {
     if constexpr (Traits::kPaged)
-      if ((int)threadIdx.x < Cfg::kBlockN)
-        smem.pages(tile % Cfg::kStages)[threadIdx.x] = page;
+      if ((int)threadIdx.x < Cfg::kBlockN) {
+        const int key = tile_key(tile) + (int)threadIdx.x;
+        const bool valid = key < kv_end;
+        const i64 in_page = key % Cfg::kPageSize;
+        const u16 **rows = smem.row_addrs(tile % Cfg::kStages);
+        rows[threadIdx.x] = valid ? k + page * k_page + in_page * k_row : k;
+        rows[Cfg::kBlockN + threadIdx.x] = valid ? v + page * v_page + in_page * v_row : v;
+      }
   }
 
   __device__ void issue(const Smem &smem, int tile) const {
@@ -216,13 +253,9 @@ struct KvSource {
     const int rows_valid = kv_end - key0;
     const int stage = tile % Cfg::kStages;
     if constexpr (Traits::kPaged) {
-      const i32 *pages = smem.pages(stage);
-      KCopy::issue(
-          smem.k(stage), k, rows_valid,
-          [&](int row) { return pages[row] * k_page + ((key0 + row) % Cfg::kPageSize) * k_row; }, policy);
-      VCopy::issue(
-          smem.v(stage), v, rows_valid,
-          [&](int row) { return pages[row] * v_page + ((key0 + row) % Cfg::kPageSize) * v_row; }, policy);
+      const u16 *const *rows = smem.row_addrs(stage);
+      KCopy::issue_rows(smem.k(stage), rows, rows_valid, policy);
+      VCopy::issue_rows(smem.v(stage), rows + Cfg::kBlockN, rows_valid, policy);
     } else {
       KCopy::issue(
           smem.k(stage), k + key0 * k_row, rows_valid, [&](int row) { return row * k_row; }, policy);
@@ -590,7 +623,7 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
       first_pages[t] = src.lookup(t);
 #pragma unroll
     for (int t = 0; t < Cfg::kStages; ++t)
-      src.store_pages(smem, t, first_pages[t]);
+      src.store_row_addrs(smem, t, first_pages[t]);
     __syncthreads();
   }
   load_q(a, u, smem);
@@ -621,7 +654,7 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
     if constexpr (Traits::kPaged) {
       // Slot (t + kStages) % kStages is tile t's, whose copies went out kStages - 1 steps ago.
       if (ahead + 1 < num_tiles) {
-        src.store_pages(smem, ahead + 1, next_page);
+        src.store_row_addrs(smem, ahead + 1, next_page);
         next_page = src.lookup(ahead + 2);
       }
     }

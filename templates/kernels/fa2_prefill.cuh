@@ -515,7 +515,11 @@ __device__ __forceinline__ bool make_tile(const fj_attention_params &p, Tile *t)
   t->batch = blockIdx.z;
   t->head = blockIdx.y;
   t->head_kv = t->head / p.group;
-  t->m0 = blockIdx.x * Cfg::kBlockM;
+  // Causal: the last query block sees the most keys. The hardware hands out CTAs in blockIdx
+  // order, so taking the query blocks from the end puts the heavy tiles first and leaves light
+  // ones for the tail of the grid.
+  const int m_block = Cfg::kCausal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+  t->m0 = m_block * Cfg::kBlockM;
   if constexpr (Cfg::kVarlen) {
     t->q_row0 = p.maybe_cu_seqlens_q[t->batch];
     t->seqlen_q = p.maybe_cu_seqlens_q[t->batch + 1] - (int)t->q_row0;

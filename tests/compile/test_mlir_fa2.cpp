@@ -71,7 +71,7 @@ Plan plan_of(const Fa2Case &c) {
   tuning.sub_block_n = c.sub_block_n;
   Plan plan;
   std::string why;
-  EXPECT_TRUE(plan_fa2_tuned(spec_of(c), tuning, &plan, &why)) << why;
+  EXPECT_TRUE(plan_fa2_tuned(spec_of(c), tuning, &plan, &why, FLASHJIT_BACKEND_MLIR)) << why;
   return plan;
 }
 

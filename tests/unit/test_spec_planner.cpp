@@ -108,7 +108,7 @@ TEST(Planner, Fa2KeyBlocksFollowTheMeasuredRule) {
   const Arch sm90a{90, true}, sm80{80, false};
   const Expect cases[] = {
       {sm90a, 64, false, false, 128, 32}, {sm90a, 64, true, false, 128, 32}, {sm90a, 128, false, false, 64, 32},
-      {sm90a, 128, true, false, 32, 32},  {sm90a, 80, false, false, 64, 32}, {sm90a, 64, false, true, 80, 32},
+      {sm90a, 128, true, false, 64, 32},  {sm90a, 80, false, false, 64, 32}, {sm90a, 64, false, true, 80, 32},
       {sm80, 64, false, false, 80, 32},   {sm80, 128, false, false, 32, 32}, {sm90a, 112, false, true, 32, 32},
       {sm90a, 120, false, true, 128, 16}, {sm90a, 128, true, true, 128, 16}, {sm90a, 192, false, false, 64, 16},
   };
@@ -121,6 +121,33 @@ TEST(Planner, Fa2KeyBlocksFollowTheMeasuredRule) {
     EXPECT_EQ(plan.block_n, c.block_n) << kernel_name(spec, plan);
     EXPECT_EQ(plan.constant("kRowsPerWarp"), c.rows_per_warp) << kernel_name(spec, plan);
     EXPECT_EQ(plan.constant("kSubBlockN"), plan.block_n) << kernel_name(spec, plan);
+  }
+}
+
+// Causal d128 at 128x64 spills in the MLIR build only: the planner gives that backend 128x32, and
+// the same plan as NVRTC's everywhere else.
+TEST(Planner, Fa2KeyBlockOfCausalD128DependsOnTheBackend) {
+  for (bool causal : {false, true}) {
+    const KernelSpec spec = prefill(128, causal);
+    Plan nvrtc, mlir, automatic;
+    std::string why;
+    ASSERT_TRUE(plan_fa2(spec, &nvrtc, &why, FLASHJIT_BACKEND_NVRTC)) << why;
+    ASSERT_TRUE(plan_fa2(spec, &mlir, &why, FLASHJIT_BACKEND_MLIR)) << why;
+    ASSERT_TRUE(plan_fa2(spec, &automatic, &why)) << why;
+    EXPECT_EQ(nvrtc.block_n, 64);
+    EXPECT_EQ(mlir.block_n, causal ? 32 : 64);
+    EXPECT_EQ(kernel_name(spec, automatic), kernel_name(spec, nvrtc));
+    const PlanChoice forced = choose_plan(spec, Variant::fa2, FLASHJIT_BACKEND_MLIR);
+    ASSERT_TRUE(forced.ok) << forced.error;
+    EXPECT_EQ(kernel_name(spec, forced.plan), kernel_name(spec, mlir));
+  }
+  // Other head dims: one plan for both backends.
+  for (int d : {64, 80, 96}) {
+    Plan nvrtc, mlir;
+    std::string why;
+    ASSERT_TRUE(plan_fa2(prefill(d, true), &nvrtc, &why, FLASHJIT_BACKEND_NVRTC)) << why;
+    ASSERT_TRUE(plan_fa2(prefill(d, true), &mlir, &why, FLASHJIT_BACKEND_MLIR)) << why;
+    EXPECT_EQ(kernel_name(prefill(d, true), nvrtc), kernel_name(prefill(d, true), mlir)) << d;
   }
 }
 
