@@ -1,7 +1,7 @@
 // Host-side costs of the runtime (Google Benchmark), on a GPU machine:
 //   forward_hot:      problem -> launched, kernel already in memory (the per-call cost an engine pays)
 //   raw_launch_fa2:   one cuLaunchKernelEx of the same kernel, parameters made once (the floor)
-//   decode_forward_hot: a planned decode step (decode + combine launches)
+//   decode_forward_hot: a planned decode step (one launch: the split-K decode merges its splits)
 //   prepare_disk_hit: problem -> loaded function with a cold memory cache and a warm disk cache
 //   validate_and_spec: the CPU-only part of the hot path (no GPU needed)
 #include "runtime/driver.hpp"
@@ -133,7 +133,8 @@ void raw_launch_fa2(benchmark::State &state) {
   }
   Fa2Launch launch = fa2_launch(*record, n); // parameters made once, as launch_fa2 makes them per call
   void *args[] = {&launch.params};
-  host_time_loop(state, [&] { return record->kernel.launch(launch.grid, launch.block, launch.smem_bytes, nullptr, args); });
+  host_time_loop(state,
+                 [&] { return record->kernel.launch(launch.grid, launch.block, launch.smem_bytes, nullptr, args); });
 }
 BENCHMARK(raw_launch_fa2)->Unit(benchmark::kMicrosecond)->UseManualTime();
 

@@ -13,7 +13,8 @@ FA2_TARGET_HEAD_DIMS = (64, 80, 128)  # issue 2: the fa2 kernel at least as fast
 
 
 def is_fa2_run(rows):
-    return all(".fa2." in r["kernel"] for r in rows if r["op"] == "prefill")
+    prefill = [r for r in rows if r["op"] == "prefill"]
+    return bool(prefill) and all(".fa2." in r["kernel"] for r in prefill)
 
 
 def fa2_verdict(row):

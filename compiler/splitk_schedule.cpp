@@ -11,6 +11,10 @@ namespace {
 
 // Device loads of the work list are 16-byte vectors; partial states are read as float4 rows.
 constexpr size_t kIntAlign = 16;
+// The device's view of the fused merge's arrays (params_decode.h) is this layout's: merges[grid]
+// ends 16-byte aligned, and the counters start at the state map's end rounded up to 16 bytes.
+static_assert(sizeof(fj_decode_merge) == kIntAlign && kIntAlign == fj_decode_i32_per_16_bytes * sizeof(int32_t),
+              "params_decode.h derives state_merge and merge_counters from this alignment");
 constexpr size_t kFloatAlign = 256;
 
 size_t align_up(size_t value, size_t alignment) {
@@ -42,12 +46,16 @@ bool splitk_layout(const SplitKShape &shape, SplitKLayout *layout, std::string *
   // Each CTA boundary cuts at most one unit into one more piece.
   l.max_work = static_cast<int>(units + l.grid);
   // A CTA's run holds at most two pieces of split units: its first and its last.
-  l.max_states = 2 * l.grid;
+  l.max_states = fj_decode_states_per_cta * l.grid;
   l.header_offset = 0;
   l.slot_offset = align_up(sizeof(fj_decode_header), kIntAlign);
   l.work_offset = align_up(l.slot_offset + sizeof(int32_t) * (l.grid + 1), kIntAlign);
   l.merge_offset = align_up(l.work_offset + sizeof(fj_decode_work) * l.max_work, kIntAlign);
-  l.int_bytes = align_up(l.merge_offset + sizeof(fj_decode_merge) * l.grid, kIntAlign);
+  // The device finds these two from `merges` and the grid (params_decode.h): keep them right
+  // after merges[grid], in this order.
+  l.state_merge_offset = align_up(l.merge_offset + sizeof(fj_decode_merge) * l.grid, kIntAlign);
+  l.merge_counter_offset = align_up(l.state_merge_offset + sizeof(int32_t) * l.max_states, kIntAlign);
+  l.int_bytes = align_up(l.merge_counter_offset + sizeof(int32_t) * l.grid, kIntAlign);
   l.partial_lse_offset = align_up(l.int_bytes, kFloatAlign);
   const size_t state_rows = size_t(l.max_states) * shape.block_m;
   l.partial_o_offset = align_up(l.partial_lse_offset + sizeof(float) * state_rows, kFloatAlign);
@@ -101,6 +109,8 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
   auto *slot_begin = reinterpret_cast<int32_t *>(bytes + layout.slot_offset);
   auto *work = reinterpret_cast<fj_decode_work *>(bytes + layout.work_offset);
   auto *merges = reinterpret_cast<fj_decode_merge *>(bytes + layout.merge_offset);
+  // The merge counters stay zero (the memset): every launch counts from zero.
+  auto *state_merge = reinterpret_cast<int32_t *>(bytes + layout.state_merge_offset);
 
   // Greedy fill of CTA runs of at most `per_cta` tiles. A unit that does not fit the current run is
   // split there, unless the piece left in the run would be shorter than min_tiles_per_cta and the
@@ -148,9 +158,12 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
       if (pieces > 1) {
         if (num_states + pieces > layout.max_states || num_merges >= layout.grid)
           return false;
-        merges[num_merges++] = fj_decode_merge{u, num_states, pieces, 0};
-        for (int i = first_piece; i < num_work; ++i)
+        merges[num_merges] = fj_decode_merge{u, num_states, pieces, 0};
+        for (int i = first_piece; i < num_work; ++i) {
+          state_merge[num_states] = num_merges;
           work[i].state = num_states++;
+        }
+        ++num_merges;
       }
     }
     largest_run = std::max(largest_run, run);
@@ -164,6 +177,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
   while (!build(per_cta))
     ++per_cta;
 
+  std::fill(state_merge + num_states, state_merge + layout.max_states, -1);
   header->num_work = num_work;
   header->num_merges = num_merges;
   header->num_states = num_states;

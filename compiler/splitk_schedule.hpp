@@ -36,7 +36,8 @@ struct SplitKShape {
 };
 
 // Byte offsets in the workspace. The integer region [0, int_bytes) is what the host schedule
-// writes; the float region (partial states) is device-only scratch.
+// writes (the merge counters as zeros: copying a schedule in also resets them); the float region
+// (partial states) is device-only scratch.
 struct SplitKLayout {
   int grid = 0; // CTAs of fj_decode_splitk and of fj_decode_combine
   int max_work = 0;
@@ -45,6 +46,9 @@ struct SplitKLayout {
   size_t slot_offset = 0;   // int32 [grid + 1]
   size_t work_offset = 0;   // fj_decode_work [max_work]
   size_t merge_offset = 0;  // fj_decode_merge [grid]
+  // The fused merge (params_decode.h): right after merges[grid], where the device finds them.
+  size_t state_merge_offset = 0;   // int32 [max_states]: merge of each state, -1 if unused
+  size_t merge_counter_offset = 0; // int32 [grid]: arrivals per merge, zero between launches
   size_t int_bytes = 0;
   size_t partial_lse_offset = 0; // float [max_states, block_m]
   size_t partial_o_offset = 0;   // float [max_states, block_m, head_dim_v]

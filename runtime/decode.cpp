@@ -82,7 +82,7 @@ Status launch_decode(const KernelRecord &kernel, const NormalizedProblem &n, con
   params.m_blocks = d.shape.m_blocks;
   void *args[] = {&params};
   const Dim3 grid{static_cast<unsigned>(d.layout.grid)};
-  // sm_90: both kernels go out with PDL. The decode reads only its work list before
+  // sm_90: the kernels go out with PDL. The decode reads only its work list before
   // griddepcontrol.wait, so its launch overlaps the previous kernel of the stream; the merge waits
   // for the decode's partial states the same way.
   const bool pdl = kernel.choice.spec.arch.sm >= 90;
@@ -90,6 +90,14 @@ Status launch_decode(const KernelRecord &kernel, const NormalizedProblem &n, con
                                       Dim3{}, pdl);
       !s)
     return s;
+  // kFusedMerge: the decode grid merges its split units itself (the last CTA to finish one of a
+  // unit's pieces), so a step is this one launch. With PDL the previous kernel of the stream is
+  // then typically the previous step's decode, which wrote the same partial states, O and merge
+  // counters: the decode's griddepcontrol.wait comes before its first access to any of them, and
+  // waits for that grid to complete with its writes visible (its merging CTAs have put every
+  // counter back to zero by then).
+  if (plan.constant("kFusedMerge", 0) != 0)
+    return Status::success();
   // Launched even when this schedule split nothing (it then exits at once): a captured graph stays
   // valid when the workspace is planned again for lengths that do split.
   const unsigned combine_threads = static_cast<unsigned>(plan.constant("kCombineThreads"));

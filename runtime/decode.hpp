@@ -1,5 +1,6 @@
 // Split-K decode on the host side: the workspace layout, the schedule made from the KV lengths
-// (plan), and the two launches (decode pieces, then the merge of split rows) that replay it.
+// (plan), and the launch that replays it: one (the decode merges its split units itself, plan
+// constant kFusedMerge) or two (decode pieces, then fj_decode_combine).
 #pragma once
 
 #include "compiler/splitk_schedule.hpp"

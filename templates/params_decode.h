@@ -33,6 +33,18 @@ typedef struct fj_decode_header {
   fj_i32 pad_;
 } fj_decode_header;
 
+// The fused merge's arrays follow merges[grid] in the integer region, where the device finds them
+// from `merges` and the grid size alone (fj_decode_params keeps its layout):
+//   state_merge[fj_decode_states_per_cta * grid] at merges + grid: the merge of each partial state
+//     (-1 for slots no state uses this step);
+//   merge_counters[grid] at state_merge + that count rounded up to fj_decode_i32_per_16_bytes:
+//     arrivals per merge, zero between launches (the host writes zeros; the merging CTA puts its
+//     counter back to zero).
+enum {
+  fj_decode_states_per_cta = 2,  // a CTA's run holds at most two pieces of split units
+  fj_decode_i32_per_16_bytes = 4 // the integer region's arrays start 16-byte aligned
+};
+
 typedef struct fj_decode_params {
   // q/k/v/o, lse, seqlens, paged KV, heads, window, scale, softcap; `maybe_partial_o/lse` point at
   // the float region of the workspace: [states, block_m, head_dim_v] and [states, block_m].
@@ -40,7 +52,8 @@ typedef struct fj_decode_params {
   const fj_decode_header *header;
   const fj_i32 *slot_begin;      // [grid + 1]: CTA c runs work[slot_begin[c] .. slot_begin[c + 1])
   const fj_decode_work *work;    // [max_work]
-  const fj_decode_merge *merges; // [grid]: at most one split unit ends in each CTA's range
+  const fj_decode_merge *merges; // [grid]: at most one split unit ends in each CTA's range (then
+                                 // state_merge and merge_counters, above)
   fj_i32 m_blocks;               // query tiles per (sequence, kv head)
   fj_i32 pad_;
 } fj_decode_params;

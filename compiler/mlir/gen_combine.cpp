@@ -75,6 +75,22 @@ Value strided_states_reduce(Emitter &e, Value lane, Value count, Value init, Com
   return loop.getResult(0);
 }
 
+// ld.global.cg.f32 d, [a] (prim/ld_global.cuh): a state other CTAs of this grid wrote.
+Value ld_global_cg_f32(Emitter &e, Value address) {
+  return e.asm_value(e.f32(), {e.to_global(address)}, "ld.global.cg.f32 $0, [$1];", "=f,l");
+}
+
+// ld.global.cg.v4.f32 {d0..d3}, [a] — a 16-byte aligned
+Value ld_global_cg_v4_f32(Emitter &e, Value address) {
+  mlir::Type f32 = e.f32();
+  auto four = mlir::LLVM::LLVMStructType::getLiteral(e.b.getContext(), {f32, f32, f32, f32});
+  Value out = e.asm_value(four, {e.to_global(address)}, "ld.global.cg.v4.f32 {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l");
+  llvm::SmallVector<Value, kVec4> elems;
+  for (int i = 0; i < kVec4; ++i)
+    elems.push_back(mlir::LLVM::ExtractValueOp::create(e.b, e.loc, out, i));
+  return mlir::vector::FromElementsOp::create(e.b, e.loc, e.v4f32(), elems);
+}
+
 } // namespace
 
 // merge_states_row of combine.cuh: warp-wide merge of `count` states of one row.
@@ -85,10 +101,17 @@ void merge_states_row(Emitter &e, const RowMerge &m, Value o_states, Value o_str
   Value lane = e.lane_id();
   Value zero_f = e.c_f32(0.f), zero_i = e.c_i32(0), neg_inf = e.neg_inf();
   auto lse_at = [&](Value state) { return e.gep(lse_states, f32, e.mul(e.sext64(state), lse_stride)); };
+  // ld_state_f32 / ld_state_v4_f32 of combine.cuh: only the load instruction depends on `coherent`.
+  auto ld_state_f32 = [&](Value address) {
+    return m.coherent ? ld_global_cg_f32(e, address) : e.ld_global_nc_f32(address);
+  };
+  auto ld_state_v4_f32 = [&](Value address) {
+    return m.coherent ? ld_global_cg_v4_f32(e, address) : e.ld_global_nc_v4_f32(address);
+  };
 
   // states_max_lse
   Value max_lse = e.warp_reduce_max(strided_states_reduce(
-      e, lane, count, neg_inf, [&](Value s, Value best) { return e.max_f32(best, e.ld_global_nc_f32(lse_at(s))); }));
+      e, lane, count, neg_inf, [&](Value s, Value best) { return e.max_f32(best, ld_state_f32(lse_at(s))); }));
   Value empty = e.cmpf(arith::CmpFPredicate::OEQ, max_lse, neg_inf);
 
   // states_sum_exp and its reciprocal, skipped when every state is empty
@@ -99,7 +122,7 @@ void merge_states_row(Emitter &e, const RowMerge &m, Value o_states, Value o_str
     scf::YieldOp::create(e.b, e.loc, ValueRange{zero_f, zero_f});
     e.b.setInsertionPointToStart(sums.elseBlock());
     Value partial = strided_states_reduce(e, lane, count, zero_f, [&](Value s, Value sum) {
-      Value shifted = e.fmul(e.fsub(e.ld_global_nc_f32(lse_at(s)), max_lse), e.c_f32(kLog2e));
+      Value shifted = e.fmul(e.fsub(ld_state_f32(lse_at(s)), max_lse), e.c_f32(kLog2e));
       return e.fadd(sum, e.ex2_approx(shifted));
     });
     Value sum = e.warp_reduce_sum(partial);
@@ -118,7 +141,7 @@ void merge_states_row(Emitter &e, const RowMerge &m, Value o_states, Value o_str
                            std::vector<Value> state(shape.batch), lse(shape.batch);
                            for (int s = 0; s < shape.batch; ++s) {
                              state[s] = e.min_s(e.add(first, e.c_i32(s)), last_state);
-                             lse[s] = e.ld_global_nc_f32(lse_at(state[s]));
+                             lse[s] = ld_state_f32(lse_at(state[s]));
                            }
                            std::vector<std::vector<Value>> v(shape.batch, std::vector<Value>(shape.vecs_per_lane));
                            for (int s = 0; s < shape.batch; ++s)
@@ -126,7 +149,7 @@ void merge_states_row(Emitter &e, const RowMerge &m, Value o_states, Value o_str
                                Value vec = e.min_s(e.add(lane, e.c_i32(c * kWarpSize)), e.c_i32(shape.vecs - 1));
                                Value column = e.sext64(e.mul(vec, e.c_i32(kF32PerVec)));
                                Value offset = e.add(e.mul(e.sext64(state[s]), o_stride), column);
-                               v[s][c] = e.ld_global_nc_v4_f32(e.gep(o_states, f32, offset));
+                               v[s][c] = ld_state_v4_f32(e.gep(o_states, f32, offset));
                              }
                            std::vector<Value> acc(carried.begin(), carried.end());
                            Value zero4 = e.c_v4f32(0.f);

@@ -1,15 +1,20 @@
 // The split-K decode kernel (templates/kernels/decode_splitk.cuh) built with MLIR: entries
 // fj_decode_splitk (a persistent CTA runs its slice of the host's work list; per piece a kStages
 // cp.async ring of K/V tiles, S = Q K^T and O += P V with mma.sync m16n8k16, online softmax per warp,
-// warps merged through shared memory) and fj_decode_combine (merge of the split units' partial
-// states, one warp per packed row). Same plan constants, entry names and fj_decode_params block.
+// warps merged through shared memory; with kFusedMerge the last CTA to finish one of a split unit's
+// pieces merges the unit, per-unit arrival counters) and fj_decode_combine (merge of the split
+// units' partial states, one warp per packed row, for plans without kFusedMerge). Same plan
+// constants, entry names and fj_decode_params block.
 //
-// Covered: contiguous and paged KV (the row-address ring: each tile row's K and V addresses,
-// computed from the block table one step ahead of their smem slot, two ahead of the copies that
-// read it), 16-byte aligned rows (cp.async) and element-aligned rows (synchronous 16-bit loads and
-// stores), head dims that are multiples of 8 (8 mod 16: QK's last k step zero-padded in shared
-// memory, P.V's odd n8 tile through ldmatrix .x2), bf16/fp16, any GQA group and q_len of the plan,
-// causal, sliding window, softcap.
+// Covered: contiguous and paged KV, 16-byte aligned rows (cp.async) and element-aligned rows
+// (synchronous 16-bit loads and stores), head dims that are multiples of 8 (8 mod 16: QK's last k
+// step zero-padded in shared memory, P.V's odd n8 tile through ldmatrix .x2), bf16/fp16, any GQA
+// group and q_len of the plan, causal, sliding window, softcap.
+// Paged KV: a block-table page ring (lookups one step ahead of their smem slot, two ahead of the
+// copies that read it), each copy computing its row's address from the page. The template keeps a
+// ring of row addresses instead; the MLIR build of that ring stopped on the H200 with an illegal
+// instruction (session 5, perf-notes), this form passes parity bit for bit. Both fit the plan's
+// ring region.
 #include "compiler/mlir/emit_mma.hpp"
 #include "compiler/mlir/generators.hpp"
 #include "compiler/mlir/merge_states.hpp"
@@ -35,8 +40,6 @@ constexpr int kStatsPerRow = 2;       // (max, sum)
 constexpr int kMergeChunk = 8;        // output columns per thread of the warp merge
 constexpr int kWorkFields = 4;        // fj_decode_work / fj_decode_merge: four int32
 constexpr int kI32Bytes = 4;          // a block-table entry (page index)
-constexpr int kPtrBytes = 8;          // a row address in the paged ring
-constexpr int kRowAddrsPerRow = 2;    // paged: a K and a V address per tile row and stage
 
 // --- parameter block ----------------------------------------------------------------------------
 
@@ -61,6 +64,7 @@ struct Shape {
   int smem_row_qk, smem_row_v, smem_offset_q, smem_offset_kv, smem_stage_bytes, smem_offset_v_in_stage,
       smem_offset_stats, smem_offset_pages, merge_row_floats;
   int kv_l2_hints; // plan constant kKvL2Hints: K/V copies with an L2 evict-first policy + 128 B prefetch
+  int fused_merge; // plan constant kFusedMerge: the decode grid merges its split units (arrival counters)
   int warps() const { return threads / kWarpSize; }
   bool paged() const { return page_size > 0; }
   int n_tiles_s() const { return warp_n / kMmaN; }
@@ -75,6 +79,10 @@ struct Params {
   Value maybe_lse, maybe_seqlens_k, seqlen_q, seqlen_k, heads_q, heads_kv, window_left, window_right;
   Value scale_log2, softcap, softcap_inv, scale, partial_o, partial_lse, m_blocks;
   Value block_table, max_pages_per_seq, page_stride_k, page_stride_v; // paged KV
+  // The parameter block itself, for fields read where they are used (the fused merge's merge list):
+  // a load at the kernel's start would stay live across the key loop.
+  Value block;
+  mlir::LLVM::LLVMStructType block_type;
 };
 
 Params load_params(Emitter &e, Value p, mlir::LLVM::LLVMStructType t) {
@@ -152,9 +160,9 @@ struct Smem {
     return at(
         e.add(e.c_i32(sh.smem_offset_kv + sh.smem_offset_v_in_stage), e.mul(stage, e.c_i32(sh.smem_stage_bytes))));
   }
-  // Paged KV: global address of every K row of the tile in `stage`, then of every V row.
-  Value row_addrs(Value stage) const {
-    return at(e.add(e.c_i32(sh.smem_offset_pages), e.mul(stage, e.c_i32(sh.block_n * kRowAddrsPerRow * kPtrBytes))));
+  // Paged KV: page of every row of the tile in `stage` (i32).
+  Value pages(Value stage) const {
+    return at(e.add(e.c_i32(sh.smem_offset_pages), e.mul(stage, e.c_i32(sh.block_n * kI32Bytes))));
   }
   Value stats() const { return at(e.c_i32(sh.smem_offset_stats)); }
   Value merge() const { return at(e.c_i32(sh.smem_offset_kv)); } // aliases the idle ring
@@ -261,58 +269,13 @@ Value lookup_page(Emitter &e, const Shape &sh, const KvSource &src, Value tile) 
       [&] { return llvm::SmallVector<Value, 1>{e.c_i32(0)}; })[0];
 }
 
-// KvSource::store_row_addrs: thread r < kBlockN stores row r's K and V addresses (the head's row of
-// `page`; the base pointers past the end) into the slot of `tile`.
-void store_row_addrs(Emitter &e, const Shape &sh, const Smem &smem, const KvSource &src, Value tile, Value page) {
+// KvSource::store_pages: thread r < kBlockN keeps row r's page in the slot of `tile`.
+void store_pages(Emitter &e, const Shape &sh, const Smem &smem, Value tile, Value page) {
   Value tid = e.tid_x();
   when(e, e.cmp(Pred::slt, tid, e.c_i32(sh.block_n)), [&] {
-    mlir::Type i16 = e.b.getI16Type();
-    Value key = e.add(e.add(src.kv_begin, e.mul(tile, e.c_i32(sh.block_n))), tid);
-    Value valid = e.cmp(Pred::slt, key, src.kv_end);
-    Value in_page = e.sext64(e.rem_s(key, e.c_i32(sh.page_size)));
-    Value page64 = e.sext64(page);
-    Value k_row = e.gep(src.k, i16, e.add(e.mul(page64, src.k_page), e.mul(in_page, src.k_row)));
-    Value v_row = e.gep(src.v, i16, e.add(e.mul(page64, src.v_page), e.mul(in_page, src.v_row)));
-    Value slot = smem.row_addrs(e.rem_s(tile, e.c_i32(sh.stages)));
-    e.st_shared(e.gep(slot, e.ptr(), tid), e.select(valid, k_row, src.k), kPtrBytes);
-    e.st_shared(e.gep(slot, e.ptr(), e.add(tid, e.c_i32(sh.block_n))), e.select(valid, v_row, src.v), kPtrBytes);
+    Value slot = smem.pages(e.rem_s(tile, e.c_i32(sh.stages)));
+    e.st_shared(e.gep(slot, e.i32(), tid), page, kI32Bytes);
   });
-}
-
-// TileCopy::issue_rows: paged rows whose addresses come from the ring `rows`. Unrolled here in
-// batches of kMaxCopyUnroll chunks; a batch reads all of its addresses before its first copy (a
-// copy's asm clobbers memory, so a later read could not move above it).
-constexpr int kMaxCopyUnroll = 8;
-void copy_rows_paged(Emitter &e, const Shape &sh, Value smem, int dim, int smem_row, Value rows_valid, Value rows,
-                     Value fallback, Value policy) {
-  const int chunks_per_row = dim / kChunkElems;
-  const int chunks = sh.block_n * chunks_per_row;
-  const int iters = (chunks + sh.threads - 1) / sh.threads;
-  Value tid = e.tid_x();
-  for (int first = 0; first < iters; first += kMaxCopyUnroll) {
-    const int count = std::min(kMaxCopyUnroll, iters - first);
-    std::vector<Value> src;
-    for (int i = 0; i < count; ++i) {
-      Value row = e.div_s(e.add(tid, e.c_i32((first + i) * sh.threads)), e.c_i32(chunks_per_row));
-      row = e.min_s(row, e.c_i32(sh.block_n - 1)); // a partial last iteration reads in bounds
-      src.push_back(e.ld_shared(e.ptr(), e.gep(rows, e.ptr(), row), kPtrBytes));
-    }
-    for (int i = 0; i < count; ++i) {
-      Value c = e.add(tid, e.c_i32((first + i) * sh.threads));
-      auto copy = [&] {
-        Value row = e.div_s(c, e.c_i32(chunks_per_row));
-        Value col = e.mul(e.rem_s(c, e.c_i32(chunks_per_row)), e.c_i32(kChunkElems));
-        Value valid = e.cmp(Pred::slt, row, rows_valid);
-        Value dst = e.gep(smem, e.b.getI16Type(), e.add(e.mul(row, e.c_i32(smem_row)), col));
-        copy_kv_chunk(e, sh, dst, valid, fallback, policy,
-                      [&] { return e.gep(src[i], e.b.getI16Type(), e.sext64(col)); });
-      };
-      if (chunks % sh.threads != 0 && first + i == iters - 1)
-        when(e, e.cmp(Pred::slt, c, e.c_i32(chunks)), copy);
-      else
-        copy();
-    }
-  }
 }
 
 // KvSource::issue: tile `tile` into stage tile % kStages.
@@ -322,10 +285,18 @@ void issue_tile(Emitter &e, const Shape &sh, const Smem &smem, const KvSource &s
   Value rows_valid = e.sub(src.kv_end, key0);
   Value stage = e.rem_s(tile, e.c_i32(sh.stages));
   if (sh.paged()) {
-    Value rows = smem.row_addrs(stage);
-    copy_rows_paged(e, sh, smem.k(stage), sh.head_dim_qk, sh.smem_row_qk, rows_valid, rows, src.k, src.policy);
-    copy_rows_paged(e, sh, smem.v(stage), sh.head_dim_v, sh.smem_row_v, rows_valid,
-                    e.gep(rows, e.ptr(), e.c_i32(sh.block_n)), src.v, src.policy);
+    Value pages = smem.pages(stage);
+    auto paged_row = [&](Value page_stride, Value row_stride) {
+      return [&e, &sh, pages, key0, page_stride, row_stride](Value row) {
+        Value page = e.ld_shared(e.i32(), e.gep(pages, e.i32(), row), kI32Bytes);
+        Value in_page = e.rem_s(e.add(key0, row), e.c_i32(sh.page_size));
+        return e.add(e.mul(e.sext64(page), page_stride), e.mul(e.sext64(in_page), row_stride));
+      };
+    };
+    copy_rows(e, sh, smem.k(stage), sh.block_n, sh.head_dim_qk, sh.smem_row_qk, rows_valid, src.k, src.policy,
+              paged_row(src.k_page, src.k_row));
+    copy_rows(e, sh, smem.v(stage), sh.block_n, sh.head_dim_v, sh.smem_row_v, rows_valid, src.v, src.policy,
+              paged_row(src.v_page, src.v_row));
     return;
   }
   Value key0_64 = e.sext64(key0);
@@ -524,6 +495,112 @@ void online_softmax(Emitter &e, const Shape &sh, const Params &p, Tile &s, const
     }
 }
 
+// merge_unit of decode_splitk.cuh: the partial states of the split unit `merge` (an fj_decode_merge
+// as four i32) into O and LSE, warp w of `warps` taking packed rows w, w + warps, ... `coherent`:
+// the states were written by other CTAs of this grid (the fused merge).
+void merge_unit(Emitter &e, const Shape &sh, const Params &p, Value m, int warps, bool coherent) {
+  Unit u = decode_unit(e, sh, p, e.extract(m, 0), /*with_kv_len=*/false);
+  Value first_state = e.extract(m, 1), count = e.extract(m, 2);
+  const int64_t state_o = int64_t(sh.block_m) * sh.head_dim_v;
+  const RowMerge merge{sh.dtype, sh.head_dim_v, sh.aligned16, coherent};
+  scf::ForOp::create(
+      e.b, e.loc, e.warp_id(), u.rows_here, e.c_i32(warps), ValueRange{},
+      [&](mlir::OpBuilder &, mlir::Location, Value row, ValueRange) {
+        Value packed = e.add(e.mul(u.m_block, e.c_i32(sh.block_m)), row);
+        Value token = e.div_s(packed, e.c_i32(sh.gqa_group));
+        Value head = e.add(e.mul(u.head_kv, e.c_i32(sh.gqa_group)), e.rem_s(packed, e.c_i32(sh.gqa_group)));
+        Value offset = e.add(e.add(e.mul(e.sext64(u.batch), p.o_strides[0]), e.mul(e.sext64(token), p.o_strides[1])),
+                             e.mul(e.sext64(head), p.o_strides[2]));
+        Value dst = e.gep(p.o, e.b.getI16Type(), offset);
+        Value lse_index =
+            e.add(e.mul(e.add(e.mul(e.sext64(u.batch), e.sext64(p.heads_q)), e.sext64(head)), e.sext64(p.seqlen_q)),
+                  e.sext64(token));
+        Value row64 = e.sext64(row);
+        Value o_states =
+            e.gep(p.partial_o, e.f32(),
+                  e.add(e.mul(e.sext64(first_state), e.c_i64(state_o)), e.mul(row64, e.c_i64(sh.head_dim_v))));
+        Value lse_states =
+            e.gep(p.partial_lse, e.f32(), e.add(e.mul(e.sext64(first_state), e.c_i64(sh.block_m)), row64));
+        merge_states_row(e, merge, o_states, e.c_i64(state_o), lse_states, e.c_i64(sh.block_m), count, dst, p.maybe_lse,
+                         lse_index);
+        scf::YieldOp::create(e.b, e.loc);
+      });
+}
+
+// The fused merge's PTX (prim/atomic.cuh).
+// fence.acq_rel.gpu
+void fence_acq_rel_gpu(Emitter &e) {
+  e.asm_void({}, "fence.acq_rel.gpu;", "~{memory}");
+}
+// atom.acq_rel.gpu.global.add.s32 d, [a], b — d receives the value before the add
+Value atom_add_acq_rel_gpu_s32(Emitter &e, Value address, Value value) {
+  return e.asm_value(e.i32(), {e.to_global(address), value}, "atom.acq_rel.gpu.global.add.s32 $0, [$1], $2;",
+                     "=r,l,r,~{memory}");
+}
+// st.relaxed.gpu.global.s32 [a], b
+void st_relaxed_gpu_s32(Emitter &e, Value address, Value value) {
+  e.asm_void({e.to_global(address), value}, "st.relaxed.gpu.global.s32 [$0], $1;", "l,r,~{memory}");
+}
+// bar.red.or.pred p, 0, q — a CTA barrier that tells every thread whether any thread's predicate held
+Value bar_red_or(Emitter &e, Value predicate) {
+  Value word = mlir::LLVM::ZExtOp::create(e.b, e.loc, e.i32(), predicate);
+  Value any =
+      e.asm_value(e.i32(), {word},
+                  "{\n\t.reg .pred p, q;\n\tsetp.ne.u32 p, $1, 0;\n\tbar.red.or.pred q, 0, p;\n\tselp.u32 $0, 1, "
+                  "0, q;\n}",
+                  "=r,r,~{memory}");
+  return e.cmp(Pred::ne, any, e.c_i32(0));
+}
+
+// The fused merge's arrays after merges[grid] (params_decode.h), as i32 pointers.
+Value merge_list(Emitter &e, const Params &p) {
+  return param_at(e, p.block, p.block_type, {kMerges});
+}
+// mov.u32 d, %nctaid.x, as volatile asm: the addresses made from it stay where they are used (LLVM
+// would hoist nvvm's grid-size read, and those addresses, out of the piece loop into registers
+// live across the key loop: +4 registers, measured on sm_80 d72).
+Value grid_size_here(Emitter &e) {
+  return e.asm_value(e.i32(), {}, "mov.u32 $0, %nctaid.x;", "=r");
+}
+Value state_merge_array(Emitter &e, const Params &p) {
+  return e.gep(merge_list(e, p), e.i32(), e.mul(e.sext64(grid_size_here(e)), e.c_i64(kWorkFields)));
+}
+Value merge_counter_array(Emitter &e, const Params &p) {
+  constexpr int kRound = fj_decode_i32_per_16_bytes;
+  Value states = e.mul(grid_size_here(e), e.c_i32(fj_decode_states_per_cta));
+  Value padded = e.mul(e.div_s(e.add(states, e.c_i32(kRound - 1)), e.c_i32(kRound)), e.c_i32(kRound));
+  return e.gep(state_merge_array(e, p), e.i32(), e.sext64(padded));
+}
+Value load_merge(Emitter &e, const Params &p, Value index) {
+  return e.ld_global_nc_v4_s32(e.gep(merge_list(e, p), e.i32(), e.mul(e.sext64(index), e.c_i64(kWorkFields))));
+}
+
+// arrive_and_maybe_merge of decode_splitk.cuh: every thread, once partial state `state` is written.
+// The barrier orders the CTA's state stores before thread 0's release on the merge's counter; the
+// arrival that completes the count acquires, merges the unit and puts the counter back to zero.
+void arrive_and_maybe_merge(Emitter &e, const Shape &sh, const Params &p, Value state) {
+  e.bar_sync(); // every thread's partial-state stores, before thread 0's release
+  Value last = if_values(
+      e, e.cmp(Pred::eq, e.tid_x(), e.c_i32(0)), mlir::TypeRange{e.i1()},
+      [&] {
+        Value m = e.ld_global_nc_s32(e.gep(state_merge_array(e, p), e.i32(), e.sext64(state)));
+        Value merge = load_merge(e, p, m);
+        Value counter = e.gep(merge_counter_array(e, p), e.i32(), e.sext64(m));
+        fence_acq_rel_gpu(e);
+        Value old = atom_add_acq_rel_gpu_s32(e, counter, e.c_i32(1));
+        Value is_last = e.cmp(Pred::eq, old, e.sub(e.extract(merge, 2), e.c_i32(1)));
+        when(e, is_last, [&] { st_relaxed_gpu_s32(e, counter, e.c_i32(0)); });
+        return llvm::SmallVector<Value, 1>{is_last};
+      },
+      [&] { return llvm::SmallVector<Value, 1>{arith::ConstantIntOp::create(e.b, e.loc, e.i1(), 0)}; })[0];
+  when(e, bar_red_or(e, last), [&] { // uniform: thread 0's decision, to every thread
+    // acquire for every thread: the states, after thread 0's acquire and the barrier
+    fence_acq_rel_gpu(e);
+    Value m = e.ld_global_nc_s32(e.gep(state_merge_array(e, p), e.i32(), e.sext64(state)));
+    merge_unit(e, sh, p, load_merge(e, p, m), sh.warps(), /*coherent=*/true);
+  });
+}
+
 // finish_piece: merge the warps through shared memory, write O (or a partial state) and the LSE.
 void finish_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, const Smem &smem, WarpState &st) {
   mlir::Type f32 = e.f32(), v2f32 = mlir::VectorType::get({2}, f32);
@@ -635,6 +712,8 @@ void finish_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, c
         }
         scf::YieldOp::create(e.b, e.loc);
       });
+  if (sh.fused_merge != 0)
+    when(e, e.cmp(Pred::sge, u.state, e.c_i32(0)), [&] { arrive_and_maybe_merge(e, sh, p, u.state); }); // uniform
   e.bar_sync(); // the next piece's copies overwrite `merge` and `stats`
 }
 
@@ -658,14 +737,13 @@ void run_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, cons
   zero_qk_padding(e, sh, smem); // the previous piece's merge scratch may have covered the K padding
   Value num_tiles = e.div_s(e.add(e.sub(u.kv_end, u.kv_begin), e.c_i32(sh.block_n - 1)), e.c_i32(sh.block_n));
 
-  // Paged: row addresses of tiles 0 .. kStages-1 (their page lookups go out together) before any
-  // copy reads them.
+  // Paged: pages of tiles 0 .. kStages-1 (their lookups go out together) before any copy reads them.
   if (sh.paged()) {
     std::vector<Value> first_pages;
     for (int t = 0; t < sh.stages; ++t)
       first_pages.push_back(lookup_page(e, sh, src, e.c_i32(t)));
     for (int t = 0; t < sh.stages; ++t)
-      store_row_addrs(e, sh, smem, src, e.c_i32(t), first_pages[t]);
+      store_pages(e, sh, smem, e.c_i32(t), first_pages[t]);
     e.bar_sync();
   }
 
@@ -741,7 +819,7 @@ void run_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, cons
           page = if_values(
               e, e.cmp(Pred::slt, after, num_tiles), mlir::TypeRange{e.i32()},
               [&] {
-                store_row_addrs(e, sh, smem, src, after, page);
+                store_pages(e, sh, smem, after, page);
                 return llvm::SmallVector<Value, 1>{lookup_page(e, sh, src, e.add(ahead, e.c_i32(2)))};
               },
               [&] { return llvm::SmallVector<Value, 1>{page}; })[0];
@@ -808,6 +886,7 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
                                     {"kHeadDimQKMma", &sh.head_dim_qk_mma},
                                     {"kMergeRowFloats", &sh.merge_row_floats},
                                     {"kKvL2Hints", &sh.kv_l2_hints},
+                                    {"kFusedMerge", &sh.fused_merge},
                                 });
       !s)
     return s;
@@ -822,7 +901,7 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
       (sh.head_dim_qk_mma != sh.head_dim_qk && sh.head_dim_qk_mma - sh.head_dim_qk != kChunkElems) ||
       sh.smem_row_qk % kChunkElems != 0 || sh.smem_row_qk < sh.head_dim_qk_mma || sh.smem_row_v < sh.head_dim_v ||
       sh.smem_offset_stats + sh.warps() * sh.block_m * kStatsPerRow * kF32Bytes > sh.smem_offset_pages ||
-      (sh.paged() && sh.smem_offset_pages + sh.stages * sh.block_n * kRowAddrsPerRow * kPtrBytes > plan.smem_bytes))
+      (sh.paged() && sh.smem_offset_pages + sh.stages * sh.block_n * kI32Bytes > plan.smem_bytes))
     return Status::error(FLASHJIT_INTERNAL, "decode: the plan's constants break the kernel's invariants");
 
   mlir::OpBuilder b(module.getContext());
@@ -842,9 +921,13 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
     b.setInsertionPointToStart(&fn.getBody().front());
     Value pp = fn.getArgument(0);
     Smem smem{mlir::LLVM::AddressOfOp::create(b, loc, e.ptr(kSharedSpace), "fj_decode_smem"), e, sh};
-    if (sh.arch >= 90) // the combine grid may get resident now and wait (PDL)
+    // The next grid of the stream (the combine, or with kFusedMerge the next step's decode) may get
+    // resident now and wait (PDL).
+    if (sh.arch >= 90)
       e.griddepcontrol(mlir::NVVM::GridDepActionKind::launch_dependents);
-    const Params p = load_params(e, pp, params_type);
+    Params p = load_params(e, pp, params_type);
+    p.block = pp;
+    p.block_type = params_type;
     Value slot_begin = param_at(e, pp, params_type, {kSlotBegin});
     Value work = param_at(e, pp, params_type, {kWork});
     Value cta = e.sext64(e.ctaid_x());
@@ -900,34 +983,7 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
     Value num_merges = e.load(e.i32(), e.to_global(e.gep(header, e.i32(), e.c_i32(kHeaderNumMerges))), kF32Bytes);
     when(e, e.cmp(Pred::slt, cta, num_merges), [&] {
       Value m = e.ld_global_nc_v4_s32(e.gep(merges, e.i32(), e.mul(e.sext64(cta), e.c_i64(kWorkFields))));
-      Unit u = decode_unit(e, sh, p, e.extract(m, 0), /*with_kv_len=*/false);
-      Value first_state = e.extract(m, 1), count = e.extract(m, 2);
-      const int64_t state_o = int64_t(sh.block_m) * sh.head_dim_v;
-      const RowMerge merge{sh.dtype, sh.head_dim_v, sh.aligned16};
-      const int warps = sh.combine_threads / kWarpSize;
-      scf::ForOp::create(
-          b, loc, e.warp_id(), u.rows_here, e.c_i32(warps), ValueRange{},
-          [&](mlir::OpBuilder &, mlir::Location, Value row, ValueRange) {
-            Value packed = e.add(e.mul(u.m_block, e.c_i32(sh.block_m)), row);
-            Value token = e.div_s(packed, e.c_i32(sh.gqa_group));
-            Value head = e.add(e.mul(u.head_kv, e.c_i32(sh.gqa_group)), e.rem_s(packed, e.c_i32(sh.gqa_group)));
-            Value offset =
-                e.add(e.add(e.mul(e.sext64(u.batch), p.o_strides[0]), e.mul(e.sext64(token), p.o_strides[1])),
-                      e.mul(e.sext64(head), p.o_strides[2]));
-            Value dst = e.gep(p.o, b.getI16Type(), offset);
-            Value lse_index =
-                e.add(e.mul(e.add(e.mul(e.sext64(u.batch), e.sext64(p.heads_q)), e.sext64(head)), e.sext64(p.seqlen_q)),
-                      e.sext64(token));
-            Value row64 = e.sext64(row);
-            Value o_states =
-                e.gep(p.partial_o, e.f32(),
-                      e.add(e.mul(e.sext64(first_state), e.c_i64(state_o)), e.mul(row64, e.c_i64(sh.head_dim_v))));
-            Value lse_states =
-                e.gep(p.partial_lse, e.f32(), e.add(e.mul(e.sext64(first_state), e.c_i64(sh.block_m)), row64));
-            merge_states_row(e, merge, o_states, e.c_i64(state_o), lse_states, e.c_i64(sh.block_m), count, dst,
-                             p.maybe_lse, lse_index);
-            scf::YieldOp::create(b, loc);
-          });
+      merge_unit(e, sh, p, m, sh.combine_threads / kWarpSize, /*coherent=*/false);
     });
     mlir::gpu::ReturnOp::create(b, loc);
   }

@@ -11,6 +11,9 @@ struct RowMerge {
   DType dtype;
   int head_dim_v;
   bool aligned16;
+  // The states were written by other CTAs of the running grid (the decode's fused merge): load
+  // them through L2 (ld.global.cg), not the read-only path (combine.cuh's ld_state_f32).
+  bool coherent = false;
 };
 
 // Merges `count` states of one row: O states at o_states + i * o_stride (fp32, i64 stride), LSEs at

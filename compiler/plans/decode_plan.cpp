@@ -5,6 +5,7 @@
 // enough bytes in flight per SM (Little's law: ~4.5 TB/s x ~1 us of latency over 132 SMs is about
 // 35 KB per SM at the very least; we aim for 128 KB). The knobs are the ring depth (stages) and
 // how many CTAs share an SM; two or more CTAs also hide one CTA's pipeline refill between pieces.
+#include "compiler/plans/decode_plan.hpp"
 #include "compiler/planner.hpp"
 
 #include <algorithm>
@@ -43,6 +44,10 @@ constexpr int kCombineGridPerSm = 2;
 // on: measured on the H200 (+2..6% contiguous, paged unchanged within noise; .scratch/decode4).
 // Not measured on sm_80, which keeps plain copies.
 constexpr int kKvL2HintsMinArch = 90;
+// Merge of split units inside the decode grid (kFusedMerge: arrival counters, the last CTA of a
+// unit merges it), so a step is one launch instead of two: one launch is ~3.5 us of host time on
+// the H200 machine (issue 4). Measured GPU-neutral (.scratch/decperf). Both backends render it.
+constexpr int kFusedMergeDefault = 1;
 
 int align_up(int value, int alignment) {
   return (value + alignment - 1) / alignment * alignment;
@@ -76,6 +81,10 @@ bool fail(std::string *why_not, std::string message) {
 } // namespace
 
 bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not) {
+  return plan_decode_tuned(spec, DecodeTuning{}, plan, why_not);
+}
+
+bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan *plan, std::string *why_not) {
   if (spec.op != Op::decode)
     return fail(why_not, "not a decode spec");
   if (spec.arch.sm < 80)
@@ -91,6 +100,8 @@ bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not) {
     return fail(why_not, "decode_splitk takes KV lengths from seqlens_k, not cu_seqlens (varlen)");
   if (spec.page_size < 0 || spec.page_size > kMaxPageSize)
     return fail(why_not, "page size must be 0 (contiguous) or 1..512");
+  if (tuning.fused_merge < -1 || tuning.fused_merge > 1)
+    return fail(why_not, "fused_merge must be -1 (the planner's choice), 0 or 1");
 
   const int rows = spec.gqa_group * spec.q_len;
   const int qk_mma = align_up(spec.head_dim_qk, kMmaK);
@@ -179,6 +190,7 @@ bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not) {
   p.add("kKvL2Hints", spec.arch.sm >= kKvL2HintsMinArch ? 1 : 0);
   p.add("kCombineThreads", kCombineThreads);
   p.add("kCombineGridPerSm", kCombineGridPerSm);
+  p.add("kFusedMerge", tuning.fused_merge >= 0 ? tuning.fused_merge : kFusedMergeDefault);
   *plan = p;
   return true;
 }

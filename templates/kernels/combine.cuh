@@ -32,19 +32,36 @@ template <int HeadDimV> struct MergeShape {
   static constexpr int kBatch = kMergeLoadsInFlight / kVecsPerLane; // states per batch
 };
 
+// Loads of partial states. `Coherent`: other CTAs of the running grid wrote them (the decode's
+// fused merge), so they go through L2 (ld.global.cg); else the read-only path (ld.global.nc).
+// Only the load instruction differs: the merge's arithmetic is the same either way.
+template <bool Coherent> __device__ __forceinline__ float ld_state_f32(const float *address) {
+  if constexpr (Coherent)
+    return ld_global_cg_f32(address);
+  else
+    return ld_global_nc_f32(address);
+}
+template <bool Coherent> __device__ __forceinline__ void ld_state_v4_f32(float (&out)[4], const float *address) {
+  if constexpr (Coherent)
+    ld_global_cg_v4_f32(out, address);
+  else
+    ld_global_nc_v4_f32(out, address);
+}
+
 // Largest LSE over `count` states (lanes stride over the states, then a warp reduction).
-__device__ __forceinline__ float states_max_lse(const float *lse, i64 stride, int count) {
+template <bool Coherent> __device__ __forceinline__ float states_max_lse(const float *lse, i64 stride, int count) {
   float best = neg_inf();
   for (int s = lane_id(); s < count; s += kWarpSize)
-    best = max_f32(best, ld_global_nc_f32(lse + s * stride));
+    best = max_f32(best, ld_state_f32<Coherent>(lse + s * stride));
   return warp_reduce_max(best);
 }
 
 // sum_i 2^((LSE_i - max) * log2 e); the caller skips it when max = -inf.
+template <bool Coherent>
 __device__ __forceinline__ float states_sum_exp(const float *lse, i64 stride, int count, float max_lse) {
   float sum = 0.f;
   for (int s = lane_id(); s < count; s += kWarpSize)
-    sum += ex2_approx((ld_global_nc_f32(lse + s * stride) - max_lse) * kLog2e);
+    sum += ex2_approx((ld_state_f32<Coherent>(lse + s * stride) - max_lse) * kLog2e);
   return warp_reduce_sum(sum);
 }
 
@@ -70,13 +87,14 @@ __device__ __forceinline__ void store_16bit(void *out, const float (&v)[N]) {
 
 // Merges `count` states of one row (warp-wide). `o_states` points at state 0's row (16-byte
 // aligned, fp32), `o_stride` / `lse_stride` step between states; `out_row` receives 16-bit values.
-template <int DType, int HeadDimV, bool Aligned16>
+// `Coherent`: see ld_state_f32.
+template <int DType, int HeadDimV, bool Aligned16, bool Coherent = false>
 __device__ __forceinline__ void merge_states_row(const float *o_states, i64 o_stride, const float *lse_states,
                                                  i64 lse_stride, int count, void *out_row, float *maybe_out_lse) {
   using Shape = MergeShape<HeadDimV>;
-  const float max_lse = states_max_lse(lse_states, lse_stride, count);
+  const float max_lse = states_max_lse<Coherent>(lse_states, lse_stride, count);
   const bool empty = max_lse == neg_inf();
-  const float sum = empty ? 0.f : states_sum_exp(lse_states, lse_stride, count, max_lse);
+  const float sum = empty ? 0.f : states_sum_exp<Coherent>(lse_states, lse_stride, count, max_lse);
   const float inv_sum = empty ? 0.f : rcp_approx(sum);
 
   // Loads are unconditional (indices clamped to the last state / column, their weight or store
@@ -86,14 +104,14 @@ __device__ __forceinline__ void merge_states_row(const float *o_states, i64 o_st
     float lse[Shape::kBatch];
 #pragma unroll
     for (int b = 0; b < Shape::kBatch; ++b)
-      lse[b] = ld_global_nc_f32(lse_states + min(first + b, count - 1) * lse_stride);
+      lse[b] = ld_state_f32<Coherent>(lse_states + min(first + b, count - 1) * lse_stride);
     float v[Shape::kBatch][Shape::kVecsPerLane][kF32PerVec];
 #pragma unroll
     for (int b = 0; b < Shape::kBatch; ++b)
 #pragma unroll
       for (int c = 0; c < Shape::kVecsPerLane; ++c) {
         const int vec = min(lane_id() + c * kWarpSize, Shape::kVecs - 1);
-        ld_global_nc_v4_f32(v[b][c], o_states + min(first + b, count - 1) * o_stride + vec * kF32PerVec);
+        ld_state_v4_f32<Coherent>(v[b][c], o_states + min(first + b, count - 1) * o_stride + vec * kF32PerVec);
       }
 #pragma unroll
     for (int b = 0; b < Shape::kBatch; ++b) {

@@ -5,7 +5,10 @@
 // into the M dimension (row = token * group + head_in_group), so every KV byte is read once per
 // unit. The host schedule (compiler/splitk_schedule) cuts the units' keys into pieces and gives each
 // CTA of the fixed grid a balanced, contiguous run of pieces. A piece that is a whole unit writes O
-// directly; the pieces of a split unit write (O, LSE) partial states that fj_decode_combine merges.
+// directly; the pieces of a split unit write (O, LSE) partial states. With kFusedMerge the CTA that
+// writes a unit's last outstanding state merges them in the same grid (an arrival counter per split
+// unit; see arrive_and_maybe_merge), so a step is one launch; without it fj_decode_combine merges
+// them in a second launch. Both run merge_unit: the same arithmetic in the same order.
 //
 // Inside a CTA: a kStages-deep cp.async ring of kBlockN-key tiles (K and V). The warps split each
 // tile's keys (kWarpN each), run an online softmax over their own keys with mma.sync m16n8k16, and
@@ -15,13 +18,15 @@
 // tables and partial states stay in L2 across launches) and a 128-byte L2 prefetch.
 //
 // Launch (sm_90): the runtime launches fj_decode_splitk with programmatic stream serialization
-// (PDL) as well as the combine. The decode reads only the host-written work list before
-// griddepcontrol.wait, so its launch and work-list latency overlap the previous kernel of the stream
-// (the previous step's combine, which lets it in early with griddepcontrol.launch_dependents).
+// (PDL) (and the combine, when the merge is not fused). The decode reads only the host-written work
+// list before griddepcontrol.wait, so its launch and work-list latency overlap the previous kernel
+// of the stream (the previous step's combine or, fused, the previous step's decode; both let it in
+// early with griddepcontrol.launch_dependents).
 #pragma once
 
 #include "kernels/combine.cuh"
 #include "params_decode.h"
+#include "prim/atomic.cuh"
 #include "prim/cp_async.cuh"
 #include "prim/cp_async_l2.cuh"
 #include "prim/griddep.cuh"
@@ -519,6 +524,70 @@ __device__ __forceinline__ void online_softmax(const fj_attention_params &a,
 
 constexpr int kStatsPerRow = 2; // (max, sum)
 
+__device__ __forceinline__ fj_decode_merge load_merge(const fj_decode_merge *merge) {
+  i32 raw[4]; // {unit, first_state, count, pad}: one 16-byte load
+  ld_global_nc_v4_s32(raw, merge);
+  return {raw[0], raw[1], raw[2], raw[3]};
+}
+
+// Merges the partial states of one split unit into O (and LSE): warp w of `Warps` takes packed
+// rows w, w + Warps, ... `Coherent`: the states were written by other CTAs of this grid (fused).
+template <int Warps, bool Coherent>
+__device__ __forceinline__ void merge_unit(const fj_decode_params &p, const fj_decode_merge &merge) {
+  const fj_attention_params &a = p.attn;
+  const fj_decode_work as_work{merge.unit, 0, 0, 0};
+  const Unit u = decode_unit(p, as_work);
+  constexpr i64 kStateO = (i64)Cfg::kBlockM * Cfg::kHeadDimV;
+  for (int row = warp_id(); row < u.rows_here; row += Warps) {
+    const int packed = u.m_block * Cfg::kBlockM + row;
+    const int token = packed / Cfg::kGqaGroup;
+    const int head = u.head_kv * Cfg::kGqaGroup + packed % Cfg::kGqaGroup;
+    u16 *dst = static_cast<u16 *>(const_cast<void *>(a.o.ptr)) + (i64)u.batch * a.o.batch_stride +
+               (i64)token * a.o.row_stride + (i64)head * a.o.head_stride;
+    float *lse =
+        a.maybe_lse == nullptr ? nullptr : a.maybe_lse + ((i64)u.batch * a.heads_q + head) * a.seqlen_q + token;
+    merge_states_row<Cfg::kDType, Cfg::kHeadDimV, Cfg::kAligned16, Coherent>(
+        a.maybe_partial_o + merge.first_state * kStateO + (i64)row * Cfg::kHeadDimV, kStateO,
+        a.maybe_partial_lse + (i64)merge.first_state * Cfg::kBlockM + row, Cfg::kBlockM, merge.count, dst, lse);
+  }
+}
+
+// The fused merge's arrays after merges[grid] (params_decode.h; compiler/splitk_schedule.cpp).
+__device__ __forceinline__ const i32 *state_merge_array(const fj_decode_params &p) {
+  return reinterpret_cast<const i32 *>(p.merges + gridDim.x);
+}
+__device__ __forceinline__ i32 *merge_counter_array(const fj_decode_params &p) {
+  constexpr int kRound = fj_decode_i32_per_16_bytes;
+  const int states = fj_decode_states_per_cta * (int)gridDim.x;
+  return const_cast<i32 *>(state_merge_array(p)) + (states + kRound - 1) / kRound * kRound;
+}
+
+// Fused merge, called by every thread of a CTA once its partial state `state` is written. The
+// barrier orders the CTA's state stores before thread 0's release (fence + acq_rel add) on the
+// merge's counter; the arrival that completes the count acquires, so the other CTAs' states are
+// visible to that CTA, which merges the unit (loads through L2: see ld_state_f32) and puts the
+// counter back to zero for the next launch or graph replay (nothing else touches it in this grid:
+// every arrival has happened). The counters are first touched after griddepcontrol.wait, so the
+// previous step's grid, which used the same counters, has completed.
+__device__ __forceinline__ void arrive_and_maybe_merge(const fj_decode_params &p, int state) {
+  __syncthreads(); // every thread's partial-state stores, before thread 0's release below
+  bool last = false;
+  if (threadIdx.x == 0) {
+    const int m = ld_global_nc_s32(state_merge_array(p) + state);
+    const fj_decode_merge merge = load_merge(p.merges + m);
+    i32 *counter = merge_counter_array(p) + m;
+    fence_acq_rel_gpu();
+    last = atom_add_acq_rel_gpu_s32(counter, 1) == merge.count - 1;
+    if (last)
+      st_relaxed_gpu_s32(counter, 0);
+  }
+  if (!bar_red_or(last)) // uniform: thread 0's decision, to every thread
+    return;
+  fence_acq_rel_gpu(); // acquire for every thread: the states, after thread 0's acquire and the barrier
+  const int m = ld_global_nc_s32(state_merge_array(p) + state);
+  merge_unit<Traits::kWarps, true>(p, load_merge(p.merges + m));
+}
+
 __device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Unit &u, const Smem &smem,
                                              WarpState &st) {
   const fj_attention_params &a = p.attn;
@@ -603,6 +672,9 @@ __device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Un
         st_global_f32(a.maybe_partial_lse + (i64)u.state * Cfg::kBlockM + row, lse);
     }
   }
+  if constexpr (Cfg::kFusedMerge != 0)
+    if (u.state >= 0) // uniform over the CTA
+      arrive_and_maybe_merge(p, u.state);
   __syncthreads(); // the next piece's copies overwrite `merge` and `stats`
 }
 
@@ -678,16 +750,19 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfi
     fj_decode_splitk(const __grid_constant__ fj_decode_params p) {
   extern __shared__ __align__(128) char smem_raw[];
   const fj::decode::Smem smem{smem_raw};
-  if constexpr (KernelConfig::kArch >= 90) // the combine grid may get resident now and wait (PDL)
+  // The next grid of the stream (the combine, or with kFusedMerge the next step's decode) may get
+  // resident now and wait (PDL).
+  if constexpr (KernelConfig::kArch >= 90)
     fj::griddepcontrol_launch_dependents();
   const int first = p.slot_begin[blockIdx.x];
   const int last = p.slot_begin[blockIdx.x + 1];
   if (first == last) // no work: this CTA touches no memory, so it need not wait (PDL) either
     return;
   // The work list is the host's (no kernel writes it): read before the wait. Q, K, V, lengths and
-  // tables may come from the previous kernel of the stream: read after it. The wait is conditional
-  // on the loaded entry only so that its load issues before the wait (ptxas sinks an unconditional
-  // one below it); an entry always has kv_begin <= kv_end.
+  // tables may come from the previous kernel of the stream: read after it, as are the partial
+  // states, O and (kFusedMerge) the merge counters, which the previous step's grid also writes.
+  // The wait is conditional on the loaded entry only so that its load issues before the wait
+  // (ptxas sinks an unconditional one below it); an entry always has kv_begin <= kv_end.
   const fj_decode_work first_work = fj::decode::load_work(p.work + first);
   if constexpr (KernelConfig::kArch >= 90)
     if (first_work.kv_begin <= first_work.kv_end)
@@ -699,9 +774,9 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfi
 }
 
 // Merges the partial states of split units: CTA x handles merges[x] (the grid is fixed; CTAs past
-// header->num_merges return). One warp per packed row. Launch it right after fj_decode_splitk, on
-// sm_90 with programmatic stream serialization (PDL) so its launch hides behind the decode.
-// Min blocks 1: see fj_combine.
+// header->num_merges return). One warp per packed row. Launched right after fj_decode_splitk when
+// its plan does not fuse the merge (kFusedMerge 0), on sm_90 with programmatic stream
+// serialization (PDL) so its launch hides behind the decode. Min blocks 1: see fj_combine.
 extern "C" __global__ void __launch_bounds__(KernelConfig::kCombineThreads, 1)
     fj_decode_combine(const __grid_constant__ fj_decode_params p) {
   if constexpr (KernelConfig::kArch >= 90) {
@@ -713,24 +788,5 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kCombineThreads, 1)
   if ((int)blockIdx.x >= p.header->num_merges)
     return;
   constexpr int kWarps = KernelConfig::kCombineThreads / fj::kWarpSize;
-  fj::i32 raw[4]; // {unit, first_state, count, pad}: one 16-byte load
-  fj::ld_global_nc_v4_s32(raw, p.merges + blockIdx.x);
-  const fj_decode_merge merge{raw[0], raw[1], raw[2], raw[3]};
-  const fj_attention_params &a = p.attn;
-  const fj_decode_work as_work{merge.unit, 0, 0, 0};
-  const fj::decode::Unit u = fj::decode::decode_unit(p, as_work);
-  constexpr fj::i64 kStateO = (fj::i64)KernelConfig::kBlockM * KernelConfig::kHeadDimV;
-  for (int row = fj::warp_id(); row < u.rows_here; row += kWarps) {
-    const int packed = u.m_block * KernelConfig::kBlockM + row;
-    const int token = packed / KernelConfig::kGqaGroup;
-    const int head = u.head_kv * KernelConfig::kGqaGroup + packed % KernelConfig::kGqaGroup;
-    fj::u16 *dst = static_cast<fj::u16 *>(const_cast<void *>(a.o.ptr)) + (fj::i64)u.batch * a.o.batch_stride +
-                   (fj::i64)token * a.o.row_stride + (fj::i64)head * a.o.head_stride;
-    float *lse =
-        a.maybe_lse == nullptr ? nullptr : a.maybe_lse + ((fj::i64)u.batch * a.heads_q + head) * a.seqlen_q + token;
-    fj::merge_states_row<KernelConfig::kDType, KernelConfig::kHeadDimV, KernelConfig::kAligned16>(
-        a.maybe_partial_o + merge.first_state * kStateO + (fj::i64)row * KernelConfig::kHeadDimV, kStateO,
-        a.maybe_partial_lse + (fj::i64)merge.first_state * KernelConfig::kBlockM + row, KernelConfig::kBlockM,
-        merge.count, dst, lse);
-  }
+  fj::decode::merge_unit<kWarps, false>(p, fj::decode::load_merge(p.merges + blockIdx.x));
 }

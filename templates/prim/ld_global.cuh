@@ -44,4 +44,24 @@ __device__ __forceinline__ u16 ld_global_nc_u16(const void *address) {
   return out;
 }
 
+// Coherent loads (L2 only, `.cg`): for data other CTAs of the running grid wrote, read after an
+// acquire (the decode's fused merge reads the partial states of a split unit this way). `.nc`
+// would be wrong there: the read-only path is not coherent with writes made during the grid, and
+// an L1 line may still hold what an earlier read of the same line (another unit's state) saw.
+// Volatile asm, like the loads above: they stay after the (volatile) acquire fence.
+
+// ld.global.cg.f32 d, [a]
+__device__ __forceinline__ float ld_global_cg_f32(const float *address) {
+  float out;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(out) : "l"(address));
+  return out;
+}
+
+// ld.global.cg.v4.f32 {d0..d3}, [a] — a must be 16-byte aligned.
+__device__ __forceinline__ void ld_global_cg_v4_f32(float (&out)[4], const float *address) {
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(out[0]), "=f"(out[1]), "=f"(out[2]), "=f"(out[3])
+               : "l"(address));
+}
+
 } // namespace fj

@@ -12,11 +12,12 @@
 // LSE to 1e-3 relative. Prints how many outputs differ in bits between the MLIR and NVRTC kernels.
 //
 // The .meta line may end with page_size and align_bytes (older metas without them: contiguous,
-// 16-byte aligned). Paged: K/V live in pages [num_pages, page_size, heads_kv, d] handed out to the
-// sequences in shuffled order through the block table; table entries past a sequence's pages name
-// a page of NaNs, and so does every element no (valid) key should reach. align_bytes < 16: Q, K,
-// V and O get odd head/row/page strides and a base offset of one element, so rows are only
-// 2-byte aligned; the gaps hold NaN too.
+// 16-byte aligned), then fused_merge (plan constant kFusedMerge; older metas: 0): when 1 the
+// decode merges its split units itself and only fj_decode_splitk is launched. Paged: K/V live in
+// pages [num_pages, page_size, heads_kv, d] handed out to the sequences in shuffled order through
+// the block table; table entries past a sequence's pages name a page of NaNs, and so does every
+// element no (valid) key should reach. align_bytes < 16: Q, K, V and O get odd head/row/page
+// strides and a base offset of one element, so rows are only 2-byte aligned; the gaps hold NaN too.
 #include "tests/mlir_parity/driver_check.hpp"
 
 #include "compiler/splitk_schedule.hpp"
@@ -42,7 +43,7 @@ int main(int argc, char **argv) {
   }
   const std::string base = argv[1];
   int threads, smem, block_m, block_n, m_blocks, ctas_per_sm, combine_threads, dqk, dv, group, q_len, causal, local,
-      softcap, bf16_i, page_size = 0, align_bytes = 16;
+      softcap, bf16_i, page_size = 0, align_bytes = 16, fused_merge = 0;
   {
     const std::vector<char> text = parity::read_file(base + ".meta");
     std::istringstream meta(std::string(text.data(), text.size()));
@@ -55,6 +56,8 @@ int main(int argc, char **argv) {
       page_size = 0;
       align_bytes = 16;
     } // an older meta line
+    if (!(meta >> fused_merge))
+      fused_merge = 0;
   }
   const bool paged = page_size > 0, unaligned = align_bytes < 16;
   std::printf("layout: %s, %s\n",
@@ -378,8 +381,9 @@ int main(int argc, char **argv) {
       p.m_blocks = m_blocks;
       void *args[] = {&p};
       CK(cuLaunchKernel(fn, layout.grid, 1, 1, threads, 1, 1, smem, nullptr, args, nullptr));
-      CK(cuLaunchKernel(fc, layout.grid, 1, 1, combine_threads, 1, 1, 0, nullptr, args,
-                        nullptr)); // stream order, no PDL
+      if (!fused_merge) // fused: the decode grid merged its split units (counters zero again)
+        CK(cuLaunchKernel(fc, layout.grid, 1, 1, combine_threads, 1, 1, 0, nullptr, args,
+                          nullptr)); // stream order, no PDL
       CK(cuCtxSynchronize());
       std::vector<uint16_t> out_dev(lo.elems), out(o_elems);
       std::vector<float> olse(lse_elems);

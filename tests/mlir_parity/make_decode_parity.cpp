@@ -1,9 +1,10 @@
 // Builds a few decode_splitk specs with the MLIR backend and with NVRTC (same plan) and writes, per
 // spec, into the directory given as argv[1]: <tag>.{built,lowered}.mlir, <tag>.{mlir,nvrtc}.{ptx,cubin},
 // <tag>.mlir.log (ptxas report) and <tag>.meta (the plan line tests/mlir_parity/check_decode.cpp
-// reads: it has no planner; its last two fields, page_size and align_bytes, say which K/V layout
-// to build: paged through a shuffled block table, and/or element-aligned with odd strides and base
-// offsets). Run by scripts/make-mlir-parity.sh where LLVM/MLIR is.
+// reads: it has no planner; its fields page_size and align_bytes say which K/V layout to build:
+// paged through a shuffled block table, and/or element-aligned with odd strides and base offsets;
+// the last, kFusedMerge, whether the combine is launched at all). Run by
+// scripts/make-mlir-parity.sh where LLVM/MLIR is.
 #include "compiler/build.hpp"
 #include "compiler/mlir/mlir_backend.hpp"
 #include "compiler/planner.hpp"
@@ -113,7 +114,8 @@ int main(int argc, char **argv) {
               std::to_string(c.dv) + " " + std::to_string(c.group) + " " + std::to_string(c.q_len) + " " +
               std::to_string(int(c.causal)) + " " + std::to_string(int(c.local)) + " " +
               std::to_string(int(c.softcap)) + " " + std::to_string(c.dtype == FLASHJIT_BF16 ? 1 : 0) + " " +
-              std::to_string(c.page_size) + " " + std::to_string(c.align_bytes) + "\n");
+              std::to_string(c.page_size) + " " + std::to_string(c.align_bytes) + " " +
+              std::to_string(plan.constant("kFusedMerge", 0)) + "\n");
     std::printf("%-40s %s | mlir: build %.1f ms, lower %.1f ms, ptx %.1f ms, total with ptxas %.1f ms, %d regs, "
                 "spill %d/%d | nvrtc: %.1f ms, %d regs\n",
                 c.tag, name.c_str(), st.build_seconds * 1e3, st.lower_seconds * 1e3, st.ptx_seconds * 1e3,

@@ -18,6 +18,8 @@ struct Decoded {
   std::vector<int32_t> slot_begin;
   std::vector<fj_decode_work> work;
   std::vector<fj_decode_merge> merges;
+  std::vector<int32_t> state_merge;    // [max_states] (fused merge)
+  std::vector<int32_t> merge_counters; // [grid] (fused merge)
 };
 
 Decoded decode(const SplitKLayout &layout, const std::vector<char> &buffer) {
@@ -29,6 +31,10 @@ Decoded decode(const SplitKLayout &layout, const std::vector<char> &buffer) {
   d.work.assign(work, work + d.header.num_work);
   const auto *merges = reinterpret_cast<const fj_decode_merge *>(buffer.data() + layout.merge_offset);
   d.merges.assign(merges, merges + d.header.num_merges);
+  const auto *state_merge = reinterpret_cast<const int32_t *>(buffer.data() + layout.state_merge_offset);
+  d.state_merge.assign(state_merge, state_merge + layout.max_states);
+  const auto *counters = reinterpret_cast<const int32_t *>(buffer.data() + layout.merge_counter_offset);
+  d.merge_counters.assign(counters, counters + layout.grid);
   return d;
 }
 
@@ -37,7 +43,8 @@ int64_t check_schedule(const SplitKShape &shape, const std::vector<int32_t> &len
   SplitKLayout layout;
   std::string error;
   EXPECT_TRUE(splitk_layout(shape, &layout, &error)) << error;
-  std::vector<char> buffer(layout.int_bytes);
+  constexpr char kGarbage = 0x5A; // the schedule must write every byte the kernels read
+  std::vector<char> buffer(layout.int_bytes, kGarbage);
   SplitKProblem problem;
   problem.seqlens_k = lens.data();
   problem.batch = static_cast<int>(lens.size());
@@ -108,6 +115,24 @@ int64_t check_schedule(const SplitKShape &shape, const std::vector<int32_t> &len
     for (int i = 0; i < m.count; ++i)
       EXPECT_EQ(ps[i].state, m.first_state + i);
   }
+
+  // Fused merge: every state maps to the merge whose range holds it, unused slots to -1, and every
+  // counter starts at zero.
+  for (int state = 0; state < layout.max_states; ++state) {
+    const int m = d.state_merge[state];
+    if (state >= d.header.num_states) {
+      EXPECT_EQ(m, -1) << "state slot " << state << " is unused";
+      continue;
+    }
+    EXPECT_GE(m, 0) << "state " << state;
+    EXPECT_LT(m, d.header.num_merges) << "state " << state;
+    if (m < 0 || m >= d.header.num_merges)
+      continue;
+    EXPECT_GE(state, d.merges[m].first_state);
+    EXPECT_LT(state, d.merges[m].first_state + d.merges[m].count);
+  }
+  for (int32_t counter : d.merge_counters)
+    EXPECT_EQ(counter, 0);
 
   // Balance: no CTA runs more than the run limit, which is at most a few tiles above the share.
   int64_t total = 0, largest = 0;
@@ -239,6 +264,60 @@ TEST(SplitKSchedule, GridAndWorkspaceDoNotDependOnLengths) {
   EXPECT_EQ(a.partial_o_offset % 256, 0u);
   EXPECT_EQ(a.work_offset % 16, 0u);
   EXPECT_GE(a.total_bytes, a.partial_o_offset + sizeof(float) * a.max_states * 16 * 128);
+}
+
+// The fused merge's arrays: where params_decode.h says the device finds them (right after
+// merges[grid]; the counters after the state map rounded up to 16 bytes), aligned, inside the
+// integer region, and not overlapping.
+TEST(SplitKSchedule, FusedMergeArraysAreWhereTheDeviceLooks) {
+  for (int num_sms : {1, 3, 132}) {
+    SplitKShape shape = h200_shape(5);
+    shape.num_sms = num_sms;
+    for (int ctas : {1, 2, 3}) {
+      shape.ctas_per_sm = ctas;
+      SplitKLayout l;
+      std::string error;
+      ASSERT_TRUE(splitk_layout(shape, &l, &error)) << error;
+      EXPECT_EQ(l.max_states, fj_decode_states_per_cta * l.grid);
+      EXPECT_EQ(l.state_merge_offset, l.merge_offset + sizeof(fj_decode_merge) * l.grid);
+      const int padded =
+          (l.max_states + fj_decode_i32_per_16_bytes - 1) / fj_decode_i32_per_16_bytes * fj_decode_i32_per_16_bytes;
+      EXPECT_EQ(l.merge_counter_offset, l.state_merge_offset + sizeof(int32_t) * padded);
+      EXPECT_EQ(l.state_merge_offset % 16, 0u);
+      EXPECT_EQ(l.merge_counter_offset % 16, 0u);
+      EXPECT_LE(l.merge_counter_offset + sizeof(int32_t) * l.grid, l.int_bytes);
+      EXPECT_LE(l.int_bytes, l.partial_lse_offset);
+    }
+  }
+}
+
+// A unit split over CTAs has all of its states mapped to its merge; unsplit units have no state.
+TEST(SplitKSchedule, StateMapOfOneLongSequence) {
+  SplitKShape shape = h200_shape(2, 1);
+  shape.num_sms = 4;
+  shape.ctas_per_sm = 1;
+  SplitKLayout layout;
+  std::string error;
+  ASSERT_TRUE(splitk_layout(shape, &layout, &error));
+  const std::vector<int32_t> lens = {64 * 40, 64};
+  check_schedule(shape, lens, 1, -1);
+  std::vector<char> buffer(layout.int_bytes);
+  SplitKProblem problem;
+  problem.seqlens_k = lens.data();
+  problem.batch = 2;
+  SplitKSchedule schedule;
+  ASSERT_TRUE(splitk_schedule(shape, layout, problem, buffer.data(), buffer.size(), &schedule, &error)) << error;
+  const Decoded d = decode(layout, buffer);
+  ASSERT_EQ(d.header.num_merges, 1);
+  EXPECT_EQ(d.merges[0].unit, 0);
+  EXPECT_EQ(d.header.num_states, d.merges[0].count);
+  for (int s = 0; s < d.header.num_states; ++s)
+    EXPECT_EQ(d.state_merge[s], 0);
+  for (const fj_decode_work &w : d.work) {
+    if (w.unit == 1) {
+      EXPECT_LT(w.state, 0);
+    }
+  }
 }
 
 TEST(SplitKSchedule, RefusesWhatItCannotHold) {

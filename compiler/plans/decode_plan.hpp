@@ -1,0 +1,19 @@
+// Tuning knobs of the decode planner (compiler/plans/decode_plan.cpp), for A/B measurements and
+// tests; plan_decode() (compiler/planner.hpp) uses the defaults.
+#pragma once
+
+#include "compiler/plan.hpp"
+
+#include <string>
+
+namespace flashjit {
+
+struct DecodeTuning {
+  // Plan constant kFusedMerge. -1: the planner's choice (1); 0: the split units are merged by
+  // fj_decode_combine in a second launch; 1: inside fj_decode_splitk, one launch per step.
+  int fused_merge = -1;
+};
+
+bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan *plan, std::string *why_not);
+
+} // namespace flashjit

@@ -1,0 +1,161 @@
+// The split-K decode's merge of split units (plan constant kFusedMerge), in the PTX: fused, the
+// decode entry arrives on a per-unit counter (release fence + acq_rel add, bar.red broadcast) and
+// reads the partial states through L2 (ld.global.cg), never through the non-coherent read-only path
+// (ld.global.nc), which may serve stale data for memory written during the grid; unfused, the
+// decode entry has none of that and fj_decode_combine merges. Both compile without spills, with
+// NVRTC and with the MLIR backend (when built in). No GPU needed.
+#include "compiler/build.hpp"
+#include "compiler/planner.hpp"
+#include "compiler/plans/decode_plan.hpp"
+
+#include "tests/compile/file_check.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace flashjit {
+namespace {
+
+KernelSpec decode_spec(Arch arch, int dim, int group, int q_len, int page_size) {
+  KernelSpec spec;
+  spec.op = Op::decode;
+  spec.arch = arch;
+  spec.head_dim_qk = dim;
+  spec.head_dim_v = dim;
+  spec.dtype = FLASHJIT_BF16;
+  spec.gqa_group = group;
+  spec.q_len = q_len;
+  spec.page_size = page_size;
+  return spec;
+}
+
+// The PTX of one entry: from its `.entry` line to the next entry (or the end).
+std::string entry_ptx(const std::string &ptx, const std::string &entry) {
+  const size_t begin = ptx.find(".entry " + entry + "(");
+  if (begin == std::string::npos)
+    return "";
+  const size_t end = ptx.find(".entry ", begin + 1);
+  return ptx.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
+// False (and a skip message) when `backend` is not in this build.
+bool build(const KernelSpec &spec, int fused_merge, flashjit_backend backend, CompiledKernel *kernel) {
+  DecodeTuning tuning;
+  tuning.fused_merge = fused_merge;
+  Plan plan;
+  std::string why;
+  EXPECT_TRUE(plan_decode_tuned(spec, tuning, &plan, &why)) << why;
+  Status s = build_kernel(spec, plan, backend, kernel);
+  if (s.code == FLASHJIT_UNSUPPORTED && backend == FLASHJIT_BACKEND_MLIR)
+    return false;
+  EXPECT_TRUE(s.ok()) << s.message;
+  return s.ok();
+}
+
+const Arch kSm90a{90, true};
+const Arch kSm80{80, false};
+
+// Release, arrival, counter reset (the last arrival), broadcast, acquire, coherent state loads.
+const std::vector<std::string> kArrival = {"fence.acq_rel.gpu",         "atom.acq_rel.gpu.global.add.s32",
+                                           "st.relaxed.gpu.global.s32", "bar.red.or.pred",
+                                           "fence.acq_rel.gpu",         "ld.global.cg.f32",
+                                           "ld.global.cg.v4.f32"};
+// The state loads of the merge path through the read-only path (LSE scalars, O rows), as NVRTC
+// spells them; the MLIR backend's read-only loads are untyped (.b32), so there the check counts.
+const std::vector<std::string> kNonCoherentStateLoads = {"ld.global.nc.f32", "ld.global.nc.v4.f32"};
+// Read-only loads the fused merge may add to the decode entry: integers the host wrote (the state
+// map and the merge entry, each read by thread 0 and again by the merging CTA, and decode_unit's
+// KV length).
+constexpr int kFusedMergeIntLoads = 5;
+
+int count(const std::string &text, const std::string &pattern) {
+  int n = 0;
+  for (size_t at = text.find(pattern); at != std::string::npos; at = text.find(pattern, at + 1))
+    ++n;
+  return n;
+}
+
+TEST(DecodePlan, FusedMergeIsTheDefault) {
+  const KernelSpec spec = decode_spec(kSm90a, 128, 4, 1, 0);
+  Plan plan;
+  std::string why;
+  ASSERT_TRUE(plan_decode(spec, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kFusedMerge"), 1);
+  DecodeTuning out_of_range;
+  out_of_range.fused_merge = 2;
+  EXPECT_FALSE(plan_decode_tuned(spec, out_of_range, &plan, &why));
+  DecodeTuning unfused;
+  unfused.fused_merge = 0;
+  ASSERT_TRUE(plan_decode_tuned(spec, unfused, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kFusedMerge"), 0);
+  // Same kernel otherwise: every other constant is the default plan's.
+  Plan defaults;
+  ASSERT_TRUE(plan_decode(spec, &defaults, &why)) << why;
+  EXPECT_EQ(plan.constants.size(), defaults.constants.size());
+  EXPECT_EQ(plan.smem_bytes, defaults.smem_bytes);
+  EXPECT_EQ(plan.threads, defaults.threads);
+}
+
+struct FusedCase {
+  Arch arch;
+  int dim, group, q_len, page_size;
+  flashjit_backend backend;
+};
+
+class DecodeFusedMerge : public ::testing::TestWithParam<FusedCase> {};
+
+TEST_P(DecodeFusedMerge, ArrivesAndReadsStatesCoherently) {
+  const FusedCase &c = GetParam();
+  const KernelSpec spec = decode_spec(c.arch, c.dim, c.group, c.q_len, c.page_size);
+  CompiledKernel fused, unfused;
+  if (!build(spec, 1, c.backend, &fused))
+    GTEST_SKIP() << "no MLIR backend in this build";
+  ASSERT_FALSE(fused.cubin.empty());
+  EXPECT_EQ(fused.resources.spill_store_bytes, 0) << fused.name << "\n" << fused.log;
+  EXPECT_EQ(fused.resources.spill_load_bytes, 0) << fused.name;
+  const std::string decode = entry_ptx(fused.ptx, "fj_decode_splitk");
+  ASSERT_FALSE(decode.empty()) << testing::excerpt(fused.ptx);
+  EXPECT_TRUE(testing::check_in_order(decode, kArrival));
+  if (c.backend == FLASHJIT_BACKEND_NVRTC) {
+    EXPECT_TRUE(testing::check_not(decode, kNonCoherentStateLoads));
+  }
+  // The standalone merge stays in the cubin and keeps the read-only path (its states come from an
+  // earlier grid).
+  const std::string combine = entry_ptx(fused.ptx, "fj_decode_combine");
+  ASSERT_FALSE(combine.empty());
+  EXPECT_TRUE(testing::check_in_order(combine, {"ld.global.nc.v4"}));
+  EXPECT_TRUE(testing::check_not(combine, {"atom.", "ld.global.cg"}));
+
+  ASSERT_TRUE(build(spec, 0, c.backend, &unfused));
+  const std::string plain = entry_ptx(unfused.ptx, "fj_decode_splitk");
+  ASSERT_FALSE(plain.empty());
+  EXPECT_TRUE(testing::check_not(plain, {"atom.", "fence.acq_rel", "bar.red", "ld.global.cg"}));
+  EXPECT_LE(count(decode, "ld.global.nc"), count(plain, "ld.global.nc") + kFusedMergeIntLoads)
+      << "a partial state is read through the read-only path";
+  std::printf("  %-60s registers fused %3d, unfused %3d\n", fused.name.c_str(), fused.resources.registers,
+              unfused.resources.registers);
+}
+
+std::vector<FusedCase> fused_cases() {
+  std::vector<FusedCase> cases;
+  for (flashjit_backend backend : {FLASHJIT_BACKEND_NVRTC, FLASHJIT_BACKEND_MLIR})
+    for (FusedCase c : {FusedCase{kSm90a, 128, 4, 1, 0}, FusedCase{kSm90a, 128, 4, 1, 16},
+                        FusedCase{kSm80, 64, 8, 4, 0}, FusedCase{kSm90a, 256, 4, 2, 16}}) {
+      c.backend = backend;
+      cases.push_back(c);
+    }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Specs, DecodeFusedMerge, ::testing::ValuesIn(fused_cases()),
+                         [](const ::testing::TestParamInfo<FusedCase> &info) {
+                           const FusedCase &c = info.param;
+                           return backend_name(c.backend) + "_" + c.arch.name() + "_d" + std::to_string(c.dim) + "_g" +
+                                  std::to_string(c.group) + "_q" + std::to_string(c.q_len) + "_page" +
+                                  std::to_string(c.page_size);
+                         });
+
+} // namespace
+} // namespace flashjit
