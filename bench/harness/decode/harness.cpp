@@ -440,7 +440,7 @@ static void launch(Gpu &g, CUstream s = 0) {
   Kernel &K = *g.kern;
   CK(cuLaunchKernel(K.decode, g.layout.grid, 1, 1, (unsigned)K.c["threads"], 1, 1, (unsigned)K.c["smem"], s, args,
                     nullptr));
-  if (g.sched.num_merges == 0)
+  if (g.sched.num_merges == 0 || K.c["kFusedMerge"] != 0) // fused: the decode grid merged its splits
     return;
   CUlaunchConfig cfg{};
   cfg.gridDimX = g.layout.grid;
