@@ -41,12 +41,15 @@ constexpr int kRowAddrsPerRow = 2; // paged: a K and a V address per tile row an
 constexpr int kCombineThreads = 128;
 constexpr int kCombineGridPerSm = 2;
 // K/V copies with an L2 evict-first policy and a 128-byte L2 prefetch (kKvL2Hints) from this arch
-// on: measured on the H200 (+2..6% contiguous, paged unchanged within noise; .scratch/decode4).
+// on: measured on the H200 (+2..6% contiguous, paged unchanged within noise; perf-notes, decode
+// "Session 4").
 // Not measured on sm_80, which keeps plain copies.
 constexpr int kKvL2HintsMinArch = 90;
 // Merge of split units inside the decode grid (kFusedMerge: arrival counters, the last CTA of a
 // unit merges it), so a step is one launch instead of two: one launch is ~3.5 us of host time on
-// the H200 machine (issue 4). Measured GPU-neutral (.scratch/decperf). Both backends render it.
+// the H200 machine (issue 4). GPU time: within -0.4..+0.6% of the two-launch step (-2.5% at
+// 1x131072) in session 3's same-lease A/B (perf-notes "Session 3" and "Session 5" of the decode
+// notes). Both backends render it.
 constexpr int kFusedMergeDefault = 1;
 
 int align_up(int value, int alignment) {
