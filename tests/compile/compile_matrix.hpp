@@ -21,6 +21,19 @@ inline KernelSpec prefill_spec(Arch arch, int dqk, int dv, flashjit_dtype dtype,
   return spec;
 }
 
+inline KernelSpec decode_spec(Arch arch, int dim, flashjit_dtype dtype, int group, int q_len, int page_size = 0) {
+  KernelSpec spec;
+  spec.op = Op::decode;
+  spec.arch = arch;
+  spec.head_dim_qk = dim;
+  spec.head_dim_v = dim;
+  spec.dtype = dtype;
+  spec.gqa_group = group;
+  spec.q_len = q_len;
+  spec.page_size = page_size;
+  return spec;
+}
+
 // Compiles `spec` with `variant` forced; fails the test with NVRTC's log otherwise.
 inline CompiledKernel compile_or_fail(const KernelSpec &spec, Variant variant) {
   PlanChoice choice = choose_plan(spec, variant);

@@ -8,6 +8,7 @@
 #include "compiler/planner.hpp"
 #include "compiler/plans/decode_plan.hpp"
 
+#include "tests/compile/compile_matrix.hpp"
 #include "tests/compile/file_check.hpp"
 
 #include <gtest/gtest.h>
@@ -17,19 +18,6 @@
 
 namespace flashjit {
 namespace {
-
-KernelSpec decode_spec(Arch arch, int dim, int group, int q_len, int page_size) {
-  KernelSpec spec;
-  spec.op = Op::decode;
-  spec.arch = arch;
-  spec.head_dim_qk = dim;
-  spec.head_dim_v = dim;
-  spec.dtype = FLASHJIT_BF16;
-  spec.gqa_group = group;
-  spec.q_len = q_len;
-  spec.page_size = page_size;
-  return spec;
-}
 
 // The PTX of one entry: from its `.entry` line to the next entry (or the end).
 std::string entry_ptx(const std::string &ptx, const std::string &entry) {
@@ -78,7 +66,7 @@ int count(const std::string &text, const std::string &pattern) {
 }
 
 TEST(DecodePlan, FusedMergeIsTheDefault) {
-  const KernelSpec spec = decode_spec(kSm90a, 128, 4, 1, 0);
+  const KernelSpec spec = testing::decode_spec(kSm90a, 128, FLASHJIT_BF16, 4, 1);
   Plan plan;
   std::string why;
   ASSERT_TRUE(plan_decode(spec, &plan, &why)) << why;
@@ -108,7 +96,7 @@ class DecodeFusedMerge : public ::testing::TestWithParam<FusedCase> {};
 
 TEST_P(DecodeFusedMerge, ArrivesAndReadsStatesCoherently) {
   const FusedCase &c = GetParam();
-  const KernelSpec spec = decode_spec(c.arch, c.dim, c.group, c.q_len, c.page_size);
+  const KernelSpec spec = testing::decode_spec(c.arch, c.dim, FLASHJIT_BF16, c.group, c.q_len, c.page_size);
   CompiledKernel fused, unfused;
   if (!build(spec, 1, c.backend, &fused))
     GTEST_SKIP() << "no MLIR backend in this build";

@@ -13,6 +13,7 @@
 
 #include "params_decode.h"
 
+#include "tests/compile/compile_matrix.hpp"
 #include "tests/compile/file_check.hpp"
 
 #include <gtest/gtest.h>
@@ -24,17 +25,7 @@
 namespace flashjit {
 namespace {
 
-KernelSpec decode_spec(Arch arch, int dim, flashjit_dtype dtype, int group, int q_len) {
-  KernelSpec spec;
-  spec.op = Op::decode;
-  spec.arch = arch;
-  spec.head_dim_qk = dim;
-  spec.head_dim_v = dim;
-  spec.dtype = dtype;
-  spec.gqa_group = group;
-  spec.q_len = q_len;
-  return spec;
-}
+using testing::decode_spec;
 
 Plan decode_plan(const KernelSpec &spec) {
   Plan plan;
