@@ -349,6 +349,13 @@ def main():
     fj = FlashJit(args.lib, args.variant)
     mlir = FlashJit(args.lib, args.variant, args.mlir_bundle) if args.mlir_bundle else None
     rows = []
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "cudnn": torch.backends.cudnn.version(), "commit": os.environ.get("FLASHJIT_COMMIT", "")}
+
+    def save():  # after every row: a kernel that kills the CUDA context keeps the rows before it
+        with open(args.out, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     for dname in args.dtypes.split(","):
         dtype = dtypes[dname]
@@ -356,6 +363,7 @@ def main():
             for d, s, causal in PREFILL_ROWS:
                 r = prefill_row(fj, d, s, causal, dtype, args.iters, mlir)
                 rows.append(r)
+                save()
                 print(f"prefill {dname} d{d} S{s} {'causal' if causal else 'full  '}: flashjit "
                       f"{r.get('flashjit_tflops', 0):6.1f}  flash {r.get('flash_tflops', 0):6.1f}  cudnn "
                       f"{r.get('cudnn_tflops', 0):6.1f} TFLOP/s  x{r.get('ratio_vs_cudnn', 0):.2f}  "
@@ -365,15 +373,13 @@ def main():
                 for page_size in (0, 16, 64):
                     r = decode_row(fj, batch, kv, dtype, args.iters, page_size, mlir)
                     rows.append(r)
+                    save()
                     print(f"decode {dname} {batch}x{kv} page {page_size:2d}: flashjit {r.get('flashjit_tbps', 0):.2f}  "
                           f"flash {r.get('flash_tbps', 0):.2f}  cudnn {r.get('cudnn_tbps', 0):.2f} TB/s  "
                           f"diff {r.get('max_abs_diff_vs_fp32', -1):.3g}  {r['kernel']} {r.get('flashjit_error', '')}"
                           f"{mlir_note(r)}",
                           flush=True)
-    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "cudnn": torch.backends.cudnn.version(), "commit": os.environ.get("FLASHJIT_COMMIT", "")}
-    with open(args.out, "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    save()
 
 
 if __name__ == "__main__":
