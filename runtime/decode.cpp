@@ -64,6 +64,8 @@ Status plan_decode_schedule(const KernelRecord &kernel, const NormalizedProblem 
   CUdeviceptr base = reinterpret_cast<CUdeviceptr>(n.p.workspace);
   if (CUresult r = driver::api()->cuMemcpyHtoD(base, host.data(), host.size()); r != CUDA_SUCCESS)
     return driver::driver_error("copying the decode schedule into the workspace", r);
+  d.fused_merge = kernel.choice.plan.constant("kFusedMerge", 0) != 0;
+  d.combine_threads = static_cast<unsigned>(kernel.choice.plan.constant("kCombineThreads"));
   *out = d;
   return Status::success();
 }
@@ -96,12 +98,11 @@ Status launch_decode(const KernelRecord &kernel, const NormalizedProblem &n, con
   // counters: the decode's griddepcontrol.wait comes before its first access to any of them, and
   // waits for that grid to complete with its writes visible (its merging CTAs have put every
   // counter back to zero by then).
-  if (plan.constant("kFusedMerge", 0) != 0)
+  if (d.fused_merge)
     return Status::success();
   // Launched even when this schedule split nothing (it then exits at once): a captured graph stays
   // valid when the workspace is planned again for lengths that do split.
-  const unsigned combine_threads = static_cast<unsigned>(plan.constant("kCombineThreads"));
-  return kernel.companion.launch(grid, Dim3{combine_threads}, 0, stream, args, Dim3{}, pdl);
+  return kernel.companion.launch(grid, Dim3{d.combine_threads}, 0, stream, args, Dim3{}, pdl);
 }
 
 } // namespace flashjit

@@ -16,6 +16,9 @@ struct DecodeSchedule {
   SplitKShape shape;
   SplitKLayout layout;
   SplitKSchedule schedule;
+  // From the plan, read once here rather than on every launch.
+  bool fused_merge = false;     // kFusedMerge: one launch per step
+  unsigned combine_threads = 0; // kCombineThreads of fj_decode_combine (unfused plans)
 };
 
 // The shape and workspace layout of `kernel` (a decode_splitk record) for this problem.

@@ -9,6 +9,7 @@
 #include "runtime/decode.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/problem.hpp"
+#include "tests/gpu/gpu_test.hpp"
 #include "tests/harness/device_case.hpp"
 
 #include <gtest/gtest.h>
@@ -23,14 +24,7 @@ namespace {
 constexpr unsigned char kNanByte = 0xFF; // 0xFFFF is a NaN in bf16, 0xFFFFFFFF in float32
 constexpr int kBf16Bytes = 2;
 
-class DecodeFusedGpu : public ::testing::Test {
-protected:
-  void SetUp() override {
-    if (Status s = session_.open(0); !s)
-      GTEST_SKIP() << "no GPU: " << s.message;
-  }
-  harness::DeviceSession session_;
-};
+class DecodeFusedGpu : public GpuTest {};
 
 struct Shape {
   int batch, q_len, kv_len, heads_q, heads_kv, d;

@@ -1,6 +1,7 @@
 // Split-K decode through the public API: plan once, forward; paged and contiguous identical;
 // merge_states against the float64 reference. Skips without a GPU.
 #include "runtime/driver.hpp"
+#include "tests/gpu/gpu_test.hpp"
 #include "tests/harness/device_case.hpp"
 
 #include <gtest/gtest.h>
@@ -11,14 +12,7 @@
 namespace flashjit {
 namespace {
 
-class DecodeGpu : public ::testing::Test {
-protected:
-  void SetUp() override {
-    if (Status s = session_.open(0); !s)
-      GTEST_SKIP() << "no GPU: " << s.message;
-  }
-  harness::DeviceSession session_;
-};
+class DecodeGpu : public GpuTest {};
 
 struct DecodeCase {
   const char *name;

@@ -1,5 +1,6 @@
 // Runtime behaviour on the GPU: CUDA-graph capture, threads sharing one Runtime, determinism.
 #include "runtime/driver.hpp"
+#include "tests/gpu/gpu_test.hpp"
 #include "tests/harness/device_case.hpp"
 
 #include <gtest/gtest.h>
@@ -9,14 +10,7 @@
 namespace flashjit {
 namespace {
 
-class RuntimeGpu : public ::testing::Test {
-protected:
-  void SetUp() override {
-    if (Status s = session_.open(0); !s)
-      GTEST_SKIP() << "no GPU: " << s.message;
-  }
-  harness::DeviceSession session_;
-};
+class RuntimeGpu : public GpuTest {};
 
 harness::CaseOptions small_case(int d, bool causal, int seqlen_q) {
   harness::CaseOptions c;

@@ -90,14 +90,7 @@ int main(int argc, char **argv) {
     naive_err = std::max(naive_err, std::fabs(naive[i] - ref[i]));
   const double tol = 2 * naive_err + 1e-5;
 
-  CK(cuInit(0));
-  CUdevice dev;
-  CK(cuDeviceGet(&dev, 0));
-  CUcontext ctx;
-  CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CK(cuCtxSetCurrent(ctx));
-  int sms = 0;
-  CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  const int sms = parity::open_device();
   CUdeviceptr d_po, d_lse, d_o, d_olse;
   const size_t o_elems = size_t(rows) * o_row_stride + 8;
   CK(cuMemAlloc(&d_po, po.size() * 4));

@@ -269,14 +269,7 @@ int main(int argc, char **argv) {
     return size_t(lo.offset + b * lo.batch + t * lo.row + h * lo.head + i);
   };
 
-  CK(cuInit(0));
-  CUdevice dev;
-  CK(cuDeviceGet(&dev, 0));
-  CUcontext ctx;
-  CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CK(cuCtxSetCurrent(ctx));
-  int sms = 0;
-  CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  const int sms = parity::open_device();
   CUdeviceptr d_q, d_k, d_v, d_o, d_lse, d_lens, d_table;
   CK(cuMemAlloc(&d_q, q_dev.size() * 2));
   CK(cuMemAlloc(&d_k, k_dev.size() * 2));

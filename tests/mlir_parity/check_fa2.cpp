@@ -332,12 +332,7 @@ int main(int argc, char **argv) {
   const float scale = 1.f / std::sqrt(float(m.dqk));
   const std::string tag = base.substr(base.find_last_of('/') + 1);
 
-  CK(cuInit(0));
-  CUdevice dev;
-  CK(cuDeviceGet(&dev, 0));
-  CUcontext ctx;
-  CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CK(cuCtxSetCurrent(ctx));
+  parity::open_device();
   Kernel kernels[2] = {load(base + ".mlir.cubin", m), load(base + ".nvrtc.cubin", m)};
   const char *names[2] = {"mlir", "nvrtc"};
 

@@ -70,6 +70,19 @@ inline uint16_t f32_to_f16(float f) {
   return uint16_t((s << 15) | bits);
 }
 
+// Makes device 0's primary context current; returns its SM count.
+inline int open_device() {
+  CK(cuInit(0));
+  CUdevice dev;
+  CK(cuDeviceGet(&dev, 0));
+  CUcontext ctx;
+  CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CK(cuCtxSetCurrent(ctx));
+  int sms = 0;
+  CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  return sms;
+}
+
 inline std::vector<char> read_file(const std::string &path) {
   std::ifstream f(path, std::ios::binary);
   return std::vector<char>((std::istreambuf_iterator<char>(f)), {});
