@@ -1,6 +1,7 @@
-// What the host-only MLIR-vs-NVRTC checkers (check_combine, check_decode, check_fa2) share: a driver
-// call check, 16-bit float conversions and a file reader. They are built with plain g++ on the GPU
-// machine (no LLVM, no flashjit library), so this header needs only the C++ library and cuda.h.
+// What the host-only MLIR-vs-NVRTC checkers (check_combine, check_decode, check_fa2) share: opening
+// the device, a driver call check, 16-bit float conversions and a file reader. They are built with
+// plain g++ on the GPU machine (no LLVM, no flashjit library), so this header needs only the C++
+// library and cuda.h.
 #pragma once
 
 #include <cuda.h>
