@@ -40,6 +40,8 @@ bool splitk_layout(const SplitKShape &shape, SplitKLayout *layout, std::string *
     return fail(error, "splitk: block_m, block_n, m_blocks and head_dim_v must be positive");
   if (shape.heads_kv <= 0 || shape.max_batch <= 0)
     return fail(error, "splitk: heads_kv and max_batch must be positive");
+  if (shape.split_granule <= 0 || shape.min_tiles_per_cta < 0 || shape.piece_cost_keys < 0)
+    return fail(error, "splitk: split_granule must be positive, min_tiles_per_cta and piece_cost_keys not negative");
   SplitKLayout l;
   l.grid = shape.num_sms * shape.ctas_per_sm;
   const int64_t units = int64_t{shape.max_batch} * shape.heads_kv * shape.m_blocks;
@@ -64,6 +66,13 @@ bool splitk_layout(const SplitKShape &shape, SplitKLayout *layout, std::string *
   return true;
 }
 
+int splitk_piece_cost_keys(int head_dim_qk, int head_dim_v) {
+  constexpr int kPieceCostBytes = 32 * 1024; // K + V of one 64-key tile at d128, 16-bit
+  constexpr int kElemBytes = 2;
+  const int key_bytes = (head_dim_qk + head_dim_v) * kElemBytes;
+  return key_bytes > 0 ? std::max(1, kPieceCostBytes / key_bytes) : 1;
+}
+
 void splitk_visible_keys(int kv_len, int q_len, int window_left, int *lo, int *hi) {
   // The last query token sees up to the last key (causal or not, whatever the right window);
   // the first token's left window edge is the earliest key anyone sees.
@@ -83,23 +92,28 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
     return fail(error, "splitk: q_len must be positive");
   if (problem.m_blocks < 0 || problem.m_blocks > shape.m_blocks)
     return fail(error, "splitk: m_blocks must be in [0, shape.m_blocks]");
+  if (shape.split_granule <= 0 || shape.min_tiles_per_cta < 0 || shape.piece_cost_keys < 0)
+    return fail(error, "splitk: split_granule must be positive, min_tiles_per_cta and piece_cost_keys not negative");
   const int m_blocks = problem.m_blocks > 0 ? problem.m_blocks : shape.m_blocks;
+  const int64_t block_n = shape.block_n;
+  const int64_t granule = shape.split_granule;
 
-  // Tiles of every unit, in unit order (sequence, kv head, m block).
+  // Visible keys [lo, hi) of every unit, in unit order (sequence, kv head, m block).
   const int units = problem.batch * shape.heads_kv * m_blocks;
-  std::vector<int> unit_lo(units), unit_tiles(units);
-  int64_t total = 0;
+  std::vector<int> unit_lo(units), unit_hi(units);
+  int64_t total_keys = 0, total_tiles = 0, total_granules = 0;
   for (int b = 0; b < problem.batch; ++b) {
     const int kv_len = problem.seqlens_k != nullptr ? problem.seqlens_k[b] : problem.seqlen_k;
     if (kv_len < 0)
       return fail(error, "splitk: seqlens_k[" + std::to_string(b) + "] is negative");
     int lo = 0, hi = 0;
     splitk_visible_keys(kv_len, problem.q_len, problem.window_left, &lo, &hi);
-    const int tiles = static_cast<int>(ceil_div(hi - lo, shape.block_n));
     for (int u = b * shape.heads_kv * m_blocks; u < (b + 1) * shape.heads_kv * m_blocks; ++u) {
       unit_lo[u] = lo;
-      unit_tiles[u] = tiles;
-      total += tiles;
+      unit_hi[u] = hi;
+      total_keys += hi - lo;
+      total_tiles += ceil_div(hi - lo, block_n);
+      total_granules += ceil_div(hi - lo, granule);
     }
   }
 
@@ -112,48 +126,86 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
   // The merge counters stay zero (the memset): every launch counts from zero.
   auto *state_merge = reinterpret_cast<int32_t *>(bytes + layout.state_merge_offset);
 
-  // Greedy fill of CTA runs of at most `per_cta` tiles. A unit that does not fit the current run is
-  // split there, unless the piece left in the run would be shorter than min_tiles_per_cta and the
-  // run already has work: then the unit starts the next run. Returns false when `grid` runs do not
-  // suffice (the skipped capacity pushed work past the last CTA).
+  // Greedy fill of CTA runs of at most `limit` keys and ceil(limit / block_n) tile iterations. A
+  // unit that does not fit what is left of the current run is cut there, at the longest multiple of
+  // the granule both budgets allow, unless that piece would be shorter than min_tiles_per_cta tiles
+  // and the run already has work: then the unit starts the next run. Returns false when `grid` runs
+  // do not suffice (the skipped capacity pushed work past the last CTA).
+  //
+  // Why two budgets: a piece of n keys costs ceil(n / block_n) iterations whatever its n (a partial
+  // tile reads only its valid rows from HBM but issues the zero-filling copies and the MMAs of a
+  // whole tile). The key budget balances the bytes; the tile budget keeps every CTA within the
+  // iterations of the tile-balanced schedule (ceil(limit / block_n) <= ceil(total tiles / grid) when
+  // the limit is the share), so a CTA whose run holds the end of one unit and the start of another
+  // does not pay one more partial tile than that schedule's longest run.
+  //
+  // Piece cost: every piece after a run's first is charged piece_cost_keys against the key budget,
+  // because a CTA streams nothing between two pieces: the partial state's stores, the fused merge's
+  // fence and arrival atomic (L2 round trips), the next piece's block-table lookups and its first
+  // tile's HBM latency before the ring streams again (decode_splitk.cuh run_piece / finish_piece).
+  // Without the charge a run holding the end of one unit and the start of the next carries that
+  // gap on top of the balanced share and becomes the critical path (8 x 8192: 56 such runs).
+  //
+  // The granule (default 1 key), derived: each key is a K and a V row read by its own 16-byte copies
+  // (contiguous rows are head_dim * 2 bytes apart from any other head's; paged rows find their page
+  // one row at a time, decode_splitk.cuh KvSource), so a cut between any two keys moves no extra
+  // bytes and no extra page lookups, and the tile iterations of a run are bounded by the tile budget
+  // for any granule. A granule of g keys only adds up to g - 1 keys to the longest run: 16 keys
+  // would give back 1.5% of the 3% gained at 1 x 32768 (993 keys per CTA; 1008 rounded to 16).
   int num_work = 0, num_states = 0, num_merges = 0;
-  int64_t largest_run = 0;
-  auto build = [&](int64_t per_cta) -> bool {
-    int cta = 0;
-    int64_t budget = per_cta, run = 0;
+  int64_t largest_keys = 0, largest_tiles = 0;
+  int64_t unplaced = 0; // keys a failed build left without a run
+  auto build = [&](int64_t limit, int64_t tile_limit) -> bool {
+    const int64_t min_piece = int64_t{shape.min_tiles_per_cta} * block_n;
+    const int64_t piece_cost = shape.piece_cost_keys;
+    int cta = 0, run_pieces = 0;
+    int64_t keys_left = limit, tiles_left = tile_limit, run_keys = 0, run_tiles = 0, placed = 0;
     num_work = num_states = num_merges = 0;
-    largest_run = 0;
+    largest_keys = largest_tiles = 0;
     slot_begin[0] = 0;
     auto next_cta = [&]() -> bool {
-      if (cta + 1 >= layout.grid)
+      if (cta + 1 >= layout.grid) {
+        unplaced = total_keys - placed;
         return false;
-      largest_run = std::max(largest_run, run);
-      run = 0;
+      }
+      largest_keys = std::max(largest_keys, run_keys);
+      largest_tiles = std::max(largest_tiles, run_tiles);
+      run_keys = run_tiles = 0;
+      run_pieces = 0;
       ++cta;
       slot_begin[cta] = num_work;
-      budget = per_cta;
+      keys_left = limit;
+      tiles_left = tile_limit;
       return true;
     };
     for (int u = 0; u < units; ++u) {
       const int first_piece = num_work;
-      const int b = u / (shape.heads_kv * m_blocks);
-      const int seq_len = problem.seqlens_k != nullptr ? problem.seqlens_k[b] : problem.seqlen_k;
-      int64_t remaining = unit_tiles[u];
       int key = unit_lo[u];
       do {
-        const bool tiny_piece = remaining > budget && budget < shape.min_tiles_per_cta && run > 0;
-        if (((budget == 0 && remaining > 0) || tiny_piece) && !next_cta())
-          return false;
-        const int64_t take = std::min(remaining, budget);
-        const int end = static_cast<int>(std::min<int64_t>(key + take * shape.block_n, seq_len));
+        const int64_t remaining = unit_hi[u] - key;
+        // A run's first piece is every run's cost; an empty unit only writes zeros.
+        const int64_t charge = run_pieces > 0 && remaining > 0 ? piece_cost : 0;
+        int64_t take = remaining;
+        if (remaining + charge > keys_left || ceil_div(remaining, block_n) > tiles_left) {
+          take = std::min(keys_left - charge, tiles_left * block_n) / granule * granule;
+          if (take <= 0 || (take < min_piece && run_keys > 0)) {
+            if (!next_cta())
+              return false;
+            continue;
+          }
+        }
         if (num_work >= layout.max_work)
           return false;
+        const int end = key + static_cast<int>(take);
         work[num_work++] = fj_decode_work{u, key, end, -1};
         key = end;
-        remaining -= take;
-        budget -= take;
-        run += take;
-      } while (remaining > 0);
+        run_pieces += take > 0;
+        keys_left -= take + charge;
+        tiles_left -= ceil_div(take, block_n);
+        run_keys += take;
+        run_tiles += ceil_div(take, block_n);
+        placed += take;
+      } while (key < unit_hi[u]);
       const int pieces = num_work - first_piece;
       if (pieces > 1) {
         if (num_states + pieces > layout.max_states || num_merges >= layout.grid)
@@ -166,16 +218,52 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
         ++num_merges;
       }
     }
-    largest_run = std::max(largest_run, run);
+    largest_keys = std::max(largest_keys, run_keys);
+    largest_tiles = std::max(largest_tiles, run_tiles);
     for (int c = cta + 1; c <= layout.grid; ++c)
       slot_begin[c] = num_work;
     return true;
   };
-  // The smallest run length that fits: ceil(total / grid) almost always does; each step up costs
-  // one more tile on the critical path, so a linear search is also the balanced answer.
-  int64_t per_cta = std::max<int64_t>({ceil_div(total, layout.grid), shape.min_tiles_per_cta, 1});
-  while (!build(per_cta))
-    ++per_cta;
+
+  // The smallest budgets that fit. Tiles: from the fewest per run that can hold every unit's tiles,
+  // ceil(total tiles / grid), up one at a time. Keys, for each tile budget: from the balanced share
+  // (or the keys below which that tile budget could not be used); when skipped capacity or piece
+  // charges need more, the limit jumps by the keys a failed build left over, spread over the grid
+  // (at least doubling the step after each failure), until it fits; bisection within the last jump
+  // then comes down to within 1/1024 of the smallest limit (0.1% of the longest run; each build
+  // costs ~5 us at 512 units). The key budget stops mattering at `cap` (every run full of tiles, each
+  // piece charged): a tile budget that does not fit there is one too small. With granule block_n
+  // and no piece cost, limit = cap = tiles * block_n: the tile-balanced schedule's linear search.
+  auto round_up = [&](int64_t keys) { return ceil_div(keys, granule) * granule; };
+  const int64_t share = std::max<int64_t>(ceil_div(total_granules, layout.grid) * granule, 1);
+  const int64_t min_piece = int64_t{shape.min_tiles_per_cta} * block_n;
+  int64_t limit = 0, tile_limit = 0, built = -1; // built: the limit whose partition the buffer holds (-1: none fits)
+  auto try_build = [&](int64_t keys, int64_t tiles) {
+    built = build(keys, tiles) ? keys : -1;
+    return built >= 0;
+  };
+  for (int64_t tiles = std::max<int64_t>({ceil_div(total_tiles, layout.grid), shape.min_tiles_per_cta, 1});; ++tiles) {
+    tile_limit = tiles;
+    const int64_t cap = round_up(tiles * block_n + (tiles - 1) * shape.piece_cost_keys);
+    limit = std::min(cap, round_up(std::max({share, min_piece, (tiles - 1) * block_n + 1})));
+    if (try_build(limit, tiles))
+      break;
+    int64_t too_small = limit;
+    for (int64_t min_step = granule; limit < cap && built < 0; min_step *= 2) {
+      too_small = limit;
+      limit = std::min(cap, limit + std::max(min_step, round_up(ceil_div(unplaced, layout.grid))));
+      try_build(limit, tiles);
+    }
+    if (built < 0)
+      continue;
+    while (limit - too_small > std::max(granule, limit / 1024)) {
+      const int64_t mid = too_small + (limit - too_small) / granule / 2 * granule;
+      (try_build(mid, tiles) ? limit : too_small) = mid;
+    }
+    if (built != limit)
+      try_build(limit, tiles); // the buffer holds the last partition built: make it the one that fits
+    break;
+  }
 
   std::fill(state_merge + num_states, state_merge + layout.max_states, -1);
   header->num_work = num_work;
@@ -185,9 +273,12 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
     out->num_work = num_work;
     out->num_merges = num_merges;
     out->num_states = num_states;
-    out->total_tiles = total;
-    out->tiles_per_cta = largest_run;
-    out->run_limit = per_cta;
+    out->total_keys = total_keys;
+    out->total_tiles = total_tiles;
+    out->keys_per_cta = largest_keys;
+    out->tiles_per_cta = largest_tiles;
+    out->run_limit = limit;
+    out->run_tile_limit = tile_limit;
   }
   return true;
 }

@@ -7,13 +7,24 @@
 // launches can be captured in a CUDA graph and replayed after each re-schedule.
 //
 // Partition (stream-K over keys): units are (sequence, kv head, m block), laid out in that order,
-// each with ceil(keys it can see / block_n) tiles. The CTAs of the grid take equal, contiguous
-// runs of that tile sequence, at most per_cta tiles each, per_cta starting at
-// max(ceil(total / grid), min_tiles_per_cta). A unit that straddles a boundary is split into pieces
-// that write partial (O, LSE) states, except that a piece shorter than min_tiles_per_cta is not
-// cut off the end of a run that has work (the unit moves to the next run; per_cta grows by one
-// until everything fits). A unit inside one CTA's run writes O directly. Every tile of every unit
-// is covered exactly once; at most grid - 1 units are split and at most 2 * grid states exist.
+// each with the keys some query row can see. The CTAs of the grid take contiguous runs of that key
+// sequence, each run holding at most `run_limit` keys and at most ceil(run_limit / block_n) tiles
+// (a piece of n keys is ceil(n / block_n) tile iterations, from its own first key). run_limit starts
+// at the balanced share, ceil(total keys / grid) (rounded up to split_granule; at least
+// min_tiles_per_cta tiles), and grows only as far as the rules below need:
+//   - a unit that straddles a run's end is cut there into pieces that write partial (O, LSE)
+//     states; cuts fall on multiples of split_granule keys from the unit's first visible key, and a
+//     piece that does not end its unit is shortened to whole tiles when the run's tile budget is the
+//     tighter one;
+//   - a piece shorter than min_tiles_per_cta tiles is not cut off the end of a run that has work
+//     (the unit moves to the next run);
+//   - every piece after a run's first is charged piece_cost_keys against the run's keys (the time
+//     a CTA spends between two pieces);
+//   - a unit inside one run writes O directly.
+// Every visible key of every unit is covered exactly once; at most grid - 1 units are split, a run
+// holds at most fj_decode_states_per_cta split pieces (its first and its last), so at most
+// 2 * grid states exist. split_granule = block_n with piece_cost_keys = 0 gives the tile-balanced
+// schedule of runs 1-9.
 #pragma once
 
 #include <cstddef>
@@ -27,13 +38,26 @@ struct SplitKShape {
   int num_sms = 0;
   int ctas_per_sm = 1; // plan constant kCtasPerSm (CTAs that share an SM)
   int block_m = 16;    // plan constant kBlockM (rows of a partial state)
-  int block_n = 64;    // plan constant kBlockN (keys per tile: the splitting unit)
+  int block_n = 64;    // plan constant kBlockN (keys per tile)
   int m_blocks = 1;    // plan constant kMBlocks
   int head_dim_v = 128;
   int heads_kv = 1;
   int max_batch = 1;         // the largest batch any later schedule may use
   int min_tiles_per_cta = 4; // do not split below this many tiles per CTA (the combine costs more)
+  // Keys between two cut points of a unit (see the partition above). 1: runs balanced to the key,
+  // the default (splitk_schedule.cpp says why no coarser granule pays); block_n: the old
+  // tile-balanced runs, kept so one process can time both.
+  int split_granule = 1;
+  // Keys' worth of time a CTA loses when its run moves to another piece (splitk_schedule.cpp), charged
+  // against the key budget of every piece after a run's first. The default is one 64-key tile of a
+  // 16-bit d128 KV (32 KB, ~2.5 us per CTA at 3.5 TB/s over 264 CTAs, about the gap it stands for);
+  // splitk_piece_cost_keys scales it to other head dims. 0 with split_granule = block_n: the
+  // schedule of runs 1-9.
+  int piece_cost_keys = 64;
 };
+
+// piece_cost_keys for 16-bit K/V of these head dims: the keys that move 32 KB per CTA.
+int splitk_piece_cost_keys(int head_dim_qk, int head_dim_v);
 
 // Byte offsets in the workspace. The integer region [0, int_bytes) is what the host schedule
 // writes (the merge counters as zeros: copying a schedule in also resets them); the float region
@@ -74,9 +98,12 @@ struct SplitKSchedule {
   int num_work = 0;
   int num_merges = 0; // split units: fj_decode_combine has work only when this is > 0
   int num_states = 0;
-  int64_t total_tiles = 0;
-  int64_t tiles_per_cta = 0; // the largest run any CTA got
-  int64_t run_limit = 0;     // the run length the partition was built with (>= tiles_per_cta)
+  int64_t total_keys = 0;     // visible keys of all units
+  int64_t total_tiles = 0;    // sum over units of ceil(visible keys / block_n)
+  int64_t keys_per_cta = 0;   // the most keys any CTA's run got
+  int64_t tiles_per_cta = 0;  // the most tile iterations any CTA's run got (its pieces' tiles)
+  int64_t run_limit = 0;      // the key budget of a run the partition was built with (keys + piece charges)
+  int64_t run_tile_limit = 0; // the tile budget of a run (>= tiles_per_cta)
 };
 
 // Keys [*lo, *hi) that some query row of a sequence of `kv_len` keys can see.

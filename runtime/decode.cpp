@@ -25,6 +25,7 @@ Status decode_layout(const KernelRecord &kernel, const NormalizedProblem &n, con
   s.head_dim_v = n.p.head_dim_v;
   s.heads_kv = n.p.heads_kv;
   s.max_batch = n.p.batch;
+  s.piece_cost_keys = splitk_piece_cost_keys(n.p.head_dim_qk, n.p.head_dim_v);
   std::string error;
   if (!splitk_layout(s, layout, &error))
     return Status::error(FLASHJIT_INTERNAL, kernel.name + ": workspace layout: " + error);

@@ -38,8 +38,14 @@ Decoded decode(const SplitKLayout &layout, const std::vector<char> &buffer) {
   return d;
 }
 
-// Checks every invariant the kernels rely on; returns the largest number of tiles in one CTA.
-int64_t check_schedule(const SplitKShape &shape, const std::vector<int32_t> &lens, int q_len, int window_left) {
+// The longest CTA run of a schedule.
+struct Runs {
+  int64_t keys = 0, tiles = 0; // the most keys / tile iterations in one CTA's run
+};
+
+// Checks every invariant the kernels rely on; returns the longest runs.
+Runs check_schedule(const SplitKShape &shape, const std::vector<int32_t> &lens, int q_len, int window_left,
+                    SplitKSchedule *schedule_out = nullptr) {
   SplitKLayout layout;
   std::string error;
   EXPECT_TRUE(splitk_layout(shape, &layout, &error)) << error;
@@ -52,6 +58,8 @@ int64_t check_schedule(const SplitKShape &shape, const std::vector<int32_t> &len
   problem.window_left = window_left;
   SplitKSchedule schedule;
   EXPECT_TRUE(splitk_schedule(shape, layout, problem, buffer.data(), buffer.size(), &schedule, &error)) << error;
+  if (schedule_out != nullptr)
+    *schedule_out = schedule;
   const Decoded d = decode(layout, buffer);
 
   EXPECT_EQ(d.header.num_work, schedule.num_work);
@@ -63,34 +71,39 @@ int64_t check_schedule(const SplitKShape &shape, const std::vector<int32_t> &len
   for (int c = 0; c < layout.grid; ++c)
     EXPECT_LE(d.slot_begin[c], d.slot_begin[c + 1]);
 
-  // Coverage: for every unit, its pieces tile [lo, hi) exactly once, in order.
+  // Coverage: for every unit, its pieces cover [lo, hi) exactly once, in order, cut on the granule.
   const int units = problem.batch * shape.heads_kv * shape.m_blocks;
   std::vector<std::vector<fj_decode_work>> pieces(units);
+  std::vector<int> unit_lo(units), unit_hi(units);
+  int64_t total_keys = 0, total_tiles = 0;
   for (const fj_decode_work &w : d.work) {
     EXPECT_GE(w.unit, 0);
     EXPECT_LT(w.unit, units);
     EXPECT_LE(w.kv_begin, w.kv_end);
-    pieces[w.unit].push_back(w);
+    if (w.unit >= 0 && w.unit < units)
+      pieces[w.unit].push_back(w);
   }
   std::vector<int> state_used(d.header.num_states, 0);
   for (int u = 0; u < units; ++u) {
     const int b = u / (shape.heads_kv * shape.m_blocks);
-    int lo = 0, hi = 0;
-    splitk_visible_keys(lens[b], q_len, window_left, &lo, &hi);
+    splitk_visible_keys(lens[b], q_len, window_left, &unit_lo[u], &unit_hi[u]);
+    total_keys += unit_hi[u] - unit_lo[u];
+    total_tiles += (unit_hi[u] - unit_lo[u] + shape.block_n - 1) / shape.block_n;
     EXPECT_FALSE(pieces[u].empty()) << "unit " << u << " has no piece (its O would never be written)";
     if (pieces[u].empty())
       continue;
-    int key = lo;
+    int key = unit_lo[u];
     for (const fj_decode_work &w : pieces[u]) {
       EXPECT_EQ(w.kv_begin, key) << "unit " << u;
-      EXPECT_EQ((w.kv_begin - lo) % shape.block_n, 0) << "pieces start on tile boundaries";
+      EXPECT_EQ((w.kv_begin - unit_lo[u]) % shape.split_granule, 0) << "cuts fall on the granule";
       key = w.kv_end;
     }
-    EXPECT_EQ(key, hi) << "unit " << u;
+    EXPECT_EQ(key, unit_hi[u]) << "unit " << u;
     if (pieces[u].size() == 1) {
       EXPECT_LT(pieces[u][0].state, 0) << "a whole unit writes O directly";
     } else {
       for (const fj_decode_work &w : pieces[u]) {
+        EXPECT_LT(w.kv_begin, w.kv_end) << "a split unit has no empty piece (unit " << u << ")";
         EXPECT_GE(w.state, 0);
         EXPECT_LT(w.state, d.header.num_states);
         if (w.state >= 0 && w.state < d.header.num_states)
@@ -98,6 +111,8 @@ int64_t check_schedule(const SplitKShape &shape, const std::vector<int32_t> &len
       }
     }
   }
+  EXPECT_EQ(total_keys, schedule.total_keys);
+  EXPECT_EQ(total_tiles, schedule.total_tiles);
   for (int used : state_used)
     EXPECT_EQ(used, 1) << "each partial state slot belongs to exactly one piece";
 
@@ -134,21 +149,55 @@ int64_t check_schedule(const SplitKShape &shape, const std::vector<int32_t> &len
   for (int32_t counter : d.merge_counters)
     EXPECT_EQ(counter, 0);
 
-  // Balance: no CTA runs more than the run limit, which is at most a few tiles above the share.
-  int64_t total = 0, largest = 0;
+  // Runs: within both budgets (keys plus the piece charges, tiles), at most
+  // fj_decode_states_per_cta split pieces (only the first and the last), and no piece shorter
+  // than min_tiles_per_cta cut off the end of a run that already had keys.
+  Runs largest;
+  const int64_t min_piece = int64_t{shape.min_tiles_per_cta} * shape.block_n;
   for (int c = 0; c < layout.grid; ++c) {
-    int64_t run = 0;
-    for (int i = d.slot_begin[c]; i < d.slot_begin[c + 1]; ++i)
-      run += (d.work[i].kv_end - d.work[i].kv_begin + shape.block_n - 1) / shape.block_n;
-    largest = std::max(largest, run);
-    total += run;
+    int64_t keys = 0, tiles = 0, charged = 0;
+    int keyed = 0, states = 0;
+    for (int i = d.slot_begin[c]; i < d.slot_begin[c + 1]; ++i) {
+      const fj_decode_work &w = d.work[i];
+      const int64_t n = w.kv_end - w.kv_begin;
+      if (n > 0 && keyed++ > 0)
+        charged += shape.piece_cost_keys;
+      if (w.state >= 0) {
+        ++states;
+        EXPECT_TRUE(i == d.slot_begin[c] || i == d.slot_begin[c + 1] - 1) << "CTA " << c << ": split piece " << i;
+        const bool cut_off_the_end = w.kv_end < unit_hi[w.unit];
+        if (cut_off_the_end && keys > 0) {
+          EXPECT_GE(n, min_piece) << "CTA " << c << ": a short piece cut off the end of a run with work";
+        }
+      }
+      keys += n;
+      tiles += (n + shape.block_n - 1) / shape.block_n;
+    }
+    EXPECT_LE(states, fj_decode_states_per_cta) << "CTA " << c;
+    EXPECT_LE(keys + charged, schedule.run_limit) << "CTA " << c;
+    EXPECT_LE(tiles, schedule.run_tile_limit) << "CTA " << c;
+    largest.keys = std::max(largest.keys, keys);
+    largest.tiles = std::max(largest.tiles, tiles);
   }
-  EXPECT_EQ(total, schedule.total_tiles);
-  const int64_t share = std::max<int64_t>((total + layout.grid - 1) / layout.grid, shape.min_tiles_per_cta);
-  EXPECT_LE(largest, schedule.run_limit);
-  EXPECT_EQ(largest, schedule.tiles_per_cta);
-  EXPECT_LE(schedule.run_limit, share + shape.min_tiles_per_cta);
+  EXPECT_EQ(largest.keys, schedule.keys_per_cta);
+  EXPECT_EQ(largest.tiles, schedule.tiles_per_cta);
+  // The budgets start at the shares and grow only a little past them.
+  const int64_t tile_share = std::max<int64_t>((total_tiles + layout.grid - 1) / layout.grid, shape.min_tiles_per_cta);
+  // (+1: a cut on a granule that does not divide block_n may leave part of a tile unused.)
+  EXPECT_LE(schedule.run_tile_limit, tile_share + shape.min_tiles_per_cta + 1)
+      << "granule " << shape.split_granule << " cost " << shape.piece_cost_keys << " min " << shape.min_tiles_per_cta
+      << " grid " << layout.grid << " units " << units << " keys " << total_keys << " tiles " << total_tiles;
+  const int64_t key_share = std::max<int64_t>((total_keys + layout.grid - 1) / layout.grid, min_piece);
+  EXPECT_LE(schedule.run_limit, std::max<int64_t>(key_share, schedule.run_tile_limit * shape.block_n) +
+                                    (schedule.run_tile_limit - 1) * shape.piece_cost_keys + shape.split_granule);
   return largest;
+}
+
+// The tile-balanced schedule of runs 1-9: whole tiles from each unit's first key, no piece charge.
+SplitKShape tile_balanced(SplitKShape shape) {
+  shape.split_granule = shape.block_n;
+  shape.piece_cost_keys = 0;
+  return shape;
 }
 
 SplitKShape h200_shape(int batch, int heads_kv = 8) {
@@ -164,35 +213,118 @@ SplitKShape h200_shape(int batch, int heads_kv = 8) {
   return shape;
 }
 
-TEST(SplitKSchedule, TargetShapesAreBalanced) {
+// The four TARGETS shapes (Hkv 8, block_n 64, 264 CTAs). Tile-balanced runs are quantized to whole
+// tiles: ceil(4096 / 264) = 16 tiles of 1024 keys at 1 x 32768 against a share of 992.97 keys.
+// Balanced by keys (no piece charge) the longest run is the share rounded up, within 0.1%; with the
+// default charge it holds at most the tile schedule's keys and never more tile iterations.
+TEST(SplitKSchedule, TargetShapesAreBalancedByKeys) {
   struct Shape {
     int batch, len;
+    int64_t tile_keys, tiles; // tile-balanced: keys and tiles of the longest run
+    int64_t key_keys;         // by keys, no piece charge: keys of the longest run
   };
-  for (Shape s : {Shape{1, 32768}, Shape{8, 8192}, Shape{64, 4096}, Shape{1, 131072}}) {
-    std::vector<int32_t> lens(s.batch, s.len);
-    const SplitKShape shape = h200_shape(s.batch);
-    const int64_t largest = check_schedule(shape, lens, 1, -1);
-    const int64_t total = int64_t{s.batch} * 8 * s.len / shape.block_n;
-    const double efficiency = double(total) / (double(largest) * shape.num_sms * shape.ctas_per_sm);
-    EXPECT_GT(efficiency, 0.95) << s.batch << "x" << s.len;
+  const Shape shapes[] = {
+      {1, 32768, 1024, 16, 993}, {8, 8192, 2048, 32, 1987}, {64, 4096, 8000, 125, 7952}, {1, 131072, 4032, 63, 3972}};
+  for (const Shape &s : shapes) {
+    const std::string what = std::to_string(s.batch) + "x" + std::to_string(s.len);
+    const std::vector<int32_t> lens(s.batch, s.len);
+    const SplitKShape by_keys = h200_shape(s.batch);
+    const int64_t total_keys = int64_t{s.batch} * 8 * s.len;
+    const int64_t share = (total_keys + 263) / 264;
+
+    const Runs tiled = check_schedule(tile_balanced(by_keys), lens, 1, -1);
+    EXPECT_EQ(tiled.keys, s.tile_keys) << what;
+    EXPECT_EQ(tiled.tiles, s.tiles) << what;
+    EXPECT_EQ(s.tiles, (total_keys / 64 + 263) / 264) << what;
+
+    SplitKShape no_charge = by_keys;
+    no_charge.piece_cost_keys = 0;
+    const Runs keys = check_schedule(no_charge, lens, 1, -1);
+    EXPECT_EQ(keys.keys, s.key_keys) << what;
+    EXPECT_LE(keys.keys, share + share / 512) << what; // 0.2%
+    EXPECT_EQ(keys.tiles, s.tiles) << what << ": no run iterates more tiles than the tile schedule's";
+
+    SplitKSchedule schedule;
+    const Runs charged = check_schedule(by_keys, lens, 1, -1, &schedule);
+    EXPECT_LE(charged.keys, tiled.keys) << what;
+    EXPECT_EQ(charged.tiles, s.tiles) << what;
+    EXPECT_LE(charged.keys, keys.keys + by_keys.piece_cost_keys) << what;
+    if (s.batch == 1) { // 8 units, each ending where a run does: the budget is the share itself
+      EXPECT_EQ(schedule.run_limit, share) << what;
+    }
+  }
+}
+
+// Pieces start and end mid-tile and mid-page: the kernels must take any kv_begin.
+TEST(SplitKSchedule, PiecesStartMidTileAndMidPage) {
+  const std::vector<int32_t> lens = {32768};
+  const SplitKShape shape = h200_shape(1);
+  SplitKLayout layout;
+  std::string error;
+  ASSERT_TRUE(splitk_layout(shape, &layout, &error));
+  std::vector<char> buffer(layout.int_bytes);
+  SplitKProblem problem;
+  problem.seqlens_k = lens.data();
+  problem.batch = 1;
+  ASSERT_TRUE(splitk_schedule(shape, layout, problem, buffer.data(), buffer.size(), nullptr, &error)) << error;
+  const Decoded d = decode(layout, buffer);
+  int mid_tile = 0, mid_page16 = 0, mid_page48 = 0;
+  for (const fj_decode_work &w : d.work) {
+    mid_tile += w.kv_begin % 64 != 0;
+    mid_page16 += w.kv_begin % 16 != 0;
+    mid_page48 += w.kv_begin % 48 != 0;
+  }
+  EXPECT_GT(mid_tile, 100);
+  EXPECT_GT(mid_page16, 100);
+  EXPECT_GT(mid_page48, 100);
+}
+
+// The tile-balanced schedule stays reachable (split_granule = block_n, no charge): every piece
+// starts on a tile boundary of its unit and runs are whole tiles.
+TEST(SplitKSchedule, TileBalancedScheduleIsReachable) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int batch = 1 + rng() % 20;
+    std::vector<int32_t> lens(batch);
+    for (int32_t &len : lens)
+      len = static_cast<int32_t>(rng() % 9000);
+    SplitKShape shape = tile_balanced(h200_shape(batch, 1 + rng() % 8));
+    shape.num_sms = 1 + rng() % 40;
+    SplitKSchedule schedule;
+    const Runs runs = check_schedule(shape, lens, 1, -1, &schedule);
+    EXPECT_EQ(schedule.run_limit, schedule.run_tile_limit * shape.block_n);
+    EXPECT_LE(runs.tiles, schedule.run_tile_limit);
   }
 }
 
 TEST(SplitKSchedule, RaggedLengthsAndEmptySequences) {
   std::mt19937 rng(7);
-  for (int trial = 0; trial < 50; ++trial) {
+  for (int trial = 0; trial < 400; ++trial) {
     const int batch = 1 + rng() % 40;
     std::vector<int32_t> lens(batch);
-    for (int32_t &len : lens)
-      len = rng() % 5 == 0 ? 0 : static_cast<int32_t>(rng() % 20000);
+    for (int32_t &len : lens) {
+      const int kind = rng() % 6;
+      len = kind == 0 ? 0 : kind == 1 ? 1 : static_cast<int32_t>(rng() % 20000);
+    }
     SplitKShape shape = h200_shape(batch, 1 + rng() % 8);
     shape.m_blocks = 1 + rng() % 3;
     shape.num_sms = 1 + rng() % 140;
     shape.ctas_per_sm = 1 + rng() % 3;
+    const int granules[] = {1, 1, 16, 48, 64};
+    shape.split_granule = granules[rng() % 5];
+    shape.piece_cost_keys = rng() % 2 == 0 ? 0 : static_cast<int>(rng() % 200);
+    shape.min_tiles_per_cta = static_cast<int>(rng() % 6);
     const int q_len = 1 + rng() % 16;
     const int window = rng() % 3 == 0 ? static_cast<int>(rng() % 3000) : -1;
     check_schedule(shape, lens, q_len, window);
   }
+}
+
+TEST(SplitKSchedule, PieceCostScalesWithTheHeadDims) {
+  EXPECT_EQ(splitk_piece_cost_keys(128, 128), SplitKShape{}.piece_cost_keys);
+  EXPECT_EQ(splitk_piece_cost_keys(64, 64), 128);
+  EXPECT_EQ(splitk_piece_cost_keys(256, 256), 32);
+  EXPECT_EQ(splitk_piece_cost_keys(192, 128), 51);
 }
 
 TEST(SplitKSchedule, TinyProblemIsNotSplit) {
