@@ -156,6 +156,81 @@ template <typename Real> State merge(std::span<const State> states) {
   return out;
 }
 
+// decode_piece: the rows of one unit over one piece's keys, in tiles from the piece's first key.
+template <typename Real>
+State piece_attention(const Problem &problem, std::span<const float> q, const KvView &kv, TileShape tile, int m_blocks,
+                      const DecodePiece &piece) {
+  const int group = problem.group();
+  const int m_block = piece.unit % m_blocks;
+  const int head_kv = (piece.unit / m_blocks) % problem.heads_kv;
+  const int seq = piece.unit / m_blocks / problem.heads_kv;
+  require(seq < problem.batch, "decode_piece: unit out of range");
+  const int sq = problem.seqlens_q[seq], sk = problem.seqlens_k[seq];
+  require(piece.kv_begin >= 0 && piece.kv_begin <= piece.kv_end && piece.kv_end <= sk,
+          "decode_piece: keys outside the sequence");
+  const int dqk = problem.head_dim_qk, dv = problem.head_dim_v;
+  const Mask mask = problem.mask();
+  const Real scale = Real(problem.softmax_scale());
+  const Real softcap = Real(problem.softcap);
+  const int q_begin = problem.cu_seqlens_q()[seq];
+
+  State state;
+  state.rows = problem.total_q() * problem.heads_q;
+  state.head_dim_v = dv;
+  state.o.assign(size_t(state.rows) * dv, 0.0);
+  state.lse.assign(state.rows, -std::numeric_limits<double>::infinity());
+  const int first_row = m_block * tile.block_m;
+  const int last_row = std::min(group * sq, first_row + tile.block_m);
+  const int tiles = num_blocks(piece.kv_end - piece.kv_begin, tile.block_n);
+  std::vector<Real> logits(tile.block_n);
+  for (int packed = first_row; packed < last_row; ++packed) {
+    const int token = packed / group, head = head_kv * group + packed % group;
+    const float *q_row = &q[(size_t(q_begin + token) * problem.heads_q + head) * dqk];
+    RowState<Real> row;
+    row.acc.assign(dv, Real(0));
+    for (int t = 0; t < tiles; ++t) {
+      const int key0 = piece.kv_begin + t * tile.block_n;
+      Real tile_max = kNegInfOf<Real>;
+      for (int c = 0; c < tile.block_n; ++c) {
+        const int j = key0 + c;
+        if (j >= piece.kv_end || !is_visible(mask, token, j, sq, sk)) {
+          logits[c] = kNegInfOf<Real>; // past the piece, or masked: never read
+          continue;
+        }
+        const float *k_row = kv.k_row(seq, j, head_kv);
+        Real dot = 0;
+        for (int d = 0; d < dqk; ++d)
+          dot += Real(q_row[d]) * Real(k_row[d]);
+        logits[c] = softcap > 0 ? softcap * std::tanh(dot * scale / softcap) : dot * scale;
+        tile_max = std::max(tile_max, logits[c]);
+      }
+      const Real new_max = std::max(row.max, tile_max);
+      const Real reference = new_max == kNegInfOf<Real> ? Real(0) : new_max; // see tile_attention
+      const Real correction = std::exp(row.max - reference);
+      row.sum *= correction;
+      for (Real &a : row.acc)
+        a *= correction;
+      for (int c = 0; c < tile.block_n; ++c) {
+        const Real p = std::exp(logits[c] - reference);
+        if (p == Real(0))
+          continue;
+        row.sum += p;
+        const float *v_row = kv.v_row(seq, key0 + c, head_kv);
+        for (int d = 0; d < dv; ++d)
+          row.acc[d] += p * Real(v_row[d]);
+      }
+      row.max = new_max;
+    }
+    if (row.sum == Real(0))
+      continue; // no visible key in this piece: O = 0, LSE = -inf
+    const size_t out_row = size_t(q_begin + token) * problem.heads_q + head;
+    for (int d = 0; d < dv; ++d)
+      state.o[out_row * dv + d] = double(row.acc[d] / row.sum);
+    state.lse[out_row] = double(row.max + std::log(row.sum));
+  }
+  return state;
+}
+
 } // namespace
 
 int num_blocks(int length, int block) {
@@ -279,6 +354,44 @@ Output tiled_attention_splitk(const Problem &problem, std::span<const float> q, 
   for (int split = 0; split < num_splits; ++split)
     partials.push_back(tiled_partial(problem, q, kv, options, split, num_splits));
   return to_output(problem, merge_states(partials, options.accum));
+}
+
+State decode_piece(const Problem &problem, std::span<const float> q, const KvView &kv, const TiledOptions &options,
+                   int m_blocks, const DecodePiece &piece) {
+  problem.validate();
+  require(q.size() == problem.q_size(), "decode_piece: q size does not match the problem");
+  require(options.tile.block_m >= 1 && options.tile.block_n >= 1 && m_blocks >= 1, "decode_piece: bad tile shape");
+  for (int b = 0; b < problem.batch; ++b)
+    require(problem.seqlens_q[b] == problem.seqlens_q[0], "decode_piece: every sequence has the same query length");
+  return options.accum == Accum::fp64 ? piece_attention<double>(problem, q, kv, options.tile, m_blocks, piece)
+                                      : piece_attention<float>(problem, q, kv, options.tile, m_blocks, piece);
+}
+
+Output tiled_decode_splitk(const Problem &problem, std::span<const float> q, const KvView &kv,
+                           const TiledOptions &options, int m_blocks, std::span<const DecodePiece> pieces) {
+  std::vector<std::vector<State>> states(size_t(problem.batch) * problem.heads_kv * m_blocks);
+  for (const DecodePiece &piece : pieces) {
+    require(piece.unit >= 0 && size_t(piece.unit) < states.size(), "tiled_decode_splitk: unit out of range");
+    states[piece.unit].push_back(decode_piece(problem, q, kv, options, m_blocks, piece));
+  }
+  State out;
+  out.rows = problem.total_q() * problem.heads_q;
+  out.head_dim_v = problem.head_dim_v;
+  out.o.assign(size_t(out.rows) * out.head_dim_v, 0.0);
+  out.lse.assign(out.rows, -std::numeric_limits<double>::infinity());
+  for (const std::vector<State> &unit : states) {
+    if (unit.empty())
+      continue;
+    const State merged = unit.size() == 1 ? unit.front() : merge_states(unit, options.accum);
+    // Each state holds only its unit's rows; every other row is -inf with O = 0 in all of them.
+    for (int r = 0; r < out.rows; ++r) {
+      if (merged.lse[r] == -std::numeric_limits<double>::infinity())
+        continue;
+      out.lse[r] = merged.lse[r];
+      std::copy_n(&merged.o[size_t(r) * out.head_dim_v], out.head_dim_v, &out.o[size_t(r) * out.head_dim_v]);
+    }
+  }
+  return to_output(problem, out);
 }
 
 } // namespace flashjit::ref

@@ -4,7 +4,9 @@
 //   - which blocks need the per-element mask,
 //   - online softmax over key blocks (running max and sum, rescale, fully masked blocks and rows),
 //   - split-K: how key blocks are divided among splits, partial (O, LSE) states and their merge,
-//   - the paged gather through a block table.
+//   - the paged gather through a block table,
+//   - split-K decode as decode_splitk.cuh runs a schedule: pieces of (sequence, kv head, m block)
+//     units that start at any key, their tiles counted from that key.
 // Layouts are those of reference.hpp.
 #pragma once
 
@@ -105,5 +107,26 @@ Output tiled_attention_paged(const Problem &problem, std::span<const float> q, c
 // Split-K end to end: every split's partial state, then their merge.
 Output tiled_attention_splitk(const Problem &problem, std::span<const float> q, const KvView &kv,
                               const TiledOptions &options, int num_splits);
+
+// Split-K decode as decode_splitk.cuh runs it. A unit is (sequence, kv head, m block): the query
+// heads of one kv head packed as rows (row = token * group + head in group), m block m holding rows
+// [m * block_m, (m + 1) * block_m) (tile.block_m). A piece is keys [kv_begin, kv_end) of a unit,
+// visited in tiles of tile.block_n keys from kv_begin (the last one partial), every key masked by
+// the piece's end and by its row's causal / window range; kv_begin need not sit on a tile or a
+// page boundary. Unit numbering is (sequence * heads_kv + kv head) * m_blocks + m block.
+struct DecodePiece {
+  int unit = 0;
+  int kv_begin = 0;
+  int kv_end = 0;
+};
+
+// One piece's partial state, over every row of the problem (rows of other units: O = 0, LSE = -inf).
+State decode_piece(const Problem &problem, std::span<const float> q, const KvView &kv, const TiledOptions &options,
+                   int m_blocks, const DecodePiece &piece);
+
+// A whole schedule: a unit with one piece keeps its state (the kernel's direct write of O), a unit
+// with several merges their states (merge_states, as the fused merge and fj_decode_combine do).
+Output tiled_decode_splitk(const Problem &problem, std::span<const float> q, const KvView &kv,
+                           const TiledOptions &options, int m_blocks, std::span<const DecodePiece> pieces);
 
 } // namespace flashjit::ref

@@ -2,6 +2,9 @@
 // (block ranges, mask predicate, split ranges) against brute force over every coordinate.
 #include "tests/reference/tiled_model.hpp"
 
+#include "compiler/splitk_schedule.hpp"
+#include "params_decode.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -293,6 +296,123 @@ TEST(TiledModel, PagedWithWrongTableDiffers) {
   paged.block_table[1] = paged.block_table[0]; // keys 8..15 replaced by a copy of keys 0..7
   const Output out = tiled_attention_paged(problem, in.q, paged, {{4, 8}, Accum::fp64});
   EXPECT_GT(max_abs_diff(out.o, attention_f64(problem, in.q, in.k, in.v).o), 1e-3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Split-K decode over the schedules of compiler/splitk_schedule
+
+// The work list of one step, as the kernels read it.
+std::vector<DecodePiece> schedule_pieces(const flashjit::SplitKShape &shape, const Problem &problem) {
+  flashjit::SplitKLayout layout;
+  std::string error;
+  EXPECT_TRUE(flashjit::splitk_layout(shape, &layout, &error)) << error;
+  std::vector<char> buffer(layout.int_bytes);
+  flashjit::SplitKProblem step;
+  step.seqlens_k = problem.seqlens_k.data();
+  step.batch = problem.batch;
+  step.q_len = problem.seqlens_q[0];
+  step.window_left = problem.window_left;
+  EXPECT_TRUE(flashjit::splitk_schedule(shape, layout, step, buffer.data(), buffer.size(), nullptr, &error)) << error;
+  const auto &header = *reinterpret_cast<const fj_decode_header *>(buffer.data() + layout.header_offset);
+  const auto *work = reinterpret_cast<const fj_decode_work *>(buffer.data() + layout.work_offset);
+  std::vector<DecodePiece> pieces;
+  for (int i = 0; i < header.num_work; ++i)
+    pieces.push_back({work[i].unit, work[i].kv_begin, work[i].kv_end});
+  return pieces;
+}
+
+// Schedules balanced by keys cut units mid-tile and mid-page; the model runs every piece from its own
+// first key (tiles counted from there, pages looked up per key) and merges the split units. Against
+// float64, contiguous and paged (page sizes 1, 16, 48, shuffled block tables, NaN in every slot that
+// holds no key); paged equals contiguous bit for bit. The tile-balanced schedule runs too.
+TEST(TiledDecode, KeyBalancedSchedulesMatchReference) {
+  struct Case {
+    std::vector<int> lens;
+    int q_len, heads_q, heads_kv;
+    bool causal;
+    int window_left;
+    float softcap;
+  };
+  const Case cases[] = {
+      {{1000, 37, 0, 1, 129, 700}, 1, 8, 2, false, -1, 0}, // GQA 4, lengths 0 and 1
+      {{513, 2000, 64}, 4, 8, 2, true, -1, 0},             // q_len 4, causal
+      {{900, 333}, 3, 6, 1, true, 100, 0},                 // GQA 6, causal + sliding window
+      {{1500}, 1, 2, 2, false, -1, 20},                    // MHA, softcap
+      {{777, 778}, 16, 8, 1, true, -1, 0},                 // 128 packed rows: 8 m blocks
+  };
+  constexpr int kBlockM = 16, kBlockN = 64;
+  int pieces_mid_tile = 0, pieces_mid_page = 0;
+  uint64_t seed = 1800;
+  for (const Case &c : cases) {
+    Problem problem;
+    problem.batch = static_cast<int>(c.lens.size());
+    problem.seqlens_q.assign(problem.batch, c.q_len);
+    problem.seqlens_k = c.lens;
+    problem.heads_q = c.heads_q;
+    problem.heads_kv = c.heads_kv;
+    problem.head_dim_qk = 16;
+    problem.head_dim_v = 24;
+    problem.causal = c.causal;
+    problem.window_left = c.window_left;
+    problem.softcap = c.softcap;
+    const Inputs in = random_inputs(problem, Dtype::bf16, ++seed);
+    const Output ref = attention_f64(problem, in.q, in.k, in.v);
+    const int m_blocks = (problem.group() * c.q_len + kBlockM - 1) / kBlockM;
+
+    flashjit::SplitKShape shape;
+    shape.num_sms = 7;
+    shape.ctas_per_sm = 1;
+    shape.block_m = kBlockM;
+    shape.block_n = kBlockN;
+    shape.m_blocks = m_blocks;
+    shape.head_dim_v = problem.head_dim_v;
+    shape.heads_kv = problem.heads_kv;
+    shape.max_batch = problem.batch;
+    shape.min_tiles_per_cta = 1;
+    flashjit::SplitKShape tiled = shape;
+    tiled.split_granule = kBlockN;
+    tiled.piece_cost_keys = 0;
+    for (const flashjit::SplitKShape &schedule_shape : {shape, tiled}) {
+      const std::vector<DecodePiece> pieces = schedule_pieces(schedule_shape, problem);
+      const std::string what = problem.describe() + (schedule_shape.split_granule == 1 ? " by keys" : " by tiles");
+      for (const DecodePiece &piece : pieces) {
+        pieces_mid_tile += piece.kv_begin % kBlockN != 0;
+        pieces_mid_page += piece.kv_begin % 16 != 0 && piece.kv_begin % 48 != 0;
+      }
+      const KvView contiguous = KvView::contiguous(problem, in.k, in.v);
+      const TiledOptions fp64{{kBlockM, kBlockN}, Accum::fp64}, fp32{{kBlockM, kBlockN}, Accum::fp32};
+      expect_close(tiled_decode_splitk(problem, in.q, contiguous, fp64, m_blocks, pieces), ref, kFp64Tolerance,
+                   what + " fp64");
+      const Output model = tiled_decode_splitk(problem, in.q, contiguous, fp32, m_blocks, pieces);
+      expect_close(model, ref, kFp32Tolerance, what + " fp32");
+      for (int page_size : {1, 16, 48}) {
+        const PagedKv paged = make_paged_kv(problem, in.k, in.v, page_size, seed * 7 + page_size, PageGarbage::nan);
+        const Output out = tiled_decode_splitk(problem, in.q, KvView::paged(paged), fp32, m_blocks, pieces);
+        EXPECT_EQ(out.o, model.o) << what << " page " << page_size;
+        EXPECT_EQ(out.lse, model.lse) << what << " page " << page_size;
+      }
+    }
+  }
+  EXPECT_GT(pieces_mid_tile, 10) << "the schedules must cut units mid-tile for this test to mean anything";
+  EXPECT_GT(pieces_mid_page, 10);
+}
+
+// A piece's tiles start at its own first key: a piece [37, 170) is 3 tiles of 64 (37, 101, 165),
+// and splitting a unit anywhere changes nothing but rounding.
+TEST(TiledDecode, PiecesFromAnyKeyMergeToTheWholeUnit) {
+  Problem problem = Problem::dense(1, 2, 300, 4, 1, 16, 16);
+  problem.causal = true;
+  const Inputs in = random_inputs(problem, Dtype::fp16, 1900);
+  const Output ref = attention_f64(problem, in.q, in.k, in.v);
+  const KvView kv = KvView::contiguous(problem, in.k, in.v);
+  const TiledOptions options{{16, 64}, Accum::fp64};
+  for (int cut : {1, 37, 63, 64, 65, 170, 299}) {
+    const std::vector<DecodePiece> pieces = {{0, 0, cut}, {0, cut, 300}};
+    expect_close(tiled_decode_splitk(problem, in.q, kv, options, 1, pieces), ref, kFp64Tolerance,
+                 "cut at " + std::to_string(cut));
+  }
+  const std::vector<DecodePiece> three = {{0, 0, 37}, {0, 37, 170}, {0, 170, 300}};
+  expect_close(tiled_decode_splitk(problem, in.q, kv, options, 1, three), ref, kFp64Tolerance, "three pieces");
 }
 
 } // namespace
