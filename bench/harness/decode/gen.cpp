@@ -186,7 +186,8 @@ int main(int argc, char **argv) {
       set("kSmemOffsetStats", off_stats);
       set("kSmemOffsetPages", off_stats + stats_bytes);
       plan.stages = stages;
-      plan.smem_bytes = off_stats + stats_bytes + (s.page_size > 0 ? stages * plan.block_n * 4 : 0);
+      // Paged: the row-address ring, a K and a V address per tile row per stage (decode_splitk.cuh).
+      plan.smem_bytes = off_stats + stats_bytes + (s.page_size > 0 ? stages * 2 * plan.block_n * 8 : 0);
     }
     std::string name = kernel_name(s, plan) + (si < tags.size() && tags[si][0] == 'x' ? "." + tags[si] : "");
     Result r = compile(render_source(s, plan), s.arch, tpl);
