@@ -249,7 +249,8 @@ void copy_rows(Emitter &e, const Shape &sh, Value smem, int rows, int dim, int s
 }
 
 // KvSource of decode_splitk.cuh: per-piece addressing of K and V. Paged: k / v point at the head's
-// slice of page 0; `table` is the sequence's block-table row.
+// slice of page 0; `table` is the sequence's block-table row. As there, a piece may start at any
+// key: tiles count from kv_begin and every row looks up its own page.
 struct KvSource {
   Value k, v, k_row, v_row, k_page, v_page, table, kv_begin, kv_end;
   Value policy; // L2 policy of the copies (kKvL2Hints; a zero otherwise)

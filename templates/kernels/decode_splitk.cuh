@@ -220,7 +220,9 @@ using VCopy = TileCopy<Cfg::kHeadDimV, Cfg::kSmemRowV>;
 // in a small smem ring (`row_addrs`, one slot per stage). Thread r < kBlockN looks up the page of
 // row r of the tile one step ahead of when it stores the row's addresses and two steps ahead of
 // its copies, so a block-table read never stalls the ring; the loop's barrier orders the store
-// before the copies that read it.
+// before the copies that read it. A piece may start and end at any key (the schedule balances CTAs
+// by keys): tiles count from kv_begin, every row finds its own page and offset in the page, and
+// rows at or past kv_end are zero-filled and masked.
 struct KvSource {
   const u16 *k, *v;
   i64 k_row, v_row, k_page, v_page;
