@@ -53,6 +53,8 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
     name += ".r" + std::to_string(rows_per_warp);
   if (plan.consumer_warpgroups > 0)
     name += ".wg" + std::to_string(plan.consumer_warpgroups) + (plan.pingpong ? "pp" : "");
+  if (plan.cluster_m > 1)
+    name += ".cl" + std::to_string(plan.cluster_m);
   name += ".al" + std::to_string(spec.align_bytes);
   return name;
 }

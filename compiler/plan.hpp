@@ -30,6 +30,7 @@ struct Plan {
   int consumer_warpgroups = 0; // fa3
   bool pingpong = false;       // fa3
   bool persistent = false;     // grid sized to the SM count
+  int cluster_m = 1;           // fa3: CTAs per thread-block cluster (pairs share K/V by multicast)
   // Every variant-specific constant (smem offsets, swizzle, barrier ids, register split...).
   std::vector<PlanConstant> constants;
 

@@ -24,7 +24,7 @@ PlanChoice choose_prefill(const KernelSpec &spec, flashjit_backend backend) {
   Plan plan;
   std::string fa3_reason;
   if (spec.arch.sm == 90 && spec.arch.arch_specific) {
-    if (plan_fa3(spec, &plan, &fa3_reason))
+    if (plan_fa3(spec, &plan, &fa3_reason, backend))
       return planned(spec, plan, Variant::fa3, "");
   }
   std::string fa2_reason;
@@ -66,7 +66,8 @@ PlanChoice choose_forced(const KernelSpec &spec, Variant forced, flashjit_backen
     effective.op = Op::prefill;
     effective.gqa_group = 0;
     effective.q_len = 0;
-    ok = forced == Variant::fa2 ? plan_fa2(effective, &plan, &reason, backend) : plan_fa3(effective, &plan, &reason);
+    ok = forced == Variant::fa2 ? plan_fa2(effective, &plan, &reason, backend)
+                                : plan_fa3(effective, &plan, &reason, backend);
     break;
   case Variant::decode_splitk: ok = spec.op == Op::decode && plan_decode(spec, &plan, &reason); break;
   case Variant::combine: ok = plan_combine(spec, &plan, &reason); break;

@@ -229,6 +229,8 @@ std::string plan_summary(const Plan &plan) {
     s << ", consumer warpgroups " << plan.consumer_warpgroups << (plan.pingpong ? " (pingpong)" : "");
   if (plan.persistent)
     s << ", persistent grid";
+  if (plan.cluster_m > 1)
+    s << ", CTA clusters of " << plan.cluster_m << " (K/V multicast)";
   return s.str();
 }
 

@@ -67,7 +67,7 @@ Status launch_fa3(const KernelRecord &kernel, const NormalizedProblem &problem, 
   fj_fa3_params params = hit->params; // the launch copies its arguments; the cache entry stays intact
   void *args[] = {&params};
   return kernel.kernel.launch(Dim3{static_cast<unsigned>(hit->grid)}, Dim3{static_cast<unsigned>(plan.threads)},
-                              plan.smem_bytes, stream, args);
+                              plan.smem_bytes, stream, args, Dim3{static_cast<unsigned>(plan.cluster_m)});
 }
 
 } // namespace flashjit

@@ -232,6 +232,8 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
     plan << ", consumer warpgroups " << choice.plan.consumer_warpgroups << (choice.plan.pingpong ? " (pingpong)" : "");
   if (choice.plan.persistent)
     plan << ", persistent grid";
+  if (choice.plan.cluster_m > 1)
+    plan << ", CTA clusters of " << choice.plan.cluster_m << " (K/V multicast)";
   e.plan = plan.str();
   e.backend = backend_name(resolve_backend(impl_->store.config().backend, choice.plan.variant));
   e.origin = "not loaded";

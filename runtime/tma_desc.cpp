@@ -62,7 +62,8 @@ bool fa3_tensor_map_args(const KernelSpec &spec, const Plan &plan, const fj_atte
       spec.dtype == FLASHJIT_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   const auto box_cols = static_cast<uint32_t>(plan.constant("kPanelCols"));
   const auto box_rows_q = static_cast<uint32_t>(plan.constant("kTmaBoxRows"));
-  const auto box_rows_kv = static_cast<uint32_t>(plan.block_n);
+  // A CTA of a pair loads (and multicasts) its share of each K/V block's rows.
+  const auto box_rows_kv = static_cast<uint32_t>(plan.constant("kKVRowsPerCta", plan.block_n));
   const uint64_t q_rows = spec.varlen ? p.total_q : p.seqlen_q;
   const uint64_t k_rows = spec.varlen ? total_k : p.seqlen_k;
   return operand_map("q", p.q, spec.head_dim_qk, q_rows, p.heads_q, p.batch, spec.varlen, box_cols, box_rows_q, type,
@@ -96,8 +97,10 @@ int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int
   fj_attention_params &p = params->base;
   const int m_blocks = (p.seqlen_q + plan.block_m - 1) / plan.block_m; // varlen: seqlen_q is the max
   const int pairs = p.batch * p.heads_q;
+  const int cluster = std::max(plan.cluster_m, 1);
   p.num_m_blocks = m_blocks;
-  params->num_tiles = m_blocks * pairs;
+  // Work units: `cluster` adjacent m-blocks of one (batch, head), one per CTA of a cluster.
+  params->num_tiles = (m_blocks + cluster - 1) / cluster * pairs;
   // K+V bytes of one (batch, head) pair; query heads of a GQA group share theirs.
   const double pair_bytes = static_cast<double>(std::max(p.seqlen_k, 1)) * (spec.head_dim_qk + spec.head_dim_v) *
                             kElemBytes / std::max(p.group, 1);
@@ -109,7 +112,7 @@ int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int
   if (spec.causal)
     section = pairs;
   params->heads_per_section = std::max(section, 1);
-  return std::max(1, std::min(num_sms, params->num_tiles));
+  return cluster * std::max(1, std::min(num_sms / cluster, params->num_tiles));
 }
 
 } // namespace flashjit

@@ -53,8 +53,9 @@ bool fa3_tensor_map_args(const KernelSpec &spec, const Plan &plan, const fj_atte
 bool fa3_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int total_k, TensorMapEncodeTiledFn encode,
                             fj_fa3_params *params, std::string *why_not);
 
-// Fills num_m_blocks, num_tiles and heads_per_section; returns the persistent grid size
-// (min(SM count, tiles), at least 1). `l2_bytes` is the device's L2 size.
+// Fills num_m_blocks, num_tiles (work units: plan.cluster_m adjacent m-blocks each) and
+// heads_per_section; returns the persistent grid size in CTAs: plan.cluster_m * min(SM count /
+// plan.cluster_m, units), at least one cluster. `l2_bytes` is the device's L2 size.
 int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int l2_bytes, fj_fa3_params *params);
 
 } // namespace flashjit

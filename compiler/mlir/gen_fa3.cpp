@@ -126,6 +126,9 @@ Status read_config(const KernelSpec &spec, const Plan &plan, Config *c) {
           {{"kPingpong", &c->pingpong}, {"kSeparateO", &c->separate_o}, {"kRescaleBeforePv", &c->rescale_before_pv}});
       !s)
     return s;
+  if (plan.cluster_m != 1 || plan.constant("kClusterM", 1) != 1)
+    return Status::error(FLASHJIT_UNSUPPORTED, "fa3 (MLIR): CTA-pair (cluster) plans have a template form only; plan "
+                                               "with the MLIR backend (FLASHJIT_BACKEND_MLIR) for single-CTA tiles");
   // The static_asserts of fa3_prefill.cuh / consumer.cuh, as errors.
   if (c->threads != kWarpgroupThreads * (1 + c->consumer_wgs) || c->block_m != kWgmmaM * c->consumer_wgs ||
       c->block_n % kWgmmaK != 0 || c->head_dim_v % kColsPerGroup != 0 || c->k_steps_pv * kWgmmaK != c->block_n ||

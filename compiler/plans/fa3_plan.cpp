@@ -62,6 +62,15 @@ constexpr int kConsumerRegOverhead3 = 32;
 // tiles up to d128 (measured: d128 642 -> 660 at S4096, 521 -> 534 at S1024, despite N 176 -> 160;
 // causal d128 620 vs 622, neutral, so masked 2-warpgroup tiles keep the larger N budget).
 constexpr int kMaxHeadDimSeparateO = 128;
+// CTA pairs (thread-block clusters of 2 along M): the two CTAs of a pair take adjacent m-blocks of
+// one (batch, head), so every K/V block is read from L2 once per pair and multicast to both (each
+// CTA loads half the block's rows). At M = 128 a CTA does 4 * 128 * N * d FLOPs per 4 * N * d bytes
+// of K/V, 128 FLOPs per byte: at 700 TFLOP/s that is ~5.5 TB/s of L2->SM traffic, near what L2
+// delivers, so halving it is FA-3's remedy for head dims >= 128 (ClusterM = 2 there). Every CTA of a pair must walk the
+// same KV blocks, so pairs are used only where all m-blocks see all keys: no causal / window mask,
+// no varlen (a pair could straddle two sequences).
+constexpr int kClusterPair = 2;
+constexpr int kMinHeadDimCluster = 128;
 // Named barriers: 0 is __syncthreads; then one pingpong barrier and one epilogue barrier per
 // consumer warpgroup.
 constexpr int kBarrierPingpong = 1;
@@ -75,7 +84,8 @@ int round_down(int value, int multiple) {
 
 } // namespace
 
-bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not) {
+bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not,
+                    flashjit_backend backend) {
   auto refuse = [&](const std::string &reason) {
     if (why_not)
       *why_not = reason;
@@ -137,6 +147,21 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   if (block_n < kBlockNGranule)
     return refuse("fa3: no kBlockN fits shared memory for d=" + std::to_string(spec.head_dim_qk));
 
+  // The MLIR generator (compiler/mlir/gen_fa3.cpp) renders single-CTA tiles only.
+  const bool pair_fits = !masked && !spec.varlen && consumer_wgs == kConsumerWarpgroupsDefault &&
+                         std::max(spec.head_dim_qk, spec.head_dim_v) >= kMinHeadDimCluster;
+  const int cluster_m = tuning.cluster_m > 0                            ? tuning.cluster_m
+                        : pair_fits && backend != FLASHJIT_BACKEND_MLIR ? kClusterPair
+                                                                        : 1;
+  if (cluster_m != 1 && cluster_m != kClusterPair)
+    return refuse("fa3: cluster_m must be 1 or 2");
+  if (cluster_m == kClusterPair && (masked || spec.varlen))
+    return refuse("fa3: CTA pairs need every m-block to see every key (no causal, window or varlen)");
+  // Each CTA of a pair loads half of a block's rows; the halves must start on a swizzle atom.
+  constexpr int kSwizzleAtomRows = kTmaSwizzleAlign / kSwizzleBytes;
+  if (block_n % (cluster_m * kSwizzleAtomRows) != 0)
+    return refuse("fa3: kBlockN " + std::to_string(block_n) + " does not split into swizzle atoms per CTA");
+
   const int k_stage_bytes = block_n * qk_smem_cols * kElemBytes;
   const int v_stage_bytes = block_n * v_smem_cols * kElemBytes;
   const int offset_q = 0;
@@ -163,6 +188,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->pingpong =
       tuning.pingpong >= 0 ? tuning.pingpong != 0 : (spec.head_dim_qk <= kMaxPingpongHeadDim || spec.causal);
   plan->persistent = true;
+  plan->cluster_m = cluster_m;
 
   // kThreads and kSmemBytes are emitted by the generator from plan->threads / smem_bytes.
   plan->add("kBlockM", block_m);
@@ -172,6 +198,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add_bool("kPingpong", plan->pingpong);
   plan->add("kRegsProducer", regs_producer);
   plan->add("kRegsConsumer", regs_consumer);
+  plan->add("kClusterM", cluster_m);
+  plan->add("kKVRowsPerCta", block_n / cluster_m); // rows of a K/V block this CTA loads (and multicasts)
   plan->add("kKStepsQK", round_up(spec.head_dim_qk, kKStep) / kKStep);
   plan->add("kKStepsPV", block_n / kKStep);
   plan->add("kPanelCols", kPanelCols);
@@ -204,8 +232,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   return true;
 }
 
-bool plan_fa3(const KernelSpec &spec, Plan *plan, std::string *why_not) {
-  return plan_fa3_tuned(spec, Fa3Tuning{}, plan, why_not);
+bool plan_fa3(const KernelSpec &spec, Plan *plan, std::string *why_not, flashjit_backend backend) {
+  return plan_fa3_tuned(spec, Fa3Tuning{}, plan, why_not, backend);
 }
 
 } // namespace flashjit

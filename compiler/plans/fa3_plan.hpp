@@ -15,8 +15,10 @@ struct Fa3Tuning {
   int consumer_warpgroups = 0; // 0: the planner's choice; 2 (M = 128, 240 regs) or 3 (M = 192, 160 regs)
   int separate_o = -1;         // -1: the planner's choice; 1: O staged in its own smem, Q freed after the last QK
   int rescale_before_pv = -1;  // -1: the planner's choice; 1: rescale O between the QK and PV issues
+  int cluster_m = 0;           // 0: the planner's choice; 1: one CTA per tile; 2: CTA pairs multicast K/V
 };
 
-bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not);
+bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not,
+                    flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
 
 } // namespace flashjit

@@ -2,13 +2,15 @@
 // compiler/plans/fa3_plan.cpp. Roles: warpgroup 0 = producer (one thread issues TMA for Q, K, V
 // into a kStages ring guarded by mbarriers), warpgroups 1..kConsumerWarpgroups = consumers (wgmma
 // S = QK^T from smem, online softmax, O += PV with P in registers, epilogue). setmaxnreg moves
-// registers from the producer to the consumers. Persistent: one CTA per SM walks the tiles.
+// registers from the producer to the consumers. Persistent: one CTA per SM walks the tiles; with
+// kClusterM = 2 the grid is launched in CTA pairs that share (multicast) every K/V block.
 #pragma once
 
 #include "kernels/fa3/consumer.cuh"
 #include "kernels/fa3/producer.cuh"
 #include "kernels/fa3/smem.cuh"
 #include "params_fa3.h"
+#include "prim/cluster.cuh"
 #include "prim/fence.cuh"
 #include "prim/mbarrier.cuh"
 #include "prim/setmaxnreg.cuh"
@@ -22,6 +24,8 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   using namespace fj::fa3;
   static_assert(C::kThreads == kWarpgroupThreads * (1 + C::kConsumerWarpgroups), "one producer warpgroup");
   static_assert(C::kBlockM == kWgmmaM * C::kConsumerWarpgroups, "64 rows per consumer warpgroup");
+  static_assert(C::kClusterM == 1 || C::kClusterM == 2, "single CTAs or CTA pairs");
+  static_assert(C::kKVRowsPerCta * C::kClusterM == C::kBlockN, "each CTA of a pair loads its share of a block");
 
   extern __shared__ u8 smem_raw[];
   const u32 raw = cvta_to_shared_u32(smem_raw);
@@ -35,9 +39,9 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     mbarrier_init(smem.q_empty(), C::kConsumerWarpgroups);
     for (int stage = 0; stage < C::kStages; ++stage) {
       mbarrier_init(smem.k_full(stage), 1);
-      mbarrier_init(smem.k_empty(stage), C::kConsumerWarpgroups);
+      mbarrier_init(smem.k_empty(stage), C::kConsumerWarpgroups * C::kClusterM);
       mbarrier_init(smem.v_full(stage), 1);
-      mbarrier_init(smem.v_empty(stage), C::kConsumerWarpgroups);
+      mbarrier_init(smem.v_empty(stage), C::kConsumerWarpgroups * C::kClusterM);
     }
     fence_mbarrier_init();
     tma_prefetch_descriptor(&params.tma_q);
@@ -45,12 +49,17 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     tma_prefetch_descriptor(&params.tma_v);
     tma_prefetch_descriptor(&params.tma_o);
   }
-  __syncthreads();
+  // The partner's producer multicasts into this CTA's ring and its consumers arrive on this CTA's
+  // empty barriers: both CTAs' barriers must be initialized first.
+  if constexpr (C::kClusterM > 1)
+    cluster_sync();
+  else
+    __syncthreads();
 
   if (warpgroup == 0) {
     setmaxnreg_dec<C::kRegsProducer>();
     if (threadIdx.x == 0) {
-      Producer<C> producer{params, smem, l2_policy_evict_last(), l2_policy_evict_first()};
+      Producer<C> producer{params, smem};
       producer.run();
     }
   } else {
@@ -58,4 +67,7 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     Consumer<C> consumer{params, smem, warpgroup - 1, static_cast<int>(threadIdx.x % kWarpgroupThreads)};
     consumer.run();
   }
+  // Neither CTA of a pair may exit while the other can still arrive on its barriers.
+  if constexpr (C::kClusterM > 1)
+    cluster_sync();
 }

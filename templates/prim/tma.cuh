@@ -30,11 +30,22 @@ __device__ __forceinline__ u64 l2_policy_evict_first() {
 // cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint
 //   [dst], [map, {c0, c1, c2, c3}], [bar], policy: a 4-D box lands in smem and its byte count is
 //   credited to `bar` (armed beforehand with mbarrier_arrive_expect_tx).
-__device__ __forceinline__ void tma_load_4d(u32 dst, const void *map, u32 bar, int c0, int c1, int c2,
-                                            int c3, u64 policy) {
+__device__ __forceinline__ void tma_load_4d(u32 dst, const void *map, u32 bar, int c0, int c1, int c2, int c3,
+                                            u64 policy) {
   asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
                " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst),
                "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "l"(policy)
+               : "memory");
+}
+
+// cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster
+//   .L2::cache_hint [dst], [map, {c0, c1, c2, c3}], [bar], mask, policy: one box read once from L2
+//   lands at offset `dst` of every CTA in `cta_mask` and is credited to `bar` at the same offset in each.
+__device__ __forceinline__ void tma_load_4d_multicast(u32 dst, const void *map, u32 bar, int c0, int c1, int c2, int c3,
+                                                      u16 cta_mask, u64 policy) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+               ".L2::cache_hint [%0], [%1, {%2, %3, %4, %5}], [%6], %7, %8;\n" ::"r"(dst),
+               "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(cta_mask), "l"(policy)
                : "memory");
 }
 
@@ -47,7 +58,9 @@ __device__ __forceinline__ void tma_store_4d(const void *map, u32 src, int c0, i
 }
 
 // cp.async.bulk.commit_group: closes the bulk stores issued so far by this thread into a group.
-__device__ __forceinline__ void tma_store_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void tma_store_commit_group() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
 
 // cp.async.bulk.wait_group.read N: the source smem of all but N groups may be overwritten.
 template <int kPending> __device__ __forceinline__ void tma_store_wait_read() {

@@ -63,6 +63,36 @@ TEST(Fa3Sass, HasHgmmaAndTmaLoads) {
   }
 }
 
+// Unmasked head dims >= 128 run in CTA pairs that multicast K/V (compiler/plans/fa3_plan.cpp): the
+// PTX has the multicast loads, the remote releases and the cluster barriers; masked, varlen and
+// smaller head dims keep single-CTA tiles and none of those.
+TEST(Fa3CompileFeatures, CtaPairsMulticastKv) {
+  const char *pair_instructions[] = {"multicast::cluster", "mapa.shared::cluster", "mbarrier.arrive.shared::cluster",
+                                     "barrier.cluster.arrive"};
+  for (auto [dqk, dv] : {std::pair{128, 128}, std::pair{136, 136}, std::pair{192, 128}, std::pair{256, 256}}) {
+    const KernelSpec spec = testing::prefill_spec(Arch{90, true}, dqk, dv, FLASHJIT_BF16, false);
+    CompiledKernel kernel = testing::compile_or_fail(spec, Variant::fa3);
+    EXPECT_NE(kernel.name.find(".cl2"), std::string::npos) << kernel.name;
+    for (const char *instruction : pair_instructions)
+      EXPECT_NE(kernel.ptx.find(instruction), std::string::npos) << kernel.name << " lacks " << instruction;
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name;
+    std::string error;
+    const std::string sass = testing::dump_sass(kernel.cubin, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    EXPECT_NE(sass.find("UTMALDG"), std::string::npos) << kernel.name;
+    EXPECT_NE(sass.find(".MULTICAST"), std::string::npos) << kernel.name << ": no multicast TMA load in SASS";
+  }
+  KernelSpec causal = testing::prefill_spec(Arch{90, true}, 128, 128, FLASHJIT_BF16, true);
+  KernelSpec varlen = testing::prefill_spec(Arch{90, true}, 128, 128, FLASHJIT_BF16, false);
+  varlen.varlen = true;
+  KernelSpec small = testing::prefill_spec(Arch{90, true}, 96, 96, FLASHJIT_BF16, false);
+  for (const KernelSpec &spec : {causal, varlen, small}) {
+    CompiledKernel kernel = testing::compile_or_fail(spec, Variant::fa3);
+    EXPECT_EQ(kernel.ptx.find("multicast::cluster"), std::string::npos) << kernel.name;
+    EXPECT_EQ(kernel.ptx.find("barrier.cluster"), std::string::npos) << kernel.name;
+  }
+}
+
 TEST(Fa3CompileFeatures, VarlenWindowSoftcapGqaCompile) {
   KernelSpec spec = testing::prefill_spec(Arch{90, true}, 112, 112, FLASHJIT_FP16, true);
   spec.varlen = spec.local = spec.softcap = true;

@@ -43,7 +43,7 @@ KernelSpec fa3_spec(int dqk, int dv, flashjit_dtype dtype, bool causal) {
 }
 
 Plan fa3_plan(const KernelSpec &spec) {
-  PlanChoice choice = choose_plan(spec, Variant::fa3);
+  PlanChoice choice = choose_plan(spec, Variant::fa3, FLASHJIT_BACKEND_MLIR);
   EXPECT_TRUE(choice.ok) << choice.error;
   return choice.plan;
 }

@@ -74,6 +74,12 @@ std::vector<PrefillCase> cases() {
   add("d8_bf16_short", dense(3, 17, 9, 2, 1, 8, 8, Dtype::bf16), none);
   add("d40_fp16_causal_sq_gt_sk", dense(2, 333, 200, 6, 3, 40, 40, Dtype::fp16), causal);
   add("d128_bf16_one_key", dense(1, 64, 1, 2, 2, 128, 128, Dtype::bf16), causal);
+  // Unmasked d >= 128 runs in CTA pairs (K/V multicast): an odd m-block count leaves the last pair's
+  // second CTA without rows; sq != sk; GQA 4 and 6, MQA; key tails not a multiple of kBlockN.
+  add("d128_bf16_pairs_odd_m_blocks_gqa4", dense(2, 1100, 900, 8, 2, 128, 128, Dtype::bf16), none);
+  add("d192_fp16_pairs_sq_lt_sk_gqa6", dense(1, 300, 1000, 6, 1, 192, 192, Dtype::fp16), none);
+  add("d136_bf16_pairs_one_m_block", dense(2, 100, 257, 3, 1, 136, 136, Dtype::bf16), none);
+  add("d192v128_bf16_pairs", dense(1, 640, 777, 4, 4, 192, 128, Dtype::bf16), none);
   add("varlen_d128_with_len1_and_len0", varlen({1, 513, 77, 0}, {300, 600, 77, 5}, 8, 4, 128, Dtype::bf16), none);
   add("varlen_d64_causal", varlen({1, 200, 129}, {1, 350, 64}, 6, 6, 64, Dtype::fp16), causal);
   add("paged1_d128_causal", dense(2, 100, 333, 4, 2, 128, 128, Dtype::bf16), [](CaseOptions &c) {

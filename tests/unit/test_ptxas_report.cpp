@@ -31,6 +31,17 @@ TEST(PtxasReport, RegistersOfTheEntrySpillsOfAny) {
   EXPECT_EQ(any.registers, 203);
 }
 
+TEST(PtxasReport, InjectedWarpgroupArriveIsAWarning) {
+  const char *log = R"(ptxas info    : Compiling entry function 'fj_fa3_prefill' for 'sm_90a'
+ptxas info    : (C7519) warpgroup.arrive is injected in around line 610 by compiler to allow use of registers in GMMA in function 'fj_fa3_prefill'
+ptxas info    : Used 168 registers, used 16 barriers
+)";
+  ResourceUsage usage = parse_ptxas_report(log, "fj_fa3_prefill");
+  ASSERT_EQ(usage.warnings.size(), 1u);
+  EXPECT_NE(usage.warnings[0].find("C7519"), std::string::npos);
+  EXPECT_TRUE(parse_ptxas_report(kTwoEntries, "fj_combine").warnings.size() == 1u) << "infos stay infos";
+}
+
 TEST(PtxasReport, EmptyLogLeavesUnknowns) {
   ResourceUsage none = parse_ptxas_report("", "k");
   EXPECT_EQ(none.registers, -1);

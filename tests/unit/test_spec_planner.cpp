@@ -1,6 +1,7 @@
 // KernelSpec names and hashes, arch parsing, and the planner's choices and fallbacks.
 #include "compiler/codegen.hpp"
 #include "compiler/planner.hpp"
+#include "compiler/plans/fa3_plan.hpp"
 
 #include <gtest/gtest.h>
 
@@ -149,6 +150,41 @@ TEST(Planner, Fa2KeyBlockOfCausalD128DependsOnTheBackend) {
     ASSERT_TRUE(plan_fa2(prefill(d, true), &mlir, &why, FLASHJIT_BACKEND_MLIR)) << why;
     EXPECT_EQ(kernel_name(prefill(d, true), nvrtc), kernel_name(prefill(d, true), mlir)) << d;
   }
+}
+
+// fa3 runs unmasked head dims >= 128 in CTA pairs that multicast K/V, with NVRTC; the MLIR backend,
+// masked / varlen specs and smaller head dims get single-CTA tiles of the same size.
+TEST(Planner, Fa3CtaPairsForUnmaskedWideHeads) {
+  struct Case {
+    int d;
+    bool causal, varlen;
+    flashjit_backend backend;
+    int cluster_m;
+  };
+  for (const Case &c :
+       {Case{128, false, false, FLASHJIT_BACKEND_AUTO, 2}, Case{256, false, false, FLASHJIT_BACKEND_NVRTC, 2},
+        Case{192, false, false, FLASHJIT_BACKEND_MLIR, 1}, Case{128, true, false, FLASHJIT_BACKEND_AUTO, 1},
+        Case{128, false, true, FLASHJIT_BACKEND_AUTO, 1}, Case{96, false, false, FLASHJIT_BACKEND_AUTO, 1},
+        Case{120, false, false, FLASHJIT_BACKEND_AUTO, 1}}) {
+    KernelSpec spec = prefill(c.d, c.causal);
+    spec.varlen = c.varlen;
+    Plan plan;
+    std::string why;
+    ASSERT_TRUE(plan_fa3(spec, &plan, &why, c.backend)) << why;
+    EXPECT_EQ(plan.cluster_m, c.cluster_m) << kernel_name(spec, plan);
+    EXPECT_EQ(plan.constant("kClusterM"), c.cluster_m);
+    EXPECT_EQ(plan.constant("kKVRowsPerCta") * c.cluster_m, plan.block_n);
+    Plan single;
+    ASSERT_TRUE(plan_fa3(spec, &single, &why, FLASHJIT_BACKEND_MLIR)) << why;
+    EXPECT_EQ(single.block_n, plan.block_n) << "pairs must not change the tile";
+    EXPECT_EQ(single.smem_bytes, plan.smem_bytes);
+  }
+  Fa3Tuning pairs;
+  pairs.cluster_m = 2;
+  Plan plan;
+  std::string why;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, true), pairs, &plan, &why)) << "a causal pair would walk different blocks";
+  EXPECT_NE(why.find("causal"), std::string::npos) << why;
 }
 
 TEST(Planner, PrefersFa3OnHopperAndFa2Elsewhere) {

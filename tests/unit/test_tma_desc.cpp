@@ -71,8 +71,14 @@ TEST(Fa3TmaDesc, BatchModeD128) {
   EXPECT_EQ(maps.q.oob_fill, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   EXPECT_EQ(maps.k.dims[1], 777u);
   EXPECT_EQ(maps.k.dims[2], 2u);
-  EXPECT_EQ(maps.k.box[1], static_cast<uint32_t>(plan.block_n));
-  EXPECT_EQ(maps.v.box[1], static_cast<uint32_t>(plan.block_n));
+  // d128 non-causal runs in CTA pairs: each CTA loads (and multicasts) half of a K/V block's rows.
+  ASSERT_EQ(plan.cluster_m, 2);
+  EXPECT_EQ(maps.k.box[1], static_cast<uint32_t>(plan.block_n / 2));
+  EXPECT_EQ(maps.v.box[1], static_cast<uint32_t>(plan.block_n / 2));
+  const KernelSpec causal = fa3_spec(128, 128, true);
+  Fa3TensorMaps causal_maps;
+  ASSERT_TRUE(fa3_tensor_map_args(causal, fa3_plan(causal), p, 0, &causal_maps, &why)) << why;
+  EXPECT_EQ(causal_maps.k.box[1], static_cast<uint32_t>(fa3_plan(causal).block_n));
   EXPECT_EQ(maps.o.dims[1], 1000u);
   EXPECT_EQ(maps.o.global_address, p.o.ptr);
   for (const TensorMapArgs *m : {&maps.q, &maps.k, &maps.v, &maps.o})
@@ -178,15 +184,23 @@ TEST(Fa3Schedule, TilesSectionsAndGrid) {
   params.base = batch_params(4, 4096, 4096, 16, 16, 128, 128);
   const int grid = fa3_fill_schedule(spec, plan, 132, 50 * 1024 * 1024, &params);
   EXPECT_EQ(params.base.num_m_blocks, 32);
-  EXPECT_EQ(params.num_tiles, 32 * 64);
+  // CTA pairs: a work unit is two m-blocks, the grid 66 clusters of 2.
+  ASSERT_EQ(plan.cluster_m, 2);
+  EXPECT_EQ(params.num_tiles, 16 * 64);
   EXPECT_EQ(grid, 132);
+  params.base = batch_params(1, 1100, 1100, 3, 1, 128, 128); // 9 m-blocks: the last pair has one CTA of rows
+  EXPECT_EQ(fa3_fill_schedule(spec, plan, 133, 50 * 1024 * 1024, &params), 2 * 15); // 5 units x 3 heads
+  EXPECT_EQ(params.num_tiles, 15);
+  params.base = batch_params(4, 4096, 4096, 16, 16, 128, 128);
+  EXPECT_EQ(fa3_fill_schedule(spec, plan, 133, 50 * 1024 * 1024, &params), 132) << "whole clusters only";
   // 4096 x 256 x 2 B = 2 MiB per head: a power-of-two section within 60% of L2.
   EXPECT_EQ(params.heads_per_section, 8);
   const KernelSpec causal = fa3_spec(128, 128, true);
   fa3_fill_schedule(causal, fa3_plan(causal), 132, 50 * 1024 * 1024, &params);
   EXPECT_EQ(params.heads_per_section, 64); // causal: one section, heaviest tiles first
   params.base = batch_params(1, 100, 100, 1, 1, 128, 128);
-  EXPECT_EQ(fa3_fill_schedule(spec, plan, 132, 50 * 1024 * 1024, &params), 1);
+  EXPECT_EQ(fa3_fill_schedule(spec, plan, 132, 50 * 1024 * 1024, &params), 2) << "one pair";
+  EXPECT_EQ(fa3_fill_schedule(causal, fa3_plan(causal), 132, 50 * 1024 * 1024, &params), 1);
 }
 
 TEST(Fa3Plan, EveryHeadDimFitsAndIsAligned) {

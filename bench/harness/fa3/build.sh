@@ -2,7 +2,8 @@
 # Builds one harness binary per config: name dqk dv bf16 causal local softcap varlen
 set -e
 cd "$(dirname "$0")"
-R=/work/main
+# The repository root: two levels up from .scratch/<name>, three from bench/harness/fa3.
+R=${R:-$(cd .. && while [ ! -d templates ] && [ "$PWD" != / ]; do cd ..; done; pwd)}
 mkdir -p bin obj cfg
 CXXF="-std=c++20 -O2 -I$R -I$R/include -I$R/templates -isystem /usr/local/cuda/include"
 for src in runtime/tma_desc.cpp compiler/spec.cpp compiler/plans/fa3_plan.cpp; do

@@ -70,6 +70,9 @@ static bool launch(const Case &c, const std::vector<uint16_t> &q, const std::vec
   if (!plan_fa3(spec, &plan, &why)) { printf("plan refused: %s\n", why.c_str()); return false; }
   plan.block_n = C::kBlockN; // A/B builds may override the tile
   plan.block_m = C::kBlockM;
+  plan.cluster_m = C::kClusterM;
+  for (PlanConstant &pc : plan.constants)
+    if (pc.name == "kKVRowsPerCta") pc.value = C::kKVRowsPerCta;
   const int D = C::kHeadDimQK, DV = C::kHeadDimV;
   uint16_t *dq, *dk, *dv, *dout; float *dlse; int *dcq = nullptr, *dck = nullptr;
   CK(cudaMalloc(&dq, q.size() * 2)); CK(cudaMalloc(&dk, k.size() * 2)); CK(cudaMalloc(&dv, v.size() * 2));
@@ -102,16 +105,29 @@ static bool launch(const Case &c, const std::vector<uint16_t> &q, const std::vec
   if (!fa3_encode_tensor_maps(spec, plan, total_k, cuTensorMapEncodeTiled, &prm, &why)) { printf("encode failed: %s\n", why.c_str()); return false; }
   const int grid = fa3_fill_schedule(spec, plan, g_sms, g_l2, &prm);
   CK(cudaFuncSetAttribute(fj_fa3_prefill, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-  fj_fa3_prefill<<<grid, C::kThreads, C::kSmemBytes>>>(prm);
+  // CTA pairs (kClusterM = 2) need the cluster launch attribute, as runtime/launch_fa3.cpp passes it.
+  cudaLaunchAttribute cluster_attr{};
+  cluster_attr.id = cudaLaunchAttributeClusterDimension;
+  cluster_attr.val.clusterDim.x = C::kClusterM; cluster_attr.val.clusterDim.y = 1; cluster_attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t lc{};
+  lc.gridDim = dim3(grid); lc.blockDim = dim3(C::kThreads); lc.dynamicSmemBytes = C::kSmemBytes;
+  lc.attrs = &cluster_attr; lc.numAttrs = 1;
+  auto fj_launch = [&]() { CK(cudaLaunchKernelEx(&lc, fj_fa3_prefill, prm)); };
+  if (timed_iters > 0) {
+    int clusters = 0;
+    CK(cudaOccupancyMaxActiveClusters(&clusters, fj_fa3_prefill, &lc));
+    printf("   grid %d CTAs, clusters of %d, at most %d clusters resident\n", grid, C::kClusterM, clusters);
+  }
+  fj_launch();
   CK(cudaGetLastError());
   if (!wait_done(10.0)) { printf("HANG (kernel did not finish in 10 s)\n"); fflush(stdout); _exit(3); }
   CK(cudaDeviceSynchronize());
   if (timed_iters > 0) {
-    for (int i = 0; i < 5; ++i) fj_fa3_prefill<<<grid, C::kThreads, C::kSmemBytes>>>(prm);
+    for (int i = 0; i < 5; ++i) fj_launch();
     CK(cudaDeviceSynchronize());
     std::vector<float> times; cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
     for (int i = 0; i < timed_iters; ++i) {
-      cudaEventRecord(e0); fj_fa3_prefill<<<grid, C::kThreads, C::kSmemBytes>>>(prm); cudaEventRecord(e1);
+      cudaEventRecord(e0); fj_launch(); cudaEventRecord(e1);
       cudaEventSynchronize(e1); float ms; cudaEventElapsedTime(&ms, e0, e1); times.push_back(ms);
     }
     std::sort(times.begin(), times.end()); run->ms = times[times.size() / 2];
@@ -203,7 +219,7 @@ int main(int argc, char **argv) {
   const KernelSpec spec = make_spec(); Plan plan; std::string why; plan_fa3(spec, &plan, &why);
   printf("== fa3 d%d/v%d %s causal=%d local=%d softcap=%d varlen=%d  M=%d N=%d pingpong=%d smem=%d\n", C::kHeadDimQK, C::kHeadDimV,
          C::kDType ? "bf16" : "fp16", C::kCausal, C::kLocal, C::kSoftcap, C::kVarlen, C::kBlockM, C::kBlockN, (int)C::kPingpong, C::kSmemBytes);
-  printf("   exp2_poly_every=%d\n", C::kExp2PolyEvery);
+  printf("   exp2_poly_every=%d cluster_m=%d\n", C::kExp2PolyEvery, C::kClusterM);
   if (argc >= 3 && std::string(argv[1]) == "--perf") {
     for (int a = 2; a < argc; ++a) {
       const int S = atoi(argv[a]); const int B = std::max(1, 16384 / S), H = 2048 / C::kHeadDimQK;

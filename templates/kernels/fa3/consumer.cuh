@@ -10,6 +10,7 @@
 #include "kernels/fa3/scheduler.cuh"
 #include "kernels/fa3/smem.cuh"
 #include "kernels/fa3/softmax.cuh"
+#include "prim/cluster.cuh"
 #include "prim/mbarrier.cuh"
 #include "prim/named_barrier.cuh"
 #include "prim/wgmma.cuh"
@@ -45,6 +46,15 @@ template <class C> struct Consumer {
   __device__ __forceinline__ void release(u32 empty_bar) const {
     if (tid == 0)
       mbarrier_arrive(empty_bar); // one arrival per warpgroup (count = kConsumerWarpgroups)
+  }
+
+  // A K/V slot is written by the producers of every CTA of the pair: release it to each of them
+  // (the empty barriers count kConsumerWarpgroups * kClusterM arrivals).
+  __device__ __forceinline__ void release_kv(u32 empty_bar) const {
+    release(empty_bar);
+    if constexpr (C::kClusterM > 1)
+      if (tid == 0)
+        mbarrier_arrive_cluster(mapa_shared(empty_bar, pair_rank<C>() ^ 1));
   }
 
   // With a separate O region, Q is free once the tile's last QK (block n_min) has completed, so
@@ -133,7 +143,8 @@ template <class C> struct Consumer {
         turn_pass(); // one turn token, starting at warpgroup 0: strict round robin
     int block_index = 0;
     u32 tile_parity = 0;
-    for (int wave = 0, index = snake_tile(0); wave * (int)gridDim.x < params.num_tiles; index = snake_tile(++wave)) {
+    for (int wave = 0, index = snake_tile<C>(0); wave * walkers<C>() < params.num_tiles;
+         index = snake_tile<C>(++wave)) {
       if (index >= params.num_tiles)
         continue;
       const Tile t = decode_tile<C>(params, index);
@@ -166,7 +177,7 @@ template <class C> struct Consumer {
       turn_pass();
       wgmma_wait_group<0>();
       wgmma_fence_operand(s);
-      release(smem.k_empty(cur.stage));
+      release_kv(smem.k_empty(cur.stage));
       release_q_after_qk(t, n);
       softmax(s, st, scale, lg, t, w, n);
       to_fragments(s, frag);
@@ -186,13 +197,13 @@ template <class C> struct Consumer {
         turn_pass();
         wgmma_wait_group<1>(); // S_j ready; PV_{j-1} may still run
         wgmma_fence_operand(s);
-        release(smem.k_empty(cur.stage));
+        release_kv(smem.k_empty(cur.stage));
         release_q_after_qk(t, n);
         softmax(s, st, scale, lg, t, w, n);
         wgmma_wait_group<0>();
         wgmma_fence_operand(o);
         wgmma_fence_operand(frag);
-        release(smem.v_empty(prev.stage));
+        release_kv(smem.v_empty(prev.stage));
         if constexpr (!C::kRescaleBeforePv)
           rescale_o(o, scale);
         to_fragments(s, frag);
@@ -208,7 +219,7 @@ template <class C> struct Consumer {
       turn_pass();
       wgmma_wait_group<0>();
       wgmma_fence_operand(o);
-      release(smem.v_empty(cur.stage));
+      release_kv(smem.v_empty(cur.stage));
       ++block_index;
 
       epilogue.run(t, o, st, lg.scale_log2);

@@ -1,29 +1,45 @@
 // Producer of the fa3 kernel: one thread of warpgroup 0 issues every TMA load. Per tile it loads
 // the first K block, then Q (once the previous tile's epilogue has released the Q/O region),
 // then V of that block, then K and V of each further block, each into the next ring slot after
-// the consumers released it. The other warps of the warpgroup exit after setmaxnreg.
+// the consumers released it. With CTA pairs (kClusterM = 2) each producer loads its half of the
+// rows of every K/V block and multicasts it to both CTAs; each CTA's full barrier expects the whole
+// block, and its empty barrier counts the releases of both CTAs' consumers, so neither producer
+// overwrites a slot the other CTA still reads. The other threads of the warpgroup go to the kernel's end after
+// setmaxnreg.
 #pragma once
 
 #include "kernels/fa3/scheduler.cuh"
 #include "kernels/fa3/smem.cuh"
 #include "prim/mbarrier.cuh"
 #include "prim/tma.cuh"
+#include "prim/types.cuh"
 
 namespace fj::fa3 {
 
 template <class C> struct Producer {
   const fj_fa3_params &params;
   const Smem<C> &smem;
-  u64 keep_policy;  // K, V: re-read by every m-block of the head
-  u64 stream_policy; // Q: read once
+  // L2 policies are made where they are used (one createpolicy each): the producer runs on
+  // kRegsProducer registers, and two live 64-bit policies across the tile loop spill there.
 
-  __device__ __forceinline__ void load_kv(const fj_tensor_map &map, u32 full_bar, u32 empty_bar, u32 phase, u32 tx_bytes,
-                                          u32 dst, int panels, int col_step, const Tile &t, int n) {
+  static constexpr u16 kPairMask = static_cast<u16>((1u << C::kClusterM) - 1); // multicast to every CTA of the pair
+
+  __device__ __forceinline__ void load_kv(const fj_tensor_map &map, u32 full_bar, u32 empty_bar, u32 phase,
+                                          u32 tx_bytes, u32 dst, int panels, int col_step, const Tile &t, int n) {
     mbarrier_wait_parity(empty_bar, phase ^ 1);
-    mbarrier_arrive_expect_tx(full_bar, tx_bytes);
-    for (int panel = 0; panel < panels; ++panel)
-      tma_load_4d(dst + panel * C::kSmemPanelBytesKV, &map, full_bar, panel * col_step, t.k_row0 + n * C::kBlockN,
-                  t.kv_head, t.batch_coord, keep_policy);
+    mbarrier_arrive_expect_tx(full_bar, tx_bytes); // the whole block: this CTA's rows and the partner's
+    const int rank_rows = pair_rank<C>() * C::kKVRowsPerCta;
+    const int row = t.k_row0 + n * C::kBlockN + rank_rows;
+    const u32 dst_rows = dst + rank_rows * C::kSwizzleBytes;
+    const u64 keep_policy = l2_policy_evict_last(); // K, V: re-read by every m-block of the head
+    for (int panel = 0; panel < panels; ++panel) {
+      if constexpr (C::kClusterM == 1)
+        tma_load_4d(dst_rows + panel * C::kSmemPanelBytesKV, &map, full_bar, panel * col_step, row, t.kv_head,
+                    t.batch_coord, keep_policy);
+      else
+        tma_load_4d_multicast(dst_rows + panel * C::kSmemPanelBytesKV, &map, full_bar, panel * col_step, row, t.kv_head,
+                              t.batch_coord, kPairMask, keep_policy);
+    }
   }
 
   __device__ __forceinline__ void load_k(const Tile &t, int n, int block_index) {
@@ -43,6 +59,7 @@ template <class C> struct Producer {
     mbarrier_wait_parity(smem.q_empty(), tile_parity ^ 1);
     mbarrier_arrive_expect_tx(smem.q_full(), C::kTxBytesQ);
     const int row = t.q_row0 + t.m_block * C::kBlockM;
+    const u64 stream_policy = l2_policy_evict_first(); // Q: read once
     for (int panel = 0; panel < C::kPanelsQK; ++panel)
       for (int box = 0; box < kBoxesPerPanel; ++box)
         tma_load_4d(smem.q_panel(panel) + box * C::kTmaBoxRows * C::kSwizzleBytes, &params.tma_q, smem.q_full(),
@@ -52,7 +69,8 @@ template <class C> struct Producer {
   __device__ void run() {
     int block_index = 0; // KV blocks issued by this CTA so far (ring position)
     u32 tile_parity = 0; // flips per tile that loads Q
-    for (int wave = 0, index = snake_tile(0); wave * (int)gridDim.x < params.num_tiles; index = snake_tile(++wave)) {
+    for (int wave = 0, index = snake_tile<C>(0); wave * walkers<C>() < params.num_tiles;
+         index = snake_tile<C>(++wave)) {
       if (index >= params.num_tiles)
         continue;
       const Tile t = decode_tile<C>(params, index);

@@ -1,20 +1,41 @@
-// Persistent tile scheduler of the fa3 kernel. The grid is sized to the SM count; in wave k CTA c
-// takes tile k * gridDim.x + c on even waves and k * gridDim.x + (gridDim.x - 1 - c) on odd ones
-// (a snake), so with tiles sorted by cost every CTA gets a mix of heavy and light ones.
-// Producer and consumers walk the same sequence and decode the same tile: no hand-off needed. Order: sections of `heads_per_section` (batch, head) pairs
-// whose K/V fit in L2; inside a section the m-block is the slow index, and under causal masking
-// it runs from the last (heaviest: sees the most keys) to the first.
+// Persistent tile scheduler of the fa3 kernel. The grid is sized to the SM count; the walkers are
+// CTAs, or CTA pairs (clusters of C::kClusterM along x) that share every K/V block. In wave k walker
+// w takes work unit k * walkers + w on even waves and k * walkers + (walkers - 1 - w) on odd ones
+// (a snake), so with units sorted by cost every walker gets a mix of heavy and light ones. A unit is
+// kClusterM adjacent m-blocks of one (batch, head); the CTA of rank r in its cluster takes m-block
+// unit * kClusterM + r. Producer and consumers walk the same sequence and decode the same tile: no
+// hand-off needed. Order: sections of `heads_per_section` (batch, head) pairs whose K/V fit in L2;
+// inside a section the m-block is the slow index, and under causal masking it runs from the last
+// (heaviest: sees the most keys) to the first.
 #pragma once
 
 #include "params_fa3.h"
+#include "prim/cluster.cuh"
 #include "prim/types.cuh"
 
 namespace fj::fa3 {
 
-// Tile index of wave `wave` for this CTA (may be >= num_tiles on the last wave).
-__device__ __forceinline__ int snake_tile(int wave) {
-  const int lane_in_wave = (wave & 1) ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
-  return wave * static_cast<int>(gridDim.x) + lane_in_wave;
+// Walkers per wave: the clusters of the grid (CTAs without clusters).
+template <class C> __device__ __forceinline__ int walkers() {
+  if constexpr (C::kClusterM == 1)
+    return static_cast<int>(gridDim.x);
+  else
+    return static_cast<int>(cluster_count_x());
+}
+
+// This CTA's rank in its cluster.
+template <class C> __device__ __forceinline__ int pair_rank() {
+  if constexpr (C::kClusterM == 1)
+    return 0;
+  else
+    return static_cast<int>(cluster_ctarank());
+}
+
+// Work unit of wave `wave` for this CTA's walker (may be >= num_tiles on the last wave).
+template <class C> __device__ __forceinline__ int snake_tile(int wave) {
+  const int walker = C::kClusterM == 1 ? static_cast<int>(blockIdx.x) : static_cast<int>(cluster_id_x());
+  const int lane_in_wave = (wave & 1) ? walkers<C>() - 1 - walker : walker;
+  return wave * walkers<C>() + lane_in_wave;
 }
 
 struct Tile {
@@ -23,7 +44,9 @@ struct Tile {
   int q_row0, k_row0; // first row of this sequence in the TMA row coordinate (varlen: packed)
   int batch_coord;    // TMA batch coordinate (0 for varlen: one packed "batch")
   int n_min, n_max;   // KV blocks [n_min, n_max) hold a visible key; walked from n_max - 1 down
-  bool has_rows;      // m_block starts inside the sequence
+  bool has_rows;      // m_block starts inside the sequence, or the tile has a pair partner that needs
+                      // this CTA's K/V loads and releases (its rows then are zeros TMA reads past
+                      // the end and its O store is clipped)
 };
 
 // Key columns visible from query row `row` lie in [row + offset - left, row + offset + right].
@@ -33,7 +56,8 @@ struct Window {
   bool has_left, has_right;
 };
 
-template <class C> __device__ __forceinline__ Window make_window(const fj_attention_params &p, int seqlen_q, int seqlen_k) {
+template <class C>
+__device__ __forceinline__ Window make_window(const fj_attention_params &p, int seqlen_q, int seqlen_k) {
   Window w;
   w.offset = seqlen_k - seqlen_q;
   w.has_right = C::kCausal || (C::kLocal && p.window_right >= 0);
@@ -46,10 +70,11 @@ template <class C> __device__ __forceinline__ Window make_window(const fj_attent
 template <class C> __device__ __forceinline__ Tile decode_tile(const fj_fa3_params &params, int index) {
   const fj_attention_params &p = params.base;
   const int m_blocks = p.num_m_blocks;
+  const int m_units = (m_blocks + C::kClusterM - 1) / C::kClusterM;
   const int pairs = p.batch * p.heads_q;
   const int section_pairs = params.heads_per_section;
-  const int section = index / (m_blocks * section_pairs);
-  const int rest = index - section * m_blocks * section_pairs;
+  const int section = index / (m_units * section_pairs);
+  const int rest = index - section * m_units * section_pairs;
   const int pairs_here = min(section_pairs, pairs - section * section_pairs);
   const int m_order = rest / pairs_here;
   const int pair = section * section_pairs + (rest - m_order * pairs_here);
@@ -58,7 +83,7 @@ template <class C> __device__ __forceinline__ Tile decode_tile(const fj_fa3_para
   t.batch = pair / p.heads_q;
   t.head = pair - t.batch * p.heads_q;
   t.kv_head = t.head / p.group;
-  t.m_block = C::kCausal ? m_blocks - 1 - m_order : m_order;
+  t.m_block = (C::kCausal ? m_units - 1 - m_order : m_order) * C::kClusterM + pair_rank<C>();
   if constexpr (C::kVarlen) {
     t.q_row0 = p.maybe_cu_seqlens_q[t.batch];
     t.k_row0 = p.maybe_cu_seqlens_k[t.batch];
@@ -73,7 +98,7 @@ template <class C> __device__ __forceinline__ Tile decode_tile(const fj_fa3_para
     t.batch_coord = t.batch;
   }
   const int row_lo = t.m_block * C::kBlockM;
-  t.has_rows = row_lo < t.seqlen_q;
+  t.has_rows = C::kClusterM > 1 || row_lo < t.seqlen_q;
   const int row_hi = min(row_lo + C::kBlockM, t.seqlen_q) - 1;
   const Window w = make_window<C>(p, t.seqlen_q, t.seqlen_k);
   t.n_max = (t.seqlen_k + C::kBlockN - 1) / C::kBlockN;
