@@ -45,6 +45,9 @@ TEST_F(DecodeGpu, SplitKMatchesReference) {
       {"window_softcap", 2, 2, 4097, 8, 8, 72, 0, true, 300, 30, ref::Dtype::fp16},
       {"kv_len_1", 4, 1, 1, 8, 2, 256, 16, false, -1, 0, ref::Dtype::bf16},
       {"d192v_q16", 1, 16, 2000, 8, 1, 192, 64, true, -1, 0, ref::Dtype::bf16},
+      // CTA runs balanced by keys: 20011 x 4 heads over the grid cuts pieces mid-tile and mid-page.
+      {"long_split_page48", 1, 1, 20011, 16, 4, 128, 48, false, -1, 0, ref::Dtype::bf16},
+      {"long_split_q4_causal_page1", 1, 4, 9001, 8, 2, 64, 1, true, -1, 0, ref::Dtype::fp16},
   };
   for (const DecodeCase &c : cases) {
     Options options;
