@@ -126,7 +126,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
   // The merge counters stay zero (the memset): every launch counts from zero.
   auto *state_merge = reinterpret_cast<int32_t *>(bytes + layout.state_merge_offset);
 
-  // Greedy fill of CTA runs of at most `limit` keys and ceil(limit / block_n) tile iterations. A
+  // Greedy fill of CTA runs of at most `limit` keys and `tile_limit` tile iterations. A
   // unit that does not fit what is left of the current run is cut there, at the longest multiple of
   // the granule both budgets allow, unless that piece would be shorter than min_tiles_per_cta tiles
   // and the run already has work: then the unit starts the next run. Returns false when `grid` runs
@@ -134,10 +134,10 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
   //
   // Why two budgets: a piece of n keys costs ceil(n / block_n) iterations whatever its n (a partial
   // tile reads only its valid rows from HBM but issues the zero-filling copies and the MMAs of a
-  // whole tile). The key budget balances the bytes; the tile budget keeps every CTA within the
-  // iterations of the tile-balanced schedule (ceil(limit / block_n) <= ceil(total tiles / grid) when
-  // the limit is the share), so a CTA whose run holds the end of one unit and the start of another
-  // does not pay one more partial tile than that schedule's longest run.
+  // whole tile). The key budget balances the bytes; the tile budget, ceil(total tiles / grid) like
+  // the tile-balanced schedule's run, keeps every CTA within that schedule's iterations, so a CTA
+  // whose run holds the end of one unit and the start of another does not pay one more partial
+  // tile than that schedule's longest run.
   //
   // Piece cost: every piece after a run's first is charged piece_cost_keys against the key budget,
   // because a CTA streams nothing between two pieces: the partial state's stores, the fused merge's

@@ -8,17 +8,18 @@
 //
 // Partition (stream-K over keys): units are (sequence, kv head, m block), laid out in that order,
 // each with the keys some query row can see. The CTAs of the grid take contiguous runs of that key
-// sequence, each run holding at most `run_limit` keys and at most ceil(run_limit / block_n) tiles
-// (a piece of n keys is ceil(n / block_n) tile iterations, from its own first key). run_limit starts
-// at the balanced share, ceil(total keys / grid) (rounded up to split_granule; at least
-// min_tiles_per_cta tiles), and grows only as far as the rules below need:
+// sequence under two budgets: at most `run_limit` keys and at most `run_tile_limit` tile iterations
+// (a piece of n keys is ceil(n / block_n) of them, counted from its own first key). The tile budget
+// starts at the tile-balanced schedule's, ceil(total tiles / grid) (at least min_tiles_per_cta),
+// the key budget at the balanced share, ceil(total keys / grid) (rounded up to split_granule, at
+// least min_tiles_per_cta tiles); both grow only as far as the rules below need:
 //   - a unit that straddles a run's end is cut there into pieces that write partial (O, LSE)
 //     states; cuts fall on multiples of split_granule keys from the unit's first visible key, and a
 //     piece that does not end its unit is shortened to whole tiles when the run's tile budget is the
 //     tighter one;
 //   - a piece shorter than min_tiles_per_cta tiles is not cut off the end of a run that has work
 //     (the unit moves to the next run);
-//   - every piece after a run's first is charged piece_cost_keys against the run's keys (the time
+//   - every piece with keys after a run's first is charged piece_cost_keys against its keys (the time
 //     a CTA spends between two pieces);
 //   - a unit inside one run writes O directly.
 // Every visible key of every unit is covered exactly once; at most grid - 1 units are split, a run
