@@ -19,8 +19,8 @@
 //     tighter one;
 //   - a piece shorter than min_tiles_per_cta tiles is not cut off the end of a run that has work
 //     (the unit moves to the next run);
-//   - every piece with keys after a run's first is charged piece_cost_keys against its keys (the time
-//     a CTA spends between two pieces);
+//   - every piece with keys after a run's first is charged piece_cost_keys against the run's key
+//     budget (the time a CTA spends between two pieces);
 //   - a unit inside one run writes O directly.
 // Every visible key of every unit is covered exactly once; at most grid - 1 units are split, a run
 // holds at most fj_decode_states_per_cta split pieces (its first and its last), so at most
