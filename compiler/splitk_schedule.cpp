@@ -96,12 +96,11 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
     return fail(error, "splitk: split_granule must be positive, min_tiles_per_cta and piece_cost_keys not negative");
   const int m_blocks = problem.m_blocks > 0 ? problem.m_blocks : shape.m_blocks;
   const int64_t block_n = shape.block_n;
-  const int64_t granule = shape.split_granule;
 
   // Visible keys [lo, hi) of every unit, in unit order (sequence, kv head, m block).
   const int units = problem.batch * shape.heads_kv * m_blocks;
   std::vector<int> unit_lo(units), unit_hi(units);
-  int64_t total_keys = 0, total_tiles = 0, total_granules = 0;
+  int64_t total_keys = 0, total_tiles = 0;
   for (int b = 0; b < problem.batch; ++b) {
     const int kv_len = problem.seqlens_k != nullptr ? problem.seqlens_k[b] : problem.seqlen_k;
     if (kv_len < 0)
@@ -113,9 +112,18 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
       unit_hi[u] = hi;
       total_keys += hi - lo;
       total_tiles += ceil_div(hi - lo, block_n);
-      total_granules += ceil_div(hi - lo, granule);
     }
   }
+  // Key balance only for long runs (measured on the H200, docs/perf-notes.md "decode session 6"):
+  // at 16 and 32 tiles per run it was 2% and 5-7% slower than whole tiles (the same tile iterations
+  // per run, and 8-64 more pieces whose gaps and merge states cost more than the keys they even
+  // out), at 63 it was 2-4% faster, at 125 the same. Shorter runs keep the tile-balanced schedule.
+  const bool by_keys = ceil_div(total_tiles, layout.grid) >= shape.key_balance_min_run_tiles;
+  const int64_t granule = by_keys ? shape.split_granule : block_n;
+  const int64_t piece_cost_keys = by_keys ? shape.piece_cost_keys : 0;
+  int64_t total_granules = 0;
+  for (int u = 0; u < units; ++u)
+    total_granules += ceil_div(unit_hi[u] - unit_lo[u], granule);
 
   std::memset(host_buffer, 0, layout.int_bytes);
   auto *bytes = static_cast<char *>(host_buffer);
@@ -157,7 +165,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
   int64_t unplaced = 0; // keys a failed build left without a run
   auto build = [&](int64_t limit, int64_t tile_limit) -> bool {
     const int64_t min_piece = int64_t{shape.min_tiles_per_cta} * block_n;
-    const int64_t piece_cost = shape.piece_cost_keys;
+    const int64_t piece_cost = piece_cost_keys;
     int cta = 0, run_pieces = 0;
     int64_t keys_left = limit, tiles_left = tile_limit, run_keys = 0, run_tiles = 0, placed = 0;
     num_work = num_states = num_merges = 0;
@@ -244,7 +252,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
   };
   for (int64_t tiles = std::max<int64_t>({ceil_div(total_tiles, layout.grid), shape.min_tiles_per_cta, 1});; ++tiles) {
     tile_limit = tiles;
-    const int64_t cap = round_up(tiles * block_n + (tiles - 1) * shape.piece_cost_keys);
+    const int64_t cap = round_up(tiles * block_n + (tiles - 1) * piece_cost_keys);
     limit = std::min(cap, round_up(std::max({share, min_piece, (tiles - 1) * block_n + 1})));
     if (try_build(limit, tiles))
       break;
@@ -279,6 +287,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
     out->tiles_per_cta = largest_tiles;
     out->run_limit = limit;
     out->run_tile_limit = tile_limit;
+    out->by_keys = by_keys;
   }
   return true;
 }

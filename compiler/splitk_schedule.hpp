@@ -55,6 +55,10 @@ struct SplitKShape {
   // splitk_piece_cost_keys scales it to other head dims. 0 with split_granule = block_n: the
   // schedule of runs 1-9.
   int piece_cost_keys = 64;
+  // Runs balanced by keys (split_granule, piece_cost_keys) only when the tile-balanced run would hold
+  // at least this many tiles; shorter runs use whole tiles and no charge (splitk_schedule.cpp says
+  // why). 0: always by keys.
+  int key_balance_min_run_tiles = 48;
 };
 
 // piece_cost_keys for 16-bit K/V of these head dims: the keys that move 32 KB per CTA.
@@ -105,6 +109,7 @@ struct SplitKSchedule {
   int64_t tiles_per_cta = 0;  // the most tile iterations any CTA's run got (its pieces' tiles)
   int64_t run_limit = 0;      // the key budget of a run the partition was built with (keys + piece charges)
   int64_t run_tile_limit = 0; // the tile budget of a run (>= tiles_per_cta)
+  bool by_keys = false;       // runs balanced by keys (else by whole tiles, see key_balance_min_run_tiles)
 };
 
 // Keys [*lo, *hi) that some query row of a sequence of `kv_len` keys can see.

@@ -48,6 +48,9 @@ TEST_F(DecodeGpu, SplitKMatchesReference) {
       // CTA runs balanced by keys: 20011 x 4 heads over the grid cuts pieces mid-tile and mid-page.
       {"long_split_page48", 1, 1, 20011, 16, 4, 128, 48, false, -1, 0, ref::Dtype::bf16},
       {"long_split_q4_causal_page1", 1, 4, 9001, 8, 2, 64, 1, true, -1, 0, ref::Dtype::fp16},
+      // Long enough (1601 tiles x 8 heads over 264 CTAs: 48.5 per run) for the runtime's default to
+      // balance the runs by keys (SplitKShape::key_balance_min_run_tiles); the rows above take whole tiles.
+      {"long_by_keys_page16", 1, 1, 102401, 32, 8, 128, 16, false, -1, 0, ref::Dtype::bf16},
   };
   for (const DecodeCase &c : cases) {
     Options options;

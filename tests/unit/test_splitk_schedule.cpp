@@ -210,6 +210,7 @@ SplitKShape h200_shape(int batch, int heads_kv = 8) {
   shape.head_dim_v = 128;
   shape.heads_kv = heads_kv;
   shape.max_batch = batch;
+  shape.key_balance_min_run_tiles = 0; // the tests below pin the key-balanced partition itself
   return shape;
 }
 
@@ -252,6 +253,41 @@ TEST(SplitKSchedule, TargetShapesAreBalancedByKeys) {
     if (s.batch == 1) { // 8 units, each ending where a run does: the budget is the share itself
       EXPECT_EQ(schedule.run_limit, share) << what;
     }
+  }
+}
+
+// The default shape balances by keys only where the tile-balanced run is long (key_balance_min_run_tiles,
+// measured on the H200): whole tiles at 1 x 32768 and 8 x 8192 (16 / 32 tiles per run), keys at
+// 64 x 4096 and 1 x 131072 (125 / 63).
+TEST(SplitKSchedule, DefaultBalancesByKeysOnlyLongRuns) {
+  struct Shape {
+    int batch, len;
+    bool by_keys;
+    int64_t longest_keys;
+  };
+  for (const Shape &s : {Shape{1, 32768, false, 1024}, Shape{8, 8192, false, 2048}, Shape{64, 4096, true, 8000},
+                         Shape{1, 131072, true, 3972}}) {
+    SplitKShape shape = h200_shape(s.batch);
+    shape.key_balance_min_run_tiles = SplitKShape{}.key_balance_min_run_tiles;
+    SplitKSchedule schedule;
+    const Runs runs = check_schedule(s.by_keys ? shape : tile_balanced(shape), std::vector<int32_t>(s.batch, s.len), 1,
+                                     -1, &schedule);
+    EXPECT_EQ(schedule.by_keys, s.by_keys) << s.batch << "x" << s.len;
+    EXPECT_EQ(runs.keys, s.longest_keys) << s.batch << "x" << s.len;
+    // The default shape itself gives the same partition.
+    SplitKLayout layout;
+    std::string error;
+    ASSERT_TRUE(splitk_layout(shape, &layout, &error)) << error;
+    std::vector<char> host(layout.int_bytes);
+    SplitKProblem problem;
+    problem.batch = s.batch;
+    problem.seqlen_k = s.len;
+    problem.q_len = 1;
+    SplitKSchedule by_default;
+    ASSERT_TRUE(splitk_schedule(shape, layout, problem, host.data(), host.size(), &by_default, &error)) << error;
+    EXPECT_EQ(by_default.by_keys, s.by_keys);
+    EXPECT_EQ(by_default.keys_per_cta, s.longest_keys) << s.batch << "x" << s.len;
+    EXPECT_EQ(by_default.num_work, schedule.num_work);
   }
 }
 

@@ -406,6 +406,8 @@ static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0
     g.shape.piece_cost_keys = 0;
   if (sched == Sched::tiles)
     g.shape.split_granule = g.shape.block_n;
+  else
+    g.shape.key_balance_min_run_tiles = 0; // 'keys' is always by keys; the runtime's default chooses per shape
   std::string err;
   if (!splitk_layout(g.shape, &g.layout, &err)) {
     fprintf(stderr, "layout: %s\n", err.c_str());
