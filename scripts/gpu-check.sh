@@ -62,6 +62,11 @@ if [ "$sanitize" = 1 ] && command -v compute-sanitizer >/dev/null; then
     done
   done > "$results/sanitizer.txt"
   for tool in memcheck racecheck; do
+    echo "--- $tool (fa3 CTA pairs: d128 non-causal, 3 m-blocks, GQA 2)"
+    compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --batch 1 --seqlen-q 300 --seqlen-k 333 \
+      --heads-q 4 --heads-kv 2 --head-dim 128 2>&1
+  done >> "$results/sanitizer.txt"
+  for tool in memcheck racecheck; do
     echo "--- $tool (fa2, 80-dim, sq < sk)"
     FLASHJIT_VARIANT=fa2 compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --batch 2 --seqlen-q 70 \
       --seqlen-k 333 --heads-q 6 --heads-kv 2 --head-dim 80 --causal 2>&1
