@@ -39,6 +39,7 @@ namespace flashjit::driver {
   X(cuFuncGetAttribute)                                                                                                \
   X(cuFuncSetAttribute)                                                                                                \
   X(cuLaunchKernelEx)                                                                                                  \
+  X(cuOccupancyMaxActiveClusters)                                                                                      \
   X(cuLaunchKernel)                                                                                                    \
   X(cuTensorMapEncodeTiled)                                                                                            \
   X(cuGetErrorName)                                                                                                    \

@@ -1,5 +1,6 @@
 #include "runtime/driver.hpp"
 #include "runtime/launch.hpp"
+#include "runtime/log.hpp"
 #include "runtime/params.hpp"
 #include "runtime/tma_desc.hpp"
 
@@ -55,7 +56,18 @@ Status launch_fa3(const KernelRecord &kernel, const NormalizedProblem &problem, 
       e.kernel = nullptr;
       return Status::error(FLASHJIT_INVALID_ARGUMENT, kernel.name + ": TMA cannot address this layout: " + why_not);
     }
-    e.grid = fa3_fill_schedule(spec, plan, ctx.sm_count, ctx.l2_bytes, &e.params);
+    // CTA pairs: as many walkers as clusters fit at once (all 66 on the H200); without the answer
+    // the grid is sized by the SM count, which is only slower where fewer clusters fit.
+    int resident_clusters = 0;
+    if (plan.cluster_m > 1)
+      if (Status s = kernel.kernel.max_active_clusters(Dim3{static_cast<unsigned>(plan.threads)}, plan.smem_bytes,
+                                                       Dim3{static_cast<unsigned>(plan.cluster_m)}, &resident_clusters);
+          !s) {
+        log(LogLevel::warn,
+            kernel.name + ": grid sized by the SM count, the cluster occupancy query failed: " + s.message);
+        resident_clusters = 0;
+      }
+    e.grid = fa3_fill_schedule(spec, plan, ctx.sm_count, ctx.l2_bytes, &e.params, resident_clusters);
     e.kernel = &kernel;
     e.kernel_key = kernel.key;
     e.sm_count = ctx.sm_count;

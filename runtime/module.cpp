@@ -151,6 +151,29 @@ Status LoadedKernel::load(std::span<const char> cubin, const std::string &entry,
   return Status::success();
 }
 
+Status LoadedKernel::max_active_clusters(Dim3 block, unsigned smem_bytes, Dim3 cluster, int *clusters) const {
+  if (function_ == nullptr)
+    return Status::error(FLASHJIT_INTERNAL, "occupancy query of a kernel that is not loaded");
+  CUlaunchAttribute attribute = {};
+  attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attribute.value.clusterDim.x = cluster.x;
+  attribute.value.clusterDim.y = cluster.y;
+  attribute.value.clusterDim.z = cluster.z;
+  CUlaunchConfig config = {};
+  config.gridDimX = cluster.x; // the grid only has to be a whole number of clusters
+  config.gridDimY = cluster.y;
+  config.gridDimZ = cluster.z;
+  config.blockDimX = block.x;
+  config.blockDimY = block.y;
+  config.blockDimZ = block.z;
+  config.sharedMemBytes = smem_bytes;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  if (CUresult r = driver::api()->cuOccupancyMaxActiveClusters(clusters, function_, &config); r != CUDA_SUCCESS)
+    return driver::driver_error("cuOccupancyMaxActiveClusters(" + entry_ + ")", r);
+  return Status::success();
+}
+
 Status LoadedKernel::launch(Dim3 grid, Dim3 block, unsigned smem_bytes, CUstream stream, void **args, Dim3 cluster,
                             bool programmatic_dependent) const {
   if (function_ == nullptr) {

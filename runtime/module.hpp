@@ -40,6 +40,10 @@ public:
   Status launch(Dim3 grid, Dim3 block, unsigned smem_bytes, CUstream stream, void **args, Dim3 cluster = {},
                 bool programmatic_dependent = false) const;
 
+  // How many clusters of `cluster` CTAs of this kernel can be resident at once on the device
+  // (cuOccupancyMaxActiveClusters): a persistent grid of clusters is sized to it.
+  Status max_active_clusters(Dim3 block, unsigned smem_bytes, Dim3 cluster, int *clusters) const;
+
   bool loaded() const { return function_ != nullptr; }
   CUfunction function() const { return function_; }
   CUmodule module() const { return module_; }

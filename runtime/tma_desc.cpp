@@ -93,7 +93,8 @@ bool fa3_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int total_
   return true;
 }
 
-int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int l2_bytes, fj_fa3_params *params) {
+int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int l2_bytes, fj_fa3_params *params,
+                      int resident_clusters) {
   fj_attention_params &p = params->base;
   const int m_blocks = (p.seqlen_q + plan.block_m - 1) / plan.block_m; // varlen: seqlen_q is the max
   const int pairs = p.batch * p.heads_q;
@@ -112,7 +113,10 @@ int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int
   if (spec.causal)
     section = pairs;
   params->heads_per_section = std::max(section, 1);
-  return cluster * std::max(1, std::min(num_sms / cluster, params->num_tiles));
+  int walkers = num_sms / cluster;
+  if (resident_clusters > 0)
+    walkers = std::min(walkers, resident_clusters);
+  return cluster * std::max(1, std::min(walkers, params->num_tiles));
 }
 
 } // namespace flashjit

@@ -54,8 +54,11 @@ bool fa3_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int total_
                             fj_fa3_params *params, std::string *why_not);
 
 // Fills num_m_blocks, num_tiles (work units: plan.cluster_m adjacent m-blocks each) and
-// heads_per_section; returns the persistent grid size in CTAs: plan.cluster_m * min(SM count /
-// plan.cluster_m, units), at least one cluster. `l2_bytes` is the device's L2 size.
-int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int l2_bytes, fj_fa3_params *params);
+// heads_per_section; returns the persistent grid size in CTAs: plan.cluster_m * min(walkers, units),
+// at least one cluster, where walkers = SM count / plan.cluster_m, or `resident_clusters` when that is
+// positive and smaller (clusters the device can hold at once; a grid beyond it would run a second,
+// serial wave). `l2_bytes` is the device's L2 size.
+int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int l2_bytes, fj_fa3_params *params,
+                      int resident_clusters = 0);
 
 } // namespace flashjit

@@ -193,6 +193,8 @@ TEST(Fa3Schedule, TilesSectionsAndGrid) {
   EXPECT_EQ(params.num_tiles, 15);
   params.base = batch_params(4, 4096, 4096, 16, 16, 128, 128);
   EXPECT_EQ(fa3_fill_schedule(spec, plan, 133, 50 * 1024 * 1024, &params), 132) << "whole clusters only";
+  EXPECT_EQ(fa3_fill_schedule(spec, plan, 132, 50 * 1024 * 1024, &params, 60), 120) << "only resident clusters";
+  EXPECT_EQ(fa3_fill_schedule(spec, plan, 132, 50 * 1024 * 1024, &params, 80), 132);
   // 4096 x 256 x 2 B = 2 MiB per head: a power-of-two section within 60% of L2.
   EXPECT_EQ(params.heads_per_section, 8);
   const KernelSpec causal = fa3_spec(128, 128, true);
