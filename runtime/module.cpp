@@ -151,24 +151,50 @@ Status LoadedKernel::load(std::span<const char> cubin, const std::string &entry,
   return Status::success();
 }
 
+namespace {
+
+// The launch attributes of a cluster shape ({1,1,1}: none) and PDL, and the config that carries them.
+struct LaunchAttributes {
+  CUlaunchAttribute list[2] = {};
+  unsigned count = 0;
+  LaunchAttributes(Dim3 cluster, bool programmatic_dependent) {
+    if (programmatic_dependent) {
+      CUlaunchAttribute &attribute = list[count++];
+      attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attribute.value.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster.x * cluster.y * cluster.z != 1) {
+      CUlaunchAttribute &attribute = list[count++];
+      attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attribute.value.clusterDim.x = cluster.x;
+      attribute.value.clusterDim.y = cluster.y;
+      attribute.value.clusterDim.z = cluster.z;
+    }
+  }
+  CUlaunchConfig config(Dim3 grid, Dim3 block, unsigned smem_bytes, CUstream stream) {
+    CUlaunchConfig c = {};
+    c.gridDimX = grid.x;
+    c.gridDimY = grid.y;
+    c.gridDimZ = grid.z;
+    c.blockDimX = block.x;
+    c.blockDimY = block.y;
+    c.blockDimZ = block.z;
+    c.sharedMemBytes = smem_bytes;
+    c.hStream = stream;
+    c.attrs = count > 0 ? list : nullptr;
+    c.numAttrs = count;
+    return c;
+  }
+};
+
+} // namespace
+
 Status LoadedKernel::max_active_clusters(Dim3 block, unsigned smem_bytes, Dim3 cluster, int *clusters) const {
   if (function_ == nullptr)
     return Status::error(FLASHJIT_INTERNAL, "occupancy query of a kernel that is not loaded");
-  CUlaunchAttribute attribute = {};
-  attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attribute.value.clusterDim.x = cluster.x;
-  attribute.value.clusterDim.y = cluster.y;
-  attribute.value.clusterDim.z = cluster.z;
-  CUlaunchConfig config = {};
-  config.gridDimX = cluster.x; // the grid only has to be a whole number of clusters
-  config.gridDimY = cluster.y;
-  config.gridDimZ = cluster.z;
-  config.blockDimX = block.x;
-  config.blockDimY = block.y;
-  config.blockDimZ = block.z;
-  config.sharedMemBytes = smem_bytes;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  LaunchAttributes attributes(cluster, false);
+  // The grid only has to be a whole number of clusters.
+  CUlaunchConfig config = attributes.config(cluster, block, smem_bytes, nullptr);
   if (CUresult r = driver::api()->cuOccupancyMaxActiveClusters(clusters, function_, &config); r != CUDA_SUCCESS)
     return driver::driver_error("cuOccupancyMaxActiveClusters(" + entry_ + ")", r);
   return Status::success();
@@ -196,31 +222,8 @@ Status LoadedKernel::launch(Dim3 grid, Dim3 block, unsigned smem_bytes, CUstream
   }
   const driver::Api *cu = driver::api(); // non-null: this kernel was loaded through it
 
-  CUlaunchAttribute attributes[2] = {};
-  unsigned attribute_count = 0;
-  if (programmatic_dependent) {
-    CUlaunchAttribute &attribute = attributes[attribute_count++];
-    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attribute.value.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster.x * cluster.y * cluster.z != 1) {
-    CUlaunchAttribute &attribute = attributes[attribute_count++];
-    attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attribute.value.clusterDim.x = cluster.x;
-    attribute.value.clusterDim.y = cluster.y;
-    attribute.value.clusterDim.z = cluster.z;
-  }
-  CUlaunchConfig config = {};
-  config.gridDimX = grid.x;
-  config.gridDimY = grid.y;
-  config.gridDimZ = grid.z;
-  config.blockDimX = block.x;
-  config.blockDimY = block.y;
-  config.blockDimZ = block.z;
-  config.sharedMemBytes = smem_bytes;
-  config.hStream = stream;
-  config.attrs = attribute_count > 0 ? attributes : nullptr;
-  config.numAttrs = attribute_count;
+  LaunchAttributes attributes(cluster, programmatic_dependent);
+  CUlaunchConfig config = attributes.config(grid, block, smem_bytes, stream);
   if (CUresult r = cu->cuLaunchKernelEx(&config, function_, args, nullptr); r != CUDA_SUCCESS) {
     std::string what = "cuLaunchKernelEx(" + entry_ + ", grid " + std::to_string(grid.x) + "x" +
                        std::to_string(grid.y) + "x" + std::to_string(grid.z) + ", block " + std::to_string(threads) +
