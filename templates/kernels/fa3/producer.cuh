@@ -4,8 +4,8 @@
 // the consumers released it. With CTA pairs (kClusterM = 2) each producer loads its half of the
 // rows of every K/V block and multicasts it to both CTAs; each CTA's full barrier expects the whole
 // block, and its empty barrier counts the releases of both CTAs' consumers, so neither producer
-// overwrites a slot the other CTA still reads. The other threads of the warpgroup go to the kernel's end after
-// setmaxnreg.
+// overwrites a slot the other CTA still reads. The other threads of the warpgroup go to the
+// kernel's end after setmaxnreg.
 #pragma once
 
 #include "kernels/fa3/scheduler.cuh"

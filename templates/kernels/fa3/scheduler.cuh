@@ -44,9 +44,9 @@ struct Tile {
   int q_row0, k_row0; // first row of this sequence in the TMA row coordinate (varlen: packed)
   int batch_coord;    // TMA batch coordinate (0 for varlen: one packed "batch")
   int n_min, n_max;   // KV blocks [n_min, n_max) hold a visible key; walked from n_max - 1 down
-  bool has_rows;      // m_block starts inside the sequence, or the tile has a pair partner that needs
-                      // this CTA's K/V loads and releases (its rows then are zeros TMA reads past
-                      // the end and its O store is clipped)
+  bool has_rows;      // m_block starts inside the sequence, or its pair partner needs this CTA's
+                      // K/V loads and releases (then its Q rows are TMA's zeros past the end and
+                      // its O store is clipped)
 };
 
 // Key columns visible from query row `row` lie in [row + offset - left, row + offset + right].
