@@ -23,6 +23,39 @@ template <typename Real> struct RowState {
   std::vector<Real> acc;      // sum of exp(logit - max) * V
 };
 
+// The scaled (and soft-capped) logit of one query row against one key row.
+template <typename Real> Real scaled_logit(const float *q_row, const float *k_row, int dqk, Real scale, Real softcap) {
+  Real dot = 0;
+  for (int d = 0; d < dqk; ++d)
+    dot += Real(q_row[d]) * Real(k_row[d]);
+  return softcap > 0 ? softcap * std::tanh(dot * scale / softcap) : dot * scale;
+}
+
+// Online softmax: raises the row's running max to cover `block_max`, rescales what was accumulated
+// under the old one, and accumulates the block's keys key0, key0 + 1, ... (-inf logits: skipped).
+template <typename Real>
+void absorb_block(RowState<Real> &row, const std::vector<Real> &logits, Real block_max, const KvView &kv, int seq,
+                  int key0, int head_kv, int dv) {
+  const Real new_max = std::max(row.max, block_max);
+  // While every key so far is masked the max is -inf; subtracting it would give NaN (-inf - -inf),
+  // so use 0: every exp() is then exp(-inf) = 0 and nothing is accumulated.
+  const Real reference = new_max == kNegInfOf<Real> ? Real(0) : new_max;
+  const Real correction = std::exp(row.max - reference);
+  row.sum *= correction;
+  for (Real &a : row.acc)
+    a *= correction;
+  for (size_t c = 0; c < logits.size(); ++c) {
+    const Real p = std::exp(logits[c] - reference);
+    if (p == Real(0))
+      continue; // masked slot: its V row may lie past seqlen_k and must not be read
+    row.sum += p;
+    const float *v_row = kv.v_row(seq, key0 + int(c), head_kv);
+    for (int d = 0; d < dv; ++d)
+      row.acc[d] += p * Real(v_row[d]);
+  }
+  row.max = new_max;
+}
+
 // Attention of one (sequence, head, query tile) over the key blocks in `blocks`, written into `state`.
 template <typename Real>
 void tile_attention(const Problem &problem, std::span<const float> q, const KvView &kv, TileShape tile, int seq,
@@ -54,33 +87,10 @@ void tile_attention(const Problem &problem, std::span<const float> q, const KvVi
           logits[c] = kNegInfOf<Real>;
           continue;
         }
-        const float *k_row = kv.k_row(seq, j, head_kv);
-        Real dot = 0;
-        for (int d = 0; d < dqk; ++d)
-          dot += Real(q_row[d]) * Real(k_row[d]);
-        logits[c] = softcap > 0 ? softcap * std::tanh(dot * scale / softcap) : dot * scale;
+        logits[c] = scaled_logit(q_row, kv.k_row(seq, j, head_kv), dqk, scale, softcap);
         block_max = std::max(block_max, logits[c]);
       }
-      // Online softmax: raise the running max, rescale what was accumulated under the old one.
-      RowState<Real> &row = row_states[r];
-      const Real new_max = std::max(row.max, block_max);
-      // While every key so far is masked the max is -inf; subtracting it would give NaN (-inf - -inf),
-      // so use 0: every exp() is then exp(-inf) = 0 and nothing is accumulated.
-      const Real reference = new_max == kNegInfOf<Real> ? Real(0) : new_max;
-      const Real correction = std::exp(row.max - reference);
-      row.sum *= correction;
-      for (Real &a : row.acc)
-        a *= correction;
-      for (int c = 0; c < tile.block_n; ++c) {
-        const Real p = std::exp(logits[c] - reference);
-        if (p == Real(0))
-          continue; // masked slot: its V row may lie past seqlen_k and must not be read
-        row.sum += p;
-        const float *v_row = kv.v_row(seq, key_begin + c, head_kv);
-        for (int d = 0; d < dv; ++d)
-          row.acc[d] += p * Real(v_row[d]);
-      }
-      row.max = new_max;
+      absorb_block(row_states[r], logits, block_max, kv, seq, key_begin, head_kv, dv);
     }
   }
   for (int r = 0; r < rows; ++r) {
@@ -197,29 +207,10 @@ State piece_attention(const Problem &problem, std::span<const float> q, const Kv
           logits[c] = kNegInfOf<Real>; // past the piece, or masked: never read
           continue;
         }
-        const float *k_row = kv.k_row(seq, j, head_kv);
-        Real dot = 0;
-        for (int d = 0; d < dqk; ++d)
-          dot += Real(q_row[d]) * Real(k_row[d]);
-        logits[c] = softcap > 0 ? softcap * std::tanh(dot * scale / softcap) : dot * scale;
+        logits[c] = scaled_logit(q_row, kv.k_row(seq, j, head_kv), dqk, scale, softcap);
         tile_max = std::max(tile_max, logits[c]);
       }
-      const Real new_max = std::max(row.max, tile_max);
-      const Real reference = new_max == kNegInfOf<Real> ? Real(0) : new_max; // see tile_attention
-      const Real correction = std::exp(row.max - reference);
-      row.sum *= correction;
-      for (Real &a : row.acc)
-        a *= correction;
-      for (int c = 0; c < tile.block_n; ++c) {
-        const Real p = std::exp(logits[c] - reference);
-        if (p == Real(0))
-          continue;
-        row.sum += p;
-        const float *v_row = kv.v_row(seq, key0 + c, head_kv);
-        for (int d = 0; d < dv; ++d)
-          row.acc[d] += p * Real(v_row[d]);
-      }
-      row.max = new_max;
+      absorb_block(row, logits, tile_max, kv, seq, key0, head_kv, dv);
     }
     if (row.sum == Real(0))
       continue; // no visible key in this piece: O = 0, LSE = -inf
