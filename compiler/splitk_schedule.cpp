@@ -31,6 +31,13 @@ bool fail(std::string *error, std::string message) {
   return false;
 }
 
+// The partition's knobs (splitk_layout and splitk_schedule both refuse a shape with bad ones).
+bool partition_knobs_valid(const SplitKShape &shape, std::string *error) {
+  if (shape.split_granule <= 0 || shape.min_tiles_per_cta < 0 || shape.piece_cost_keys < 0)
+    return fail(error, "splitk: split_granule must be positive, min_tiles_per_cta and piece_cost_keys not negative");
+  return true;
+}
+
 } // namespace
 
 bool splitk_layout(const SplitKShape &shape, SplitKLayout *layout, std::string *error) {
@@ -40,8 +47,8 @@ bool splitk_layout(const SplitKShape &shape, SplitKLayout *layout, std::string *
     return fail(error, "splitk: block_m, block_n, m_blocks and head_dim_v must be positive");
   if (shape.heads_kv <= 0 || shape.max_batch <= 0)
     return fail(error, "splitk: heads_kv and max_batch must be positive");
-  if (shape.split_granule <= 0 || shape.min_tiles_per_cta < 0 || shape.piece_cost_keys < 0)
-    return fail(error, "splitk: split_granule must be positive, min_tiles_per_cta and piece_cost_keys not negative");
+  if (!partition_knobs_valid(shape, error))
+    return false;
   SplitKLayout l;
   l.grid = shape.num_sms * shape.ctas_per_sm;
   const int64_t units = int64_t{shape.max_batch} * shape.heads_kv * shape.m_blocks;
@@ -92,8 +99,8 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
     return fail(error, "splitk: q_len must be positive");
   if (problem.m_blocks < 0 || problem.m_blocks > shape.m_blocks)
     return fail(error, "splitk: m_blocks must be in [0, shape.m_blocks]");
-  if (shape.split_granule <= 0 || shape.min_tiles_per_cta < 0 || shape.piece_cost_keys < 0)
-    return fail(error, "splitk: split_granule must be positive, min_tiles_per_cta and piece_cost_keys not negative");
+  if (!partition_knobs_valid(shape, error))
+    return false;
   const int m_blocks = problem.m_blocks > 0 ? problem.m_blocks : shape.m_blocks;
   const int64_t block_n = shape.block_n;
 
@@ -158,14 +165,13 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
   // (contiguous rows are head_dim * 2 bytes apart from any other head's; paged rows find their page
   // one row at a time, decode_splitk.cuh KvSource), so a cut between any two keys moves no extra
   // bytes and no extra page lookups, and the tile iterations of a run are bounded by the tile budget
-  // for any granule. A granule of g keys only adds up to g - 1 keys to the longest run: 16 keys
-  // would give back 1.5% of the 3% gained at 1 x 32768 (993 keys per CTA; 1008 rounded to 16).
+  // for any granule. A granule of g keys only adds up to g - 1 keys to the longest run (16 keys: 1008
+  // instead of 993 keys per CTA at 1 x 32768).
   int num_work = 0, num_states = 0, num_merges = 0;
   int64_t largest_keys = 0, largest_tiles = 0;
   int64_t unplaced = 0; // keys a failed build left without a run
   auto build = [&](int64_t limit, int64_t tile_limit) -> bool {
     const int64_t min_piece = int64_t{shape.min_tiles_per_cta} * block_n;
-    const int64_t piece_cost = piece_cost_keys;
     int cta = 0, run_pieces = 0;
     int64_t keys_left = limit, tiles_left = tile_limit, run_keys = 0, run_tiles = 0, placed = 0;
     num_work = num_states = num_merges = 0;
@@ -192,7 +198,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
       do {
         const int64_t remaining = unit_hi[u] - key;
         // A run's first piece is every run's cost; an empty unit only writes zeros.
-        const int64_t charge = run_pieces > 0 && remaining > 0 ? piece_cost : 0;
+        const int64_t charge = run_pieces > 0 && remaining > 0 ? piece_cost_keys : 0;
         int64_t take = remaining;
         if (remaining + charge > keys_left || ceil_div(remaining, block_n) > tiles_left) {
           take = std::min(keys_left - charge, tiles_left * block_n) / granule * granule;
