@@ -21,6 +21,13 @@ bool plan_fa3(const KernelSpec &spec, Plan *plan, std::string *why_not,
 bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not);
 bool plan_combine(const KernelSpec &spec, Plan *plan, std::string *why_not);
 
+// fa3 prefill: the key block (KernelSpec::key_block) that runs `seqlen_k` keys per sequence faster
+// than the planner's default block, or 0 for the default. Only fixed-length, unmasked problems on
+// sm_90a have one (fa3_short_key_block); it is cheap enough for the per-call path.
+int fa3_key_block_for(const KernelSpec &spec, int seqlen_k);
+// The one alternative key block of a spec (0: none), which `flashjit aot` builds beside the default.
+int fa3_short_key_block(const KernelSpec &spec);
+
 struct PlanChoice {
   KernelSpec spec; // the spec the plan realizes (a fallback may change the op)
   Plan plan;

@@ -86,7 +86,8 @@ json spec_json(const KernelSpec &s) {
           {"page_size", s.page_size},
           {"gqa_group", s.gqa_group},
           {"q_len", s.q_len},
-          {"align_bytes", s.align_bytes}};
+          {"align_bytes", s.align_bytes},
+          {"key_block", s.key_block}};
 }
 
 bool spec_from_json(const json &j, KernelSpec *s) {
@@ -116,6 +117,7 @@ bool spec_from_json(const json &j, KernelSpec *s) {
   s->gqa_group = j.value("gqa_group", 0);
   s->q_len = j.value("q_len", 0);
   s->align_bytes = j.value("align_bytes", 0);
+  s->key_block = j.value("key_block", 0);
   return true;
 }
 

@@ -73,9 +73,10 @@ int spec_distance(const KernelSpec &want, const KernelSpec &have) {
   d += want.op != have.op ? kFarMismatch : 0;
   d += want.arch != have.arch ? kFarMismatch : 0;
   d += want.dtype != have.dtype ? kDtypeMismatch : 0;
-  for (bool differs : {want.causal != have.causal, want.local != have.local, want.softcap != have.softcap,
-                       want.varlen != have.varlen, want.page_size != have.page_size, want.gqa_group != have.gqa_group,
-                       want.q_len != have.q_len, want.align_bytes != have.align_bytes})
+  for (bool differs :
+       {want.causal != have.causal, want.local != have.local, want.softcap != have.softcap, want.varlen != have.varlen,
+        want.page_size != have.page_size, want.gqa_group != have.gqa_group, want.q_len != have.q_len,
+        want.align_bytes != have.align_bytes, want.key_block != have.key_block})
     d += differs ? kFlagMismatch : 0;
   d += std::abs(want.head_dim_qk - have.head_dim_qk) + std::abs(want.head_dim_v - have.head_dim_v);
   return d;
@@ -99,7 +100,8 @@ void dump_artifacts(const std::string &name, const CompiledKernel &kernel) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   for (const auto &[suffix, text] : {std::pair<const char *, const std::string *>{".cu", &kernel.source},
-                                     {".ptx", &kernel.ptx}, {".log", &kernel.log}}) {
+                                     {".ptx", &kernel.ptx},
+                                     {".log", &kernel.log}}) {
     if (text->empty())
       continue;
     std::ofstream out(std::filesystem::path(dir) / (name + suffix), std::ios::trunc);
@@ -157,7 +159,8 @@ size_t SpecHash::operator()(const KernelSpec &s) const noexcept {
                         s.page_size,
                         s.gqa_group,
                         s.q_len,
-                        s.align_bytes};
+                        s.align_bytes,
+                        s.key_block};
   return XXH64(fields, sizeof(fields), 0);
 }
 
@@ -288,9 +291,9 @@ Status KernelStore::fetch_or_build(const PlanChoice &choice, CompiledKernel *out
   }
   if (!config_.jit)
     return Status::error(FLASHJIT_NOT_IN_BUNDLE, not_in_bundle_message(choice));
- // A JIT compile takes a noticeable fraction of a second: say so before, so it never looks like a hang.
-  log(LogLevel::info, "compiling " + name + " with " + backend_name(backend) + " (cache miss " + key +
-                          "; typically 0.2-1 s)");
+  // A JIT compile takes a noticeable fraction of a second: say so before, so it never looks like a hang.
+  log(LogLevel::info,
+      "compiling " + name + " with " + backend_name(backend) + " (cache miss " + key + "; typically 0.2-1 s)");
   CompiledKernel kernel;
   const Status built = build_kernel(choice.spec, choice.plan, backend, &kernel);
   dump_artifacts(name, kernel);

@@ -1,5 +1,7 @@
 #include "runtime/problem.hpp"
 
+#include "compiler/planner.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -236,6 +238,8 @@ KernelSpec spec_for_problem(const NormalizedProblem &n, const Arch &arch) {
   // A causal mask over a single query row that sees every key is no mask at all.
   if (spec.causal && spec.op == Op::decode && spec.q_len == 1)
     spec.causal = false;
+  if (spec.op == Op::prefill && !n.varlen)
+    spec.key_block = fa3_key_block_for(spec, p.seqlen_k);
   return spec;
 }
 

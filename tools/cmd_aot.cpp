@@ -7,6 +7,7 @@
 #include "tools/commands.hpp"
 
 #include "compiler/build.hpp"
+#include "compiler/planner.hpp"
 #include "runtime/bundle.hpp"
 #include "runtime/kernel_store.hpp"
 
@@ -173,6 +174,9 @@ bool expand(const ShapeSet &set, std::vector<KernelSpec> *specs, std::string *er
                 spec.varlen = varlen;
                 if (op == "prefill") {
                   specs->push_back(spec);
+                  // The short-key block a problem may pick at run time (fa3_key_block_for).
+                  if (KernelSpec short_keys = spec; (short_keys.key_block = fa3_short_key_block(spec)) != 0)
+                    specs->push_back(short_keys);
                   continue;
                 }
                 if (op == "combine") { // merge_states: only the dtype and head_dim_v change its code
@@ -243,7 +247,7 @@ struct SpecLess {
     auto tie = [](const KernelSpec &s) {
       return std::make_tuple(static_cast<int>(s.op), s.arch.sm, s.arch.arch_specific, static_cast<int>(s.dtype),
                              s.head_dim_qk, s.head_dim_v, s.causal, s.local, s.softcap, s.varlen, s.page_size,
-                             s.gqa_group, s.q_len, s.align_bytes);
+                             s.gqa_group, s.q_len, s.align_bytes, s.key_block);
     };
     return tie(a) < tie(b);
   }

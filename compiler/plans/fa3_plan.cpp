@@ -24,6 +24,9 @@ constexpr int kMaxConsumerWarpgroups = 3;
 // the third's GEMMs. Measured on H200 (harness, bf16): d64 439 -> 512..524, d80 489 -> 547..557,
 // d96 553 -> 599, causal S16384 d64 466 -> 500, d80 448..503 -> 512 TFLOP/s.
 constexpr int kMaxHeadDimThreeWarpgroups = 96;
+// Causal tiles up to d128 too (M = 192, N = 80): d128 causal S16384 687 -> 699..701 TFLOP/s
+// (harness, session 7, two rounds), where the unmasked d128 tile gains nothing (670 vs 670).
+constexpr int kMaxHeadDimThreeWarpgroupsCausal = 128;
 constexpr int kWarpgroupThreads = 128;
 constexpr int kStages = 2;         // FA-3 uses 2 on sm_90 for every head dim
 constexpr int kElemBytes = 2;      // fp16 / bf16
@@ -71,6 +74,14 @@ constexpr int kMaxHeadDimSeparateO = 128;
 // no varlen (a pair could straddle two sequences).
 constexpr int kClusterPair = 2;
 constexpr int kMinHeadDimCluster = 128;
+// The key block for short key lengths that the default (larger) block pads badly: S = 1024 at d128
+// is 6.4 blocks of 160, so the 7th block is 40% padding. Measured (harness, bf16, CTA pairs, session
+// 7, two rounds): d128 S1024 562 -> 587..588 TFLOP/s with N 128, but S4096 672 -> 665 (a 128-key
+// block costs ~1% more per key; 2% with single CTAs, session 3). fa3_key_block_for takes the short
+// block when its padded keys, charged 2% more per key, are fewer than the default block's.
+constexpr int kShortKeyBlock = 128;
+constexpr int kShortKeyBlockCostNumer = 102; // cost per key of the short block, against
+constexpr int kShortKeyBlockCostDenom = 100; // the default block's
 // Named barriers: 0 is __syncthreads; then one pingpong barrier and one epilogue barrier per
 // consumer warpgroup.
 constexpr int kBarrierPingpong = 1;
@@ -82,10 +93,23 @@ int round_down(int value, int multiple) {
   return value / multiple * multiple;
 }
 
-} // namespace
+// The warpgroup count, O staging and key block of a spec: the part of the plan that the per-call
+// key-block choice (fa3_key_block_for) needs too, so it allocates nothing unless it refuses.
+struct Fa3Tile {
+  int consumer_wgs = 0;
+  int block_m = 0;
+  int block_n = 0;
+  bool masked = false;
+  bool separate_o = false;
+  int qk_smem_cols = 0;
+  int v_smem_cols = 0;
+  int q_bytes = 0;
+  int o_bytes = 0;
+  int qo_bytes = 0;
+  int smem_limit = 0;
+};
 
-bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not,
-                    flashjit_backend backend) {
+bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, Fa3Tile *tile, std::string *why_not) {
   auto refuse = [&](const std::string &reason) {
     if (why_not)
       *why_not = reason;
@@ -103,49 +127,73 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     if (dim < kMinHeadDim || dim > kMaxHeadDim || dim % kHeadDimGranule != 0)
       return refuse("fa3 head dims must be multiples of 8 in [8, 256], got " + std::to_string(dim));
 
-  const bool small_dim = spec.head_dim_qk <= kSmallHeadDim && spec.head_dim_v <= kSmallHeadDim;
-  const bool fits_three_wgs =
-      spec.head_dim_qk <= kMaxHeadDimThreeWarpgroups && spec.head_dim_v <= kMaxHeadDimThreeWarpgroups;
-  const int consumer_wgs = tuning.consumer_warpgroups > 0 ? tuning.consumer_warpgroups
-                           : fits_three_wgs               ? kMaxConsumerWarpgroups
-                                                          : kConsumerWarpgroupsDefault;
-  if (consumer_wgs < kConsumerWarpgroupsDefault || consumer_wgs > kMaxConsumerWarpgroups)
+  Fa3Tile &t = *tile;
+  t.masked = spec.causal || spec.local;
+  const int max_dim = std::max(spec.head_dim_qk, spec.head_dim_v);
+  const bool small_dim = max_dim <= kSmallHeadDim;
+  const bool fits_three_wgs = max_dim <= kMaxHeadDimThreeWarpgroups ||
+                              (spec.causal && !spec.local && max_dim <= kMaxHeadDimThreeWarpgroupsCausal);
+  t.consumer_wgs = tuning.consumer_warpgroups > 0 ? tuning.consumer_warpgroups
+                   : fits_three_wgs               ? kMaxConsumerWarpgroups
+                                                  : kConsumerWarpgroupsDefault;
+  if (t.consumer_wgs < kConsumerWarpgroupsDefault || t.consumer_wgs > kMaxConsumerWarpgroups)
     return refuse("fa3: 2 or 3 consumer warpgroups");
-  const bool three_wgs = consumer_wgs == kMaxConsumerWarpgroups;
-  const int block_m = kWgmmaM * consumer_wgs;
-  const int regs_producer = three_wgs ? kRegsProducer3 : kRegsProducer2;
+  const bool three_wgs = t.consumer_wgs == kMaxConsumerWarpgroups;
+  t.block_m = kWgmmaM * t.consumer_wgs;
   const int regs_consumer = three_wgs ? kRegsConsumer3 : kRegsConsumer2;
-  const int qk_smem_cols = round_up(spec.head_dim_qk, kPanelCols);
-  const int v_smem_cols = round_up(spec.head_dim_v, kPanelCols);
-  const int q_panel_bytes = block_m * kSwizzleBytes;
+  t.qk_smem_cols = round_up(spec.head_dim_qk, kPanelCols);
+  t.v_smem_cols = round_up(spec.head_dim_v, kPanelCols);
   // O is staged for its TMA store either in the Q region (Q is dead once the tile's last QK is
   // done, but the next tile's Q then waits for the epilogue) or in its own region (Q is released
   // after the last QK and the next Q loads under the last PV and the epilogue).
-  const bool masked = spec.causal || spec.local;
-  const bool separate_o_default =
-      three_wgs || (!masked && std::max(spec.head_dim_qk, spec.head_dim_v) <= kMaxHeadDimSeparateO);
-  const bool separate_o = tuning.separate_o >= 0 ? tuning.separate_o != 0 : separate_o_default;
-  const int q_bytes = block_m * qk_smem_cols * kElemBytes;
-  const int o_bytes = block_m * v_smem_cols * kElemBytes;
-  const int qo_bytes = separate_o ? round_up(q_bytes, kTmaSwizzleAlign) + o_bytes : std::max(q_bytes, o_bytes);
-  const int kv_bytes_per_row = kStages * (qk_smem_cols + v_smem_cols) * kElemBytes;
-  const int smem_limit = max_shared_bytes_per_block(spec.arch);
-  const int n_by_smem = (smem_limit - kTmaSwizzleAlign - kBarrierBytes - qo_bytes) / kv_bytes_per_row;
+  const bool separate_o_default = three_wgs || (!t.masked && max_dim <= kMaxHeadDimSeparateO);
+  t.separate_o = tuning.separate_o >= 0 ? tuning.separate_o != 0 : separate_o_default;
+  t.q_bytes = t.block_m * t.qk_smem_cols * kElemBytes;
+  t.o_bytes = t.block_m * t.v_smem_cols * kElemBytes;
+  t.qo_bytes = t.separate_o ? round_up(t.q_bytes, kTmaSwizzleAlign) + t.o_bytes : std::max(t.q_bytes, t.o_bytes);
+  const int kv_bytes_per_row = kStages * (t.qk_smem_cols + t.v_smem_cols) * kElemBytes;
+  t.smem_limit = max_shared_bytes_per_block(spec.arch);
+  const int n_by_smem = (t.smem_limit - kTmaSwizzleAlign - kBarrierBytes - t.qo_bytes) / kv_bytes_per_row;
   // S: n/2, P: n/4 registers per thread.
   constexpr int kAccRegsNumer = 4, kAccRegsDenom = 3;
   const int reg_overhead = three_wgs ? kConsumerRegOverhead3 : kConsumerRegOverhead2;
   const int n_by_regs = (regs_consumer - reg_overhead - spec.head_dim_v / 2) * kAccRegsNumer / kAccRegsDenom;
   int block_n = std::min({n_by_smem, n_by_regs, small_dim ? kMaxBlockNSmallDim : kMaxBlockN});
-  if (masked)
+  if (t.masked)
     block_n = std::min(block_n, kMaxBlockNMasked);
   block_n = round_down(block_n, kBlockNGranule);
-  if (tuning.block_n > 0) {
-    if (tuning.block_n % kBlockNGranule != 0 || tuning.block_n > std::min(n_by_smem, kMaxHeadDim))
-      return refuse("fa3: tuned kBlockN " + std::to_string(tuning.block_n) + " does not fit");
-    block_n = tuning.block_n;
+  // A tuned block wins over the spec's short-key block (A/B runs tune specs of any key length).
+  const int chosen_n = tuning.block_n > 0 ? tuning.block_n : spec.key_block;
+  if (chosen_n > 0) {
+    if (chosen_n % kBlockNGranule != 0 || chosen_n > std::min(n_by_smem, kMaxHeadDim))
+      return refuse("fa3: kBlockN " + std::to_string(chosen_n) + " (tuned or the spec's key block) does not fit");
+    block_n = chosen_n;
   }
   if (block_n < kBlockNGranule)
     return refuse("fa3: no kBlockN fits shared memory for d=" + std::to_string(spec.head_dim_qk));
+  t.block_n = block_n;
+  return true;
+}
+
+} // namespace
+
+bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not,
+                    flashjit_backend backend) {
+  auto refuse = [&](const std::string &reason) {
+    if (why_not)
+      *why_not = reason;
+    return false;
+  };
+  Fa3Tile tile;
+  if (!fa3_tile(spec, tuning, &tile, why_not))
+    return false;
+  const auto [consumer_wgs, block_m, block_n, masked, separate_o, qk_smem_cols, v_smem_cols, q_bytes, o_bytes, qo_bytes,
+              smem_limit] = tile;
+  const bool three_wgs = consumer_wgs == kMaxConsumerWarpgroups;
+  const bool small_dim = std::max(spec.head_dim_qk, spec.head_dim_v) <= kSmallHeadDim;
+  const int regs_producer = three_wgs ? kRegsProducer3 : kRegsProducer2;
+  const int regs_consumer = three_wgs ? kRegsConsumer3 : kRegsConsumer2;
+  const int q_panel_bytes = block_m * kSwizzleBytes;
 
   // The MLIR generator (compiler/mlir/gen_fa3.cpp) renders single-CTA tiles only.
   const bool pair_fits = !masked && !spec.varlen && consumer_wgs == kConsumerWarpgroupsDefault &&
@@ -234,6 +282,33 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
 
 bool plan_fa3(const KernelSpec &spec, Plan *plan, std::string *why_not, flashjit_backend backend) {
   return plan_fa3_tuned(spec, Fa3Tuning{}, plan, why_not, backend);
+}
+
+int fa3_short_key_block(const KernelSpec &spec) {
+  // Masked tiles already use kMaxBlockNMasked; varlen sequences each pad differently.
+  if (spec.causal || spec.local || spec.varlen)
+    return 0;
+  KernelSpec default_spec = spec;
+  default_spec.key_block = 0;
+  Fa3Tile tile;
+  if (!fa3_tile(default_spec, Fa3Tuning{}, &tile, nullptr))
+    return 0;
+  return tile.block_n > kShortKeyBlock ? kShortKeyBlock : 0;
+}
+
+int fa3_key_block_for(const KernelSpec &spec, int seqlen_k) {
+  const int short_block = fa3_short_key_block(spec);
+  if (short_block == 0 || seqlen_k <= 0)
+    return 0;
+  KernelSpec default_spec = spec;
+  default_spec.key_block = 0;
+  Fa3Tile tile;
+  fa3_tile(default_spec, Fa3Tuning{}, &tile, nullptr); // succeeded in fa3_short_key_block
+  // Keys each block computes, padded to whole blocks, at the measured cost per key of each block.
+  auto padded_keys = [seqlen_k](int block_n) { return (seqlen_k + block_n - 1) / block_n * block_n; };
+  const int64_t default_cost = int64_t(padded_keys(tile.block_n)) * kShortKeyBlockCostDenom;
+  const int64_t short_cost = int64_t(padded_keys(short_block)) * kShortKeyBlockCostNumer;
+  return short_cost < default_cost ? short_block : 0;
 }
 
 } // namespace flashjit

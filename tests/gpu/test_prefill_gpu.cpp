@@ -16,6 +16,7 @@ using harness::CaseOptions;
 struct PrefillCase {
   std::string name;
   CaseOptions options;
+  std::string auto_kernel_has; // what the planner's kernel name must contain, where it matters
 };
 
 CaseOptions dense(int batch, int sq, int sk, int hq, int hkv, int dqk, int dv, ref::Dtype dtype) {
@@ -80,6 +81,12 @@ std::vector<PrefillCase> cases() {
   add("d192_fp16_pairs_sq_lt_sk_gqa6", dense(1, 300, 1000, 6, 1, 192, 192, Dtype::fp16), none);
   add("d136_bf16_pairs_one_m_block", dense(2, 100, 257, 3, 1, 136, 136, Dtype::bf16), none);
   add("d192v128_bf16_pairs", dense(1, 640, 777, 4, 4, 192, 128, Dtype::bf16), none);
+  // Short fixed key lengths take the 128-key block (KernelSpec::key_block): 1000 keys end in a partial
+  // block, in CTA pairs, with sq != sk and GQA 2; causal d128 runs three consumer warpgroups.
+  add("d128_fp16_short_key_block_gqa2", dense(2, 700, 1000, 8, 4, 128, 128, Dtype::fp16), none);
+  all.back().auto_kernel_has = "m128n128s2.wg2pp.cl2";
+  add("d128_bf16_causal_three_warpgroups_gqa7", dense(1, 777, 1100, 14, 2, 128, 128, Dtype::bf16), causal);
+  all.back().auto_kernel_has = "causal.m192n80s2.wg3pp";
   add("varlen_d128_with_len1_and_len0", varlen({1, 513, 77, 0}, {300, 600, 77, 5}, 8, 4, 128, Dtype::bf16), none);
   add("varlen_d64_causal", varlen({1, 200, 129}, {1, 350, 64}, 6, 6, 64, Dtype::fp16), causal);
   add("paged1_d128_causal", dense(2, 100, 333, 4, 2, 128, 128, Dtype::bf16), [](CaseOptions &c) {
@@ -123,6 +130,9 @@ TEST_P(PrefillGpu, MatchesFloat64Reference) {
   const harness::CaseResult result = harness::run_case(runtime, c.options);
   std::cout << c.name << ": " << result.summary() << "\n";
   EXPECT_TRUE(result.pass()) << result.summary();
+  if (variant == FLASHJIT_VARIANT_AUTO && !c.auto_kernel_has.empty()) {
+    EXPECT_NE(result.kernel.find(c.auto_kernel_has), std::string::npos) << result.kernel;
+  }
   // Same inputs again: a result that moves between runs is a race.
   const harness::CaseResult again = harness::run_case(runtime, c.options);
   EXPECT_EQ(again.o.max_err, result.o.max_err) << "output changed between identical runs";

@@ -187,6 +187,67 @@ TEST(Planner, Fa3CtaPairsForUnmaskedWideHeads) {
   EXPECT_NE(why.find("causal"), std::string::npos) << why;
 }
 
+// The short-key block: taken where the default block pads the key length by more than the short
+// block's measured 2% cost per key, never for masked, varlen or non-Hopper specs.
+TEST(Planner, Fa3ShortKeyBlockWhereTheDefaultPadsTheKeys) {
+  const KernelSpec d128 = prefill(128, false);
+  Plan default_plan;
+  std::string why;
+  ASSERT_TRUE(plan_fa3(d128, &default_plan, &why)) << why;
+  ASSERT_EQ(default_plan.block_n, 160) << "the cases below assume the d128 default";
+  EXPECT_EQ(fa3_short_key_block(d128), 128);
+  struct Case {
+    int seqlen_k, key_block;
+  };
+  for (const Case &c : {Case{1024, 128}, Case{1000, 128}, Case{1536, 128}, Case{128, 128}, Case{4096, 0}, Case{2048, 0},
+                        Case{640, 0}, Case{160, 0}, Case{100, 128}, Case{0, 0}})
+    EXPECT_EQ(fa3_key_block_for(d128, c.seqlen_k), c.key_block) << c.seqlen_k << " keys";
+  KernelSpec causal = prefill(128, true), varlen = d128, ampere = prefill(128, false, Arch{80, false});
+  varlen.varlen = true;
+  for (const KernelSpec &spec : {causal, varlen, ampere, prefill(192, false), prefill(96, false)})
+    EXPECT_EQ(fa3_key_block_for(spec, 1024), 0) << spec.head_dim_qk << (spec.causal ? " causal" : "");
+
+  KernelSpec short_keys = d128;
+  short_keys.key_block = 128;
+  Plan plan;
+  ASSERT_TRUE(plan_fa3(short_keys, &plan, &why)) << why;
+  EXPECT_EQ(plan.block_n, 128);
+  EXPECT_EQ(plan.constant("kKStepsPV"), 128 / 16);
+  EXPECT_EQ(plan.cluster_m, 2) << "the short block keeps the CTA pairs";
+  EXPECT_NE(kernel_name(short_keys, plan), kernel_name(d128, default_plan));
+  Fa3Tuning tuned;
+  tuned.block_n = 144;
+  ASSERT_TRUE(plan_fa3_tuned(short_keys, tuned, &plan, &why)) << why;
+  EXPECT_EQ(plan.block_n, 144) << "a tuned block wins over the spec's";
+  short_keys.key_block = 120;
+  EXPECT_FALSE(plan_fa3(short_keys, &plan, &why));
+  EXPECT_NE(why.find("key block"), std::string::npos) << why;
+}
+
+// Causal head dims up to 128 run three consumer warpgroups (M = 192); unmasked d128 keeps two.
+TEST(Planner, Fa3ThreeWarpgroupsForCausalUpTo128) {
+  struct Case {
+    int d;
+    bool causal;
+    int warpgroups, block_n;
+  };
+  for (const Case &c : {Case{128, true, 3, 80}, Case{112, true, 3, 96}, Case{96, false, 3, 96},
+                        Case{128, false, 2, 160}, Case{136, true, 2, 112}}) {
+    Plan plan;
+    std::string why;
+    ASSERT_TRUE(plan_fa3(prefill(c.d, c.causal), &plan, &why)) << why;
+    EXPECT_EQ(plan.consumer_warpgroups, c.warpgroups) << c.d;
+    EXPECT_EQ(plan.block_m, 64 * c.warpgroups) << c.d;
+    EXPECT_EQ(plan.block_n, c.block_n) << c.d;
+  }
+  KernelSpec window = prefill(128, false);
+  window.local = true;
+  Plan plan;
+  std::string why;
+  ASSERT_TRUE(plan_fa3(window, &plan, &why)) << why;
+  EXPECT_EQ(plan.consumer_warpgroups, 2) << "sliding windows were not measured with three";
+}
+
 TEST(Planner, PrefersFa3OnHopperAndFa2Elsewhere) {
   PlanChoice hopper = choose_plan(prefill(128, false));
   ASSERT_TRUE(hopper.ok) << hopper.error;

@@ -53,6 +53,22 @@ TEST(ValidationGood, AcceptsAndFillsDefaults) {
   EXPECT_EQ(n.align_bytes, 16);
 }
 
+// The spec of a fixed-length d128 problem takes the short-key block where 1024 keys would leave the
+// default block's last step 40% empty; longer and varlen problems keep the default.
+TEST(ValidationGood, ShortKeyLengthsPickTheShortKeyBlock) {
+  AttentionProblem p = good_problem();
+  p.head_dim_qk = 128;
+  p.heads_kv = p.heads_q;
+  p.seqlen_q = p.seqlen_k = 1024;
+  NormalizedProblem n;
+  ASSERT_TRUE(validate_problem(&p, &n).ok());
+  EXPECT_EQ(spec_for_problem(n, Arch{90, true}).key_block, 128);
+  EXPECT_EQ(spec_for_problem(n, Arch{80, false}).key_block, 0);
+  p.seqlen_k = 4096;
+  ASSERT_TRUE(validate_problem(&p, &n).ok());
+  EXPECT_EQ(spec_for_problem(n, Arch{90, true}).key_block, 0);
+}
+
 TEST(ValidationGood, OddStridesSelectTheElementAlignedPath) {
   AttentionProblem p = good_problem();
   p.q_strides = {100 * (8 * 80 + 3), 8 * 80 + 3, 80};
