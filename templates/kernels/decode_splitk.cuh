@@ -35,9 +35,30 @@
 #include "prim/math.cuh"
 #include "prim/mma.cuh"
 #include "prim/st_global.cuh"
+#include "prim/timer.cuh"
 #include "prim/tma.cuh"
 #include "prim/types.cuh"
 #include "prim/warp.cuh"
+
+// Diagnostic builds only (FJ_DECODE_TIMELINE defined before this header; bench/harness/decode):
+// thread 0 of every CTA writes %globaltimer at fixed points of its run into
+// fj_decode_timeline[step % kTimelineSteps][blockIdx.x], `step` from fj_decode_params.pad_.
+#ifdef FJ_DECODE_TIMELINE
+enum { fj_decode_timeline_steps = 8, fj_decode_timeline_ctas = 1024, fj_decode_timeline_events = 8 };
+extern "C" {
+__device__ unsigned long long fj_decode_timeline[fj_decode_timeline_steps][fj_decode_timeline_ctas]
+                                                [fj_decode_timeline_events];
+}
+#define FJ_DECODE_MARK(params, event, value)                                                                           \
+  do {                                                                                                                 \
+    if (threadIdx.x == 0 && blockIdx.x < fj_decode_timeline_ctas)                                                      \
+      fj_decode_timeline[(unsigned)(params).pad_ % fj_decode_timeline_steps][blockIdx.x][event] = (value);             \
+  } while (0)
+#else
+#define FJ_DECODE_MARK(params, event, value)                                                                           \
+  do {                                                                                                                 \
+  } while (0)
+#endif
 
 namespace fj::decode {
 
@@ -116,7 +137,8 @@ struct Unit {
   int rows_here; // packed query rows of this m block that exist
 };
 
-__device__ __forceinline__ Unit decode_unit(const fj_decode_params &p, const fj_decode_work &w) {
+// The unit of `w` without its KV length (the merge needs none; the length is a load).
+__device__ __forceinline__ Unit decode_unit_rows(const fj_decode_params &p, const fj_decode_work &w) {
   Unit u;
   u.m_block = w.unit % p.m_blocks;
   const int pair = w.unit / p.m_blocks;
@@ -125,10 +147,16 @@ __device__ __forceinline__ Unit decode_unit(const fj_decode_params &p, const fj_
   u.kv_begin = w.kv_begin;
   u.kv_end = w.kv_end;
   u.state = w.state;
-  u.kv_len = p.attn.maybe_seqlens_k != nullptr ? ld_global_nc_s32(p.attn.maybe_seqlens_k + u.batch) : p.attn.seqlen_k;
+  u.kv_len = 0;
   const int rows = Cfg::kGqaGroup * p.attn.seqlen_q;
   const int first = u.m_block * Cfg::kBlockM;
   u.rows_here = rows - first < Cfg::kBlockM ? rows - first : Cfg::kBlockM;
+  return u;
+}
+
+__device__ __forceinline__ Unit decode_unit(const fj_decode_params &p, const fj_decode_work &w) {
+  Unit u = decode_unit_rows(p, w);
+  u.kv_len = p.attn.maybe_seqlens_k != nullptr ? ld_global_nc_s32(p.attn.maybe_seqlens_k + u.batch) : p.attn.seqlen_k;
   return u;
 }
 
@@ -532,22 +560,27 @@ __device__ __forceinline__ fj_decode_merge load_merge(const fj_decode_merge *mer
   return {raw[0], raw[1], raw[2], raw[3]};
 }
 
+// The output row of packed row `row` of unit `u`: O and (null without LSE) its LSE.
+__device__ __forceinline__ u16 *merge_out_row(const fj_attention_params &a, const Unit &u, int row, float **lse) {
+  const int packed = u.m_block * Cfg::kBlockM + row;
+  const int token = packed / Cfg::kGqaGroup;
+  const int head = u.head_kv * Cfg::kGqaGroup + packed % Cfg::kGqaGroup;
+  *lse = a.maybe_lse == nullptr ? nullptr : a.maybe_lse + ((i64)u.batch * a.heads_q + head) * a.seqlen_q + token;
+  return static_cast<u16 *>(const_cast<void *>(a.o.ptr)) + (i64)u.batch * a.o.batch_stride +
+         (i64)token * a.o.row_stride + (i64)head * a.o.head_stride;
+}
+
 // Merges the partial states of one split unit into O (and LSE): warp w of `Warps` takes packed
 // rows w, w + Warps, ... `Coherent`: the states were written by other CTAs of this grid (fused).
 template <int Warps, bool Coherent>
 __device__ __forceinline__ void merge_unit(const fj_decode_params &p, const fj_decode_merge &merge) {
   const fj_attention_params &a = p.attn;
   const fj_decode_work as_work{merge.unit, 0, 0, 0};
-  const Unit u = decode_unit(p, as_work);
+  const Unit u = decode_unit_rows(p, as_work);
   constexpr i64 kStateO = (i64)Cfg::kBlockM * Cfg::kHeadDimV;
   for (int row = warp_id(); row < u.rows_here; row += Warps) {
-    const int packed = u.m_block * Cfg::kBlockM + row;
-    const int token = packed / Cfg::kGqaGroup;
-    const int head = u.head_kv * Cfg::kGqaGroup + packed % Cfg::kGqaGroup;
-    u16 *dst = static_cast<u16 *>(const_cast<void *>(a.o.ptr)) + (i64)u.batch * a.o.batch_stride +
-               (i64)token * a.o.row_stride + (i64)head * a.o.head_stride;
-    float *lse =
-        a.maybe_lse == nullptr ? nullptr : a.maybe_lse + ((i64)u.batch * a.heads_q + head) * a.seqlen_q + token;
+    float *lse;
+    u16 *dst = merge_out_row(a, u, row, &lse);
     merge_states_row<Cfg::kDType, Cfg::kHeadDimV, Cfg::kAligned16, Coherent>(
         a.maybe_partial_o + merge.first_state * kStateO + (i64)row * Cfg::kHeadDimV, kStateO,
         a.maybe_partial_lse + (i64)merge.first_state * Cfg::kBlockM + row, Cfg::kBlockM, merge.count, dst, lse);
@@ -564,34 +597,49 @@ __device__ __forceinline__ i32 *merge_counter_array(const fj_decode_params &p) {
   return const_cast<i32 *>(state_merge_array(p)) + (states + kRound - 1) / kRound * kRound;
 }
 
-// Fused merge, called by every thread of a CTA once its partial state `state` is written. The
+// The merge a split piece's partial state `state` belongs to (host-written: read while the piece's
+// first tiles load, so the arrival at its end waits for no lookup).
+struct PieceMerge {
+  int index; // into merges[] and the merge counters
+  fj_decode_merge merge;
+};
+
+__device__ __forceinline__ PieceMerge piece_merge(const fj_decode_params &p, int state) {
+  PieceMerge m{0, {0, 0, 0, 0}};
+  if constexpr (Cfg::kFusedMerge != 0)
+    if (state >= 0) {
+      m.index = ld_global_nc_s32(state_merge_array(p) + state);
+      m.merge = load_merge(p.merges + m.index);
+    }
+  return m;
+}
+
+// Fused merge, called by every thread of a CTA once its partial state (of merge `pm`) is written. The
 // barrier orders the CTA's state stores before thread 0's release (fence + acq_rel add) on the
 // merge's counter; the arrival that completes the count acquires, so the other CTAs' states are
 // visible to that CTA, which merges the unit (loads through L2: see ld_state_f32) and puts the
 // counter back to zero for the next launch or graph replay (nothing else touches it in this grid:
 // every arrival has happened). The counters are first touched after griddepcontrol.wait, so the
 // previous step's grid, which used the same counters, has completed.
-__device__ __forceinline__ void arrive_and_maybe_merge(const fj_decode_params &p, int state) {
+__device__ __forceinline__ void arrive_and_maybe_merge(const fj_decode_params &p, const PieceMerge &pm) {
   __syncthreads(); // every thread's partial-state stores, before thread 0's release below
   bool last = false;
   if (threadIdx.x == 0) {
-    const int m = ld_global_nc_s32(state_merge_array(p) + state);
-    const fj_decode_merge merge = load_merge(p.merges + m);
-    i32 *counter = merge_counter_array(p) + m;
+    i32 *counter = merge_counter_array(p) + pm.index;
     fence_acq_rel_gpu();
-    last = atom_add_acq_rel_gpu_s32(counter, 1) == merge.count - 1;
+    last = atom_add_acq_rel_gpu_s32(counter, 1) == pm.merge.count - 1;
     if (last)
       st_relaxed_gpu_s32(counter, 0);
   }
   if (!bar_red_or(last)) // uniform: thread 0's decision, to every thread
     return;
   fence_acq_rel_gpu(); // acquire for every thread: the states, after thread 0's acquire and the barrier
-  const int m = ld_global_nc_s32(state_merge_array(p) + state);
-  merge_unit<Traits::kWarps, true>(p, load_merge(p.merges + m));
+  FJ_DECODE_MARK(p, 5, global_timer_ns());
+  merge_unit<Traits::kWarps, true>(p, pm.merge);
 }
 
-__device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Unit &u, const Smem &smem,
-                                             WarpState &st) {
+__device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Unit &u, const Smem &smem, WarpState &st,
+                                             const PieceMerge &pm) {
   const fj_attention_params &a = p.attn;
   const int lane = lane_id();
   const int group_row = lane / kQuadSize;
@@ -674,15 +722,17 @@ __device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Un
         st_global_f32(a.maybe_partial_lse + (i64)u.state * Cfg::kBlockM + row, lse);
     }
   }
+  FJ_DECODE_MARK(p, 4, global_timer_ns());
   if constexpr (Cfg::kFusedMerge != 0)
     if (u.state >= 0) // uniform over the CTA
-      arrive_and_maybe_merge(p, u.state);
+      arrive_and_maybe_merge(p, pm);
   __syncthreads(); // the next piece's copies overwrite `merge` and `stats`
 }
 
 // ---- one piece -----------------------------------------------------------------------------------
 
-__device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit &u, const Smem &smem) {
+// `first`: the CTA's first piece (timeline builds mark its first tile).
+__device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit &u, const Smem &smem, bool first) {
   const fj_attention_params &a = p.attn;
   const KvSource src = kv_source(a, u);
   zero_qk_padding(smem); // the previous piece's merge scratch may have covered the K padding
@@ -708,6 +758,7 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
     cp_async_commit_group(); // one group per tile, empty or not, keeps the wait count uniform
   }
   i32 next_page = src.lookup(Cfg::kStages); // stored at step 0, read by the copies at step 1
+  const PieceMerge pm = piece_merge(p, u.state);
 
   RowRange ranges[Traits::kMTiles][kRowsPerThreadTile];
 #pragma unroll
@@ -721,6 +772,10 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
   for (int t = 0; t < num_tiles; ++t) {
     cp_async_wait_group<Cfg::kStages - 2>(); // tile t (and Q) has landed for this thread
     __syncthreads();                         // ... and for every thread; stage t-1 is free again
+#ifdef FJ_DECODE_TIMELINE
+    if (first && t == 0)
+      FJ_DECODE_MARK(p, 2, global_timer_ns());
+#endif
     const int ahead = t + Cfg::kStages - 1;
     if (ahead < num_tiles)
       src.issue(smem, ahead);
@@ -741,7 +796,8 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
     pv_gemm(smem, stage, s, st);
   }
   cp_async_wait_all(); // only empty groups remain, or Q when the piece has no tile
-  finish_piece(p, u, smem, st);
+  FJ_DECODE_MARK(p, 3, global_timer_ns());
+  finish_piece(p, u, smem, st, pm);
 }
 
 } // namespace fj::decode
@@ -752,6 +808,7 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfi
     fj_decode_splitk(const __grid_constant__ fj_decode_params p) {
   extern __shared__ __align__(128) char smem_raw[];
   const fj::decode::Smem smem{smem_raw};
+  FJ_DECODE_MARK(p, 0, fj::global_timer_ns());
   // The next grid of the stream (the combine, or with kFusedMerge the next step's decode) may get
   // resident now and wait (PDL).
   if constexpr (KernelConfig::kArch >= 90)
@@ -769,10 +826,13 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfi
   if constexpr (KernelConfig::kArch >= 90)
     if (first_work.kv_begin <= first_work.kv_end)
       fj::griddepcontrol_wait();
+  FJ_DECODE_MARK(p, 1, fj::global_timer_ns());
   for (int i = first; i < last; ++i) {
     const fj::decode::Unit u = fj::decode::decode_unit(p, i == first ? first_work : fj::decode::load_work(p.work + i));
-    fj::decode::run_piece(p, u, smem);
+    fj::decode::run_piece(p, u, smem, i == first);
   }
+  FJ_DECODE_MARK(p, 6, fj::global_timer_ns());
+  FJ_DECODE_MARK(p, 7, fj::sm_id() | (unsigned long long)(last - first) << 32);
 }
 
 // Merges the partial states of split units: CTA x handles merges[x] (the grid is fixed; CTAs past

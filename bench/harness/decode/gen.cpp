@@ -93,6 +93,7 @@ int main(int argc, char **argv) {
   auto tpl = load_templates(fs::path(FLASHJIT_SOURCE_DIR) / "templates");
   std::vector<KernelSpec> specs;
   std::vector<std::string> tags;
+  std::vector<std::string> extras; // per harness spec: "NAME=VALUE,..." plan constants to set; TL=1: timeline build
   auto base = [](int sm, flashjit_dtype dt, int dqk, int dv, int group, int qlen, int page) {
     KernelSpec s;
     s.op = Op::decode;
@@ -109,15 +110,15 @@ int main(int argc, char **argv) {
   if (mode == "matrix") {
     for (int sm : {80, 90})
       if (only_sm == 0 || sm == only_sm)
-      for (auto dt : {FLASHJIT_FP16, FLASHJIT_BF16})
-        for (int d : {64, 72, 80, 128, 256})
-          for (int g : {1, 4, 6, 7, 8})
-            for (int q : {1, 4})
-              for (int page : {0, 1, 16, 64}) {
-                KernelSpec s = base(sm, dt, d, d, g, q, page);
-                s.causal = q > 1;
-                specs.push_back(s);
-              }
+        for (auto dt : {FLASHJIT_FP16, FLASHJIT_BF16})
+          for (int d : {64, 72, 80, 128, 256})
+            for (int g : {1, 4, 6, 7, 8})
+              for (int q : {1, 4})
+                for (int page : {0, 1, 16, 64}) {
+                  KernelSpec s = base(sm, dt, d, d, g, q, page);
+                  s.causal = q > 1;
+                  specs.push_back(s);
+                }
     // flags and mixed dims
     for (int sm : {80, 90}) {
       if (only_sm != 0 && sm != only_sm)
@@ -146,7 +147,9 @@ int main(int argc, char **argv) {
       int dt, dqk, dv, g, q, page, causal, local, softcap, align;
       ls >> tag >> dt >> dqk >> dv >> g >> q >> page >> causal >> local >> softcap >> align;
       int sm = 90;
-      ls >> sm;
+      std::string extra;
+      ls >> sm >> extra;
+      extras.push_back(extra);
       KernelSpec s = base(sm, dt ? FLASHJIT_BF16 : FLASHJIT_FP16, dqk, dv, g, q, page);
       s.causal = causal;
       s.local = local;
@@ -189,8 +192,31 @@ int main(int argc, char **argv) {
       // Paged: the row-address ring, a K and a V address per tile row per stage (decode_splitk.cuh).
       plan.smem_bytes = off_stats + stats_bytes + (s.page_size > 0 ? stages * 2 * plan.block_n * 8 : 0);
     }
-    std::string name = kernel_name(s, plan) + (si < tags.size() && tags[si][0] == 'x' ? "." + tags[si] : "");
-    Result r = compile(render_source(s, plan), s.arch, tpl);
+    std::string prefix;
+    if (si < extras.size() && !extras[si].empty()) {
+      std::istringstream items(extras[si]);
+      std::string item;
+      while (std::getline(items, item, ',')) {
+        const size_t eq = item.find('=');
+        const std::string key = item.substr(0, eq);
+        const int64_t value = eq == std::string::npos ? 1 : std::stoll(item.substr(eq + 1));
+        if (key == "TL") {
+          prefix += "#define FJ_DECODE_TIMELINE 1\n";
+          continue;
+        }
+        bool found = false;
+        for (auto &c : plan.constants)
+          if (c.name == key) {
+            c.value = value;
+            found = true;
+          }
+        if (!found)
+          plan.add(key, value);
+      }
+    }
+    // Every harness cubin carries its tag: variants of one spec must not share a file.
+    std::string name = kernel_name(s, plan) + (si < tags.size() ? "." + tags[si] : "");
+    Result r = compile(prefix + render_source(s, plan), s.arch, tpl);
     if (!r.ok) {
       std::cout << "FAIL " << name << "\n" << r.log << "\n";
       ++failures;
@@ -199,8 +225,8 @@ int main(int argc, char **argv) {
     std::string sum = summarize(r.log);
     if (si < tags.size())
       index << tags[si] << " " << name << "\n";
-    std::cout << name << " thr" << plan.threads << " smem" << plan.smem_bytes << " ctas"
-              << plan.constant("kCtasPerSm") << sum << "\n";
+    std::cout << name << " thr" << plan.threads << " smem" << plan.smem_bytes << " ctas" << plan.constant("kCtasPerSm")
+              << sum << "\n";
     std::ofstream(out / (name + ".cubin"), std::ios::binary).write(r.cubin.data(), r.cubin.size());
     std::ofstream meta(out / (name + ".meta"));
     meta << "threads " << plan.threads << "\nsmem " << plan.smem_bytes << "\n";

@@ -364,34 +364,51 @@ struct Gpu {
   SplitKSchedule sched;
   fj_decode_params params{};
   Kernel *kern;
+  bool owns_inputs = true; // false: q/k/v/table/lens belong to another Gpu (setup_gpu's `share`)
 };
 
 // Schedules compared by `ab` (compiler/splitk_schedule.hpp): the default, balanced by keys with a
 // charge per extra piece of a run; the same without the charge; the tile-balanced one of runs 1-9.
-enum class Sched { keys, keys_no_charge, tiles };
+// runtime: what runtime/decode.cpp plans (SplitKShape defaults: by keys only for long runs).
+enum class Sched { keys, keys_no_charge, tiles, runtime };
 static const char *sched_name(Sched s) {
-  return s == Sched::keys ? "keys" : s == Sched::keys_no_charge ? "keys-nocharge" : "tiles";
+  return s == Sched::keys             ? "keys"
+         : s == Sched::keys_no_charge ? "keys-nocharge"
+         : s == Sched::tiles          ? "tiles"
+                                      : "runtime";
 }
 
-static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0, Sched sched = Sched::keys) {
+static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0, Sched sched = Sched::keys,
+                      const Gpu *share = nullptr) {
   const Case &c = P.c;
   g.kern = &K;
-  g.q.alloc(P.q.size() * 2);
-  g.q.up(P.q.data(), P.q.size() * 2);
-  g.k.alloc(P.k.size() * 2);
-  g.k.up(P.k.data(), P.k.size() * 2);
-  g.v.alloc(P.v.size() * 2);
-  g.v.up(P.v.data(), P.v.size() * 2);
+  if (share != nullptr) {
+    g.owns_inputs = false;
+    g.q = share->q;
+    g.k = share->k;
+    g.v = share->v;
+    g.table = share->table;
+    g.lens = share->lens;
+  } else {
+    g.q.alloc(P.q.size() * 2);
+    g.q.up(P.q.data(), P.q.size() * 2);
+    g.k.alloc(P.k.size() * 2);
+    g.k.up(P.k.data(), P.k.size() * 2);
+    g.v.alloc(P.v.size() * 2);
+    g.v.up(P.v.data(), P.v.size() * 2);
+  }
   // O: [b, q_len, hq, dv (+pad)] with the same row padding as the inputs
   long o_head = c.dv + c.row_pad, o_row = P.hq * o_head, o_batch = c.q_len * o_row;
   g.o.alloc(P.batch * o_batch * 2);
   g.lse.alloc((size_t)P.batch * P.hq * c.q_len * 4);
-  if (!P.table.empty()) {
+  if (!P.table.empty() && share == nullptr) {
     g.table.alloc(P.table.size() * 4);
     g.table.up(P.table.data(), P.table.size() * 4);
   }
-  g.lens.alloc(P.batch * 4);
-  g.lens.up(c.lens.data(), P.batch * 4);
+  if (share == nullptr) {
+    g.lens.alloc(P.batch * 4);
+    g.lens.up(c.lens.data(), P.batch * 4);
+  }
 
   g.shape.num_sms = g_sms;
   g.shape.ctas_per_sm = (int)K.c["kCtasPerSm"];
@@ -402,12 +419,14 @@ static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0
   g.shape.heads_kv = c.heads_kv;
   g.shape.max_batch = P.batch + max_batch_pad;
   g.shape.piece_cost_keys = splitk_piece_cost_keys(c.dqk, c.dv); // as runtime/decode.cpp
-  if (sched != Sched::keys)
-    g.shape.piece_cost_keys = 0;
-  if (sched == Sched::tiles)
-    g.shape.split_granule = g.shape.block_n;
-  else
-    g.shape.key_balance_min_run_tiles = 0; // 'keys' is always by keys; the runtime's default chooses per shape
+  if (sched != Sched::runtime) {
+    if (sched != Sched::keys)
+      g.shape.piece_cost_keys = 0;
+    if (sched == Sched::tiles)
+      g.shape.split_granule = g.shape.block_n;
+    else
+      g.shape.key_balance_min_run_tiles = 0; // 'keys' is always by keys; the runtime's default chooses per shape
+  }
   std::string err;
   if (!splitk_layout(g.shape, &g.layout, &err)) {
     fprintf(stderr, "layout: %s\n", err.c_str());
@@ -484,8 +503,11 @@ static void launch(Gpu &g, CUstream s = 0) {
 }
 
 static void free_gpu(Gpu &g) {
-  for (Dev *d : {&g.q, &g.k, &g.v, &g.o, &g.lse, &g.table, &g.lens, &g.ws})
+  for (Dev *d : {&g.o, &g.lse, &g.ws})
     d->free();
+  if (g.owns_inputs)
+    for (Dev *d : {&g.q, &g.k, &g.v, &g.table, &g.lens})
+      d->free();
 }
 
 struct Reference {
@@ -823,6 +845,181 @@ static int run_ab(Kernel &K, const char *tag, int batch, int len, int page, cons
   return fails;
 }
 
+// Page size of a harness tag: the number after its last "_p" (pf_p16 -> 16; none -> 0).
+static int tag_page(const std::string &tag) {
+  const size_t at = tag.rfind("_p");
+  return at == std::string::npos ? 0 : atoi(tag.c_str() + at + 2);
+}
+
+// Same-process A/B of kernel variants (tags of one page size) on one TARGETS shape, each with the
+// runtime's schedule: every variant first passes the float64 check (NaN-poisoned O and LSE), then
+// the variants are timed in interleaved rounds as run_ab does. The variants share the input copies;
+// one counter rotates the copies over all launches, so no launch finds its KV in L2.
+static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> kernels, int batch, int len,
+                   const Reference &ref) {
+  Case c;
+  c.name = "ab";
+  c.tag = tags[0];
+  c.dqk = c.dv = 128;
+  c.group = 4;
+  c.heads_kv = 8;
+  c.page = tag_page(tags[0]);
+  c.lens.assign(batch, len);
+  c.fast_fill = true;
+  const Problem P = make_problem(c, 4321);
+  const double kv_bytes = (double)batch * len * c.heads_kv * c.dqk * 2 * 2;
+  const int copies = std::max(3, (int)std::ceil(1.0e9 / kv_bytes));
+  const int V = (int)tags.size();
+  std::vector<std::vector<Gpu>> gs(V, std::vector<Gpu>(copies));
+  int fails = 0;
+  for (int i = 0; i < copies; ++i)
+    for (int v = 0; v < V; ++v)
+      setup_gpu(gs[v][i], P, *kernels[v], 0, Sched::runtime, v == 0 ? nullptr : &gs[0][i]);
+  for (int v = 0; v < V; ++v) {
+    char label[96];
+    snprintf(label, sizeof label, "kab %dx%d page%d %s", batch, len, c.page, tags[v].c_str());
+    fails += !check_on_gpu(P, gs[v][0], ref, label);
+  }
+  CUevent e0, e1;
+  CK(cuEventCreate(&e0, 0));
+  CK(cuEventCreate(&e1, 0));
+  constexpr int kRounds = 15, kLaunches = 10;
+  std::vector<std::vector<float>> us(V);
+  int next = 0;
+  for (int round = -1; round < kRounds; ++round) { // round -1: warm-up
+    for (int i = 0; i < V; ++i) {
+      const int v = (std::max(round, 0) + i) % V;
+      CK(cuEventRecord(e0, 0));
+      for (int l = 0; l < kLaunches; ++l)
+        launch_pdl(gs[v][next++ % copies]);
+      CK(cuEventRecord(e1, 0));
+      CK(cuEventSynchronize(e1));
+      float ms;
+      CK(cuEventElapsedTime(&ms, e0, e1));
+      if (round >= 0)
+        us[v].push_back(ms * 1e3f / kLaunches);
+    }
+  }
+  CK(cuEventDestroy(e0));
+  CK(cuEventDestroy(e1));
+  std::vector<double> med(V);
+  for (int v = 0; v < V; ++v) {
+    std::sort(us[v].begin(), us[v].end());
+    med[v] = us[v][us[v].size() / 2];
+  }
+  for (int v = 0; v < V; ++v) {
+    const SplitKSchedule &sc = gs[v][0].sched;
+    printf("KAB %3d x %-6d page=%-2d %-12s %7.2f us %.3f TB/s %+6.2f%% vs %s | min %.2f max %.2f | work %d merges %d "
+           "states %d by_keys %d | regs/smem see gen.log\n",
+           batch, len, c.page, tags[v].c_str(), med[v], kv_bytes / (med[v] * 1e-6) / 1e12, (med[0] / med[v] - 1) * 100,
+           tags[0].c_str(), us[v].front(), us[v].back(), sc.num_work, sc.num_merges, sc.num_states, (int)sc.by_keys);
+  }
+  fflush(stdout);
+  for (int v = V - 1; v >= 0; --v)
+    for (Gpu &g : gs[v])
+      free_gpu(g);
+  return fails;
+}
+
+// Timeline of back-to-back PDL steps (a cubin built with FJ_DECODE_TIMELINE: gen's TL=1): thread 0
+// of every CTA records %globaltimer at entry (0), after griddepcontrol.wait (1), when its first tile
+// has landed (2), at the end of its last piece's key loop (3), after its last state / O store (4),
+// at the start of a fused merge (5), at exit (6); (7) = smid | pieces << 32. Printed per step
+// relative to the previous step's last exit; the raw marks go to $OUT (or .) as CSV.
+static void run_tl(const std::string &tag, Kernel &K, int batch, int len) {
+  Case c;
+  c.name = "perf";
+  c.tag = tag;
+  c.dqk = c.dv = 128;
+  c.group = 4;
+  c.heads_kv = 8;
+  c.page = tag_page(tag);
+  c.lens.assign(batch, len);
+  const Problem P = make_problem(c, 99);
+  const double kv_bytes = (double)batch * len * c.heads_kv * c.dqk * 2 * 2;
+  const int copies = std::max(3, (int)std::ceil(1.0e9 / kv_bytes));
+  std::vector<Gpu> gs(copies);
+  for (int i = 0; i < copies; ++i)
+    setup_gpu(gs[i], P, K, 0, Sched::runtime); // own inputs per copy: no step finds its KV in L2
+  CUdeviceptr tl;
+  size_t tl_bytes;
+  CK(cuModuleGetGlobal(&tl, &tl_bytes, K.mod, "fj_decode_timeline"));
+  constexpr int kSteps = 8, kCtas = 1024, kEvents = 8;
+  const int grid = gs[0].layout.grid;
+  for (int it = 0; it < 6; ++it) // warm-up
+    launch_pdl(gs[it % copies]);
+  CK(cuCtxSynchronize());
+  CK(cuMemsetD8(tl, 0, tl_bytes));
+  for (int step = 0; step < kSteps; ++step) {
+    Gpu &g = gs[step % copies];
+    g.params.pad_ = step;
+    launch_pdl(g);
+  }
+  CK(cuCtxSynchronize());
+  std::vector<unsigned long long> h(tl_bytes / 8);
+  CK(cuMemcpyDtoH(h.data(), tl, tl_bytes));
+  auto at = [&](int step, int cta, int ev) { return h[((size_t)step * kCtas + cta) * kEvents + ev]; };
+  const char *out_dir = getenv("OUT");
+  char path[512];
+  snprintf(path, sizeof path, "%s/tl_%s_%dx%d.csv", out_dir ? out_dir : ".", tag.c_str(), batch, len);
+  if (FILE *f = fopen(path, "w")) {
+    fprintf(f, "step,cta,entry,wait,first_tile,loop_end,stored,merge_start,exit,smid,pieces\n");
+    for (int st = 0; st < kSteps; ++st)
+      for (int b = 0; b < grid; ++b) {
+        fprintf(f, "%d,%d", st, b);
+        for (int e = 0; e < 7; ++e)
+          fprintf(f, ",%llu", at(st, b, e));
+        fprintf(f, ",%llu,%llu\n", at(st, b, 7) & 0xffffffffull, at(st, b, 7) >> 32);
+      }
+    fclose(f);
+  }
+  auto pct = [](std::vector<double> v, double q) {
+    if (v.empty())
+      return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, (size_t)(q * (v.size() - 1) + 0.5))];
+  };
+  auto step_end = [&](int st) {
+    unsigned long long e = 0;
+    for (int b = 0; b < grid; ++b)
+      e = std::max(e, at(st, b, 6));
+    return e;
+  };
+  printf("TL %s %dx%d grid %d (us from the previous step's last exit; min / p50 / max over working CTAs)\n",
+         tag.c_str(), batch, len, grid);
+  for (int st = 1; st < kSteps; ++st) {
+    const double t0 = (double)step_end(st - 1);
+    std::vector<double> entry, wait, first, loop, stored, mstart, mlen, exit_;
+    for (int b = 0; b < grid; ++b) {
+      if (at(st, b, 6) == 0)
+        continue; // no work
+      entry.push_back((at(st, b, 0) - t0) * 1e-3);
+      wait.push_back((at(st, b, 1) - t0) * 1e-3);
+      first.push_back((at(st, b, 2) - (double)at(st, b, 1)) * 1e-3);
+      loop.push_back((at(st, b, 3) - t0) * 1e-3);
+      stored.push_back((at(st, b, 4) - t0) * 1e-3);
+      exit_.push_back((at(st, b, 6) - t0) * 1e-3);
+      if (at(st, b, 5) != 0) {
+        mstart.push_back((at(st, b, 5) - t0) * 1e-3);
+        mlen.push_back((at(st, b, 6) - (double)at(st, b, 5)) * 1e-3);
+      }
+    }
+    auto three = [&](const std::vector<double> &v) {
+      char buf[64];
+      snprintf(buf, sizeof buf, "%6.2f/%6.2f/%6.2f", pct(v, 0), pct(v, 0.5), pct(v, 1));
+      return std::string(buf);
+    };
+    printf("TL step %d: %.2f us | entry %s | wait %s | first tile after wait %s | loop end %s | stored %s | merges %zu "
+           "start %s len %s | exit %s\n",
+           st, (step_end(st) - t0) * 1e-3, three(entry).c_str(), three(wait).c_str(), three(first).c_str(),
+           three(loop).c_str(), three(stored).c_str(), mstart.size(), three(mstart).c_str(), three(mlen).c_str(),
+           three(exit_).c_str());
+  }
+  fflush(stdout);
+  for (int i = copies - 1; i >= 0; --i)
+    free_gpu(gs[i]);
+}
+
 int main(int argc, char **argv) {
   g_dir = argc > 1 ? argv[1] : "cubins";
   std::string what = argc > 2 ? argv[2] : "all";
@@ -1073,6 +1270,53 @@ int main(int argc, char **argv) {
         fails += run_ab(K(tag), tag, s.b, s.l, page, ref);
     }
     printf("AB check failures: %d\n", fails);
+  }
+  // kab SHAPES GROUP...: SHAPES like 1x32768,8x8192; each GROUP a comma list of tags of one page size
+  // (the first is the baseline of its group).
+  // tl SHAPES TAG...: timelines of timeline builds.
+  auto split = [](const std::string &text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    std::string item;
+    while (std::getline(in, item, ','))
+      if (!item.empty())
+        out.push_back(item);
+    return out;
+  };
+  auto shapes_of = [&](const std::string &text) {
+    std::vector<std::pair<int, int>> out;
+    for (const std::string &sh : split(text))
+      out.push_back({atoi(sh.c_str()), atoi(sh.c_str() + sh.find('x') + 1)});
+    return out;
+  };
+  if (what == "kab" && argc > 4) {
+    for (auto [b, l] : shapes_of(argv[3])) {
+      Case c;
+      c.name = "ab";
+      c.dqk = c.dv = 128;
+      c.group = 4;
+      c.heads_kv = 8;
+      c.lens.assign(b, l);
+      c.fast_fill = true;
+      Reference ref;
+      {
+        const Problem P = make_problem(c, 4321);
+        reference(P, ref.o64, ref.lse64, ref.olp);
+      }
+      for (int gi = 4; gi < argc; ++gi) {
+        const std::vector<std::string> tags = split(argv[gi]);
+        std::vector<Kernel *> ks;
+        for (const std::string &t : tags)
+          ks.push_back(&K(t));
+        fails += run_kab(tags, ks, b, l, ref);
+      }
+    }
+    printf("KAB check failures: %d\n", fails);
+  }
+  if (what == "tl" && argc > 4) {
+    for (auto [b, l] : shapes_of(argv[3]))
+      for (int ti = 4; ti < argc; ++ti)
+        run_tl(argv[ti], K(argv[ti]), b, l);
   }
   if (what == "perf" || what == "all") {
     struct S {
