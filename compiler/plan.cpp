@@ -55,6 +55,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
     name += ".wg" + std::to_string(plan.consumer_warpgroups) + (plan.pingpong ? "pp" : "");
   if (plan.cluster_m > 1)
     name += ".cl" + std::to_string(plan.cluster_m);
+  // fa3 with the lazy O rescale: another kernel than the eager one of the same tile (MLIR builds that).
+  if (plan.constant("kLazyRescale", 0) != 0)
+    name += ".lz";
   name += ".al" + std::to_string(spec.align_bytes);
   return name;
 }

@@ -126,6 +126,10 @@ Status read_config(const KernelSpec &spec, const Plan &plan, Config *c) {
           {{"kPingpong", &c->pingpong}, {"kSeparateO", &c->separate_o}, {"kRescaleBeforePv", &c->rescale_before_pv}});
       !s)
     return s;
+  if (plan.constant("kLazyRescale", 0) != 0)
+    return Status::error(FLASHJIT_UNSUPPORTED,
+                         "fa3 (MLIR): lazy-rescale plans (kLazyRescale) have a template form only; "
+                         "plan with the MLIR backend (FLASHJIT_BACKEND_MLIR) for eager rescaling");
   if (plan.cluster_m != 1 || plan.constant("kClusterM", 1) != 1)
     return Status::error(FLASHJIT_UNSUPPORTED, "fa3 (MLIR): CTA-pair (cluster) plans have a template form only; plan "
                                                "with the MLIR backend (FLASHJIT_BACKEND_MLIR) for single-CTA tiles");

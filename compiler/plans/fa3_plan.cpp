@@ -82,6 +82,14 @@ constexpr int kMinHeadDimCluster = 128;
 constexpr int kShortKeyBlock = 128;
 constexpr int kShortKeyBlockCostNumer = 102; // cost per key of the short block, against
 constexpr int kShortKeyBlockCostDenom = 100; // the default block's
+// Lazy O rescale (templates/kernels/fa3/softmax.cuh, kLazyRescaleLog2): the row max moves only by
+// more than 2^8, so most blocks skip the O FMULs. Measured on H200 (harness, session 7, two rounds):
+// d256 S4096 (no pingpong: the softmax is on the warpgroup's own path) 757 -> 775, d80 (3
+// warpgroups) 571 -> 583, but d64 537 -> 528, d128 678 -> 668, d128 causal 696..701 -> 691..716.
+// On where it gained: tiles without pingpong (d192 by extension) and 3-warpgroup head dims in
+// (64, 80].
+constexpr int kMinHeadDimLazyRescale3Wg = 72;
+constexpr int kMaxHeadDimLazyRescale3Wg = 80;
 // Named barriers: 0 is __syncthreads; then one pingpong barrier and one epilogue barrier per
 // consumer warpgroup.
 constexpr int kBarrierPingpong = 1;
@@ -275,6 +283,12 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   // Rescaling O between the QK and PV issues (FA-3's RescaleOBeforeGemm) measured -1.5% at d128,
   // -0.5% at d80, within noise with 3 warpgroups: off unless tuned.
   plan->add_bool("kRescaleBeforePv", tuning.rescale_before_pv > 0);
+  // The MLIR generator renders eager rescaling only (like CTA pairs, NVRTC plans only).
+  const int max_dim = std::max(spec.head_dim_qk, spec.head_dim_v);
+  const bool lazy_default =
+      backend != FLASHJIT_BACKEND_MLIR &&
+      (!plan->pingpong || (three_wgs && max_dim >= kMinHeadDimLazyRescale3Wg && max_dim <= kMaxHeadDimLazyRescale3Wg));
+  plan->add_bool("kLazyRescale", tuning.lazy_rescale >= 0 ? tuning.lazy_rescale != 0 : lazy_default);
   plan->add("kExp2PolyEvery",
             tuning.exp2_poly_every >= 0 ? tuning.exp2_poly_every : (small_dim ? kExp2PolyEverySmallDim : 0));
   return true;

@@ -16,6 +16,7 @@ struct Fa3Tuning {
   int separate_o = -1;         // -1: the planner's choice; 1: O staged in its own smem, Q freed after the last QK
   int rescale_before_pv = -1;  // -1: the planner's choice; 1: rescale O between the QK and PV issues
   int cluster_m = 0;           // 0: the planner's choice; 1: one CTA per tile; 2: CTA pairs multicast K/V
+  int lazy_rescale = -1;       // -1: the planner's choice; 1: raise the row max only by more than 2^8
 };
 
 bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not,

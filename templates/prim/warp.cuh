@@ -28,6 +28,15 @@ __device__ __forceinline__ float shfl_xor_sync(float value, int lane_mask, u32 m
   return out;
 }
 
+// vote.sync.any.pred q, p, membermask — whether `pred` holds on any lane (the same on every lane).
+__device__ __forceinline__ bool vote_any_sync(bool pred, u32 member_mask = kFullMask) {
+  u32 out;
+  asm volatile("{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n vote.sync.any.pred q, p, %2;\n selp.u32 %0, 1, 0, q;\n}"
+               : "=r"(out)
+               : "r"(static_cast<u32>(pred)), "r"(member_mask));
+  return out != 0;
+}
+
 // Max / sum over the Width lanes of an aligned group (Width a power of two up to 32).
 template <int Width = kWarpSize> __device__ __forceinline__ float group_reduce_max(float value) {
 #pragma unroll

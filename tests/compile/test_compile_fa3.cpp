@@ -93,6 +93,23 @@ TEST(Fa3CompileFeatures, CtaPairsMulticastKv) {
   }
 }
 
+// Lazy O rescale (d72..d80 with 3 warpgroups, tiles without pingpong): the warp vote that skips the
+// O FMULs is in the PTX; eager kernels have none.
+TEST(Fa3CompileFeatures, LazyRescaleVotesBeforeTheOFmuls) {
+  struct Case {
+    int d;
+    bool causal, lazy;
+  };
+  for (const Case &c :
+       {Case{80, true, true}, Case{256, false, true}, Case{128, false, false}, Case{64, false, false}}) {
+    const KernelSpec spec = testing::prefill_spec(Arch{90, true}, c.d, c.d, FLASHJIT_BF16, c.causal);
+    CompiledKernel kernel = testing::compile_or_fail(spec, Variant::fa3);
+    EXPECT_EQ(kernel.name.find(".lz") != std::string::npos, c.lazy) << kernel.name;
+    EXPECT_EQ(kernel.ptx.find("vote.sync.any.pred") != std::string::npos, c.lazy) << kernel.name;
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name;
+  }
+}
+
 TEST(Fa3CompileFeatures, VarlenWindowSoftcapGqaCompile) {
   KernelSpec spec = testing::prefill_spec(Arch{90, true}, 112, 112, FLASHJIT_FP16, true);
   spec.varlen = spec.local = spec.softcap = true;

@@ -25,7 +25,7 @@ using namespace flashjit;
 
 constexpr int kIterations = 30;
 constexpr int kTimedBatch = 4;
-constexpr int kTimedSeqlen = 4096;
+using parity::kTimedSeqlen;
 constexpr int kTimedHeadsQ = 16;
 constexpr uint64_t kSeed = 20261129;
 
@@ -114,6 +114,8 @@ Options bundle_only() {
   o.disk_cache = 0; // nor a cached one
   o.variant = FLASHJIT_VARIANT_FA3;
   o.strict = 1;
+  // Plan as the MLIR backend does (single CTAs, eager rescale): both bundles hold that plan.
+  o.backend = FLASHJIT_BACKEND_MLIR;
   return o;
 }
 

@@ -21,6 +21,9 @@ struct Fa3Case {
   bool local() const { return window_left >= 0 || window_right >= 0; }
 };
 
+// The key (and query) length of the timed problem of a `timed` case (tests/mlir_parity/check_fa3.cpp).
+constexpr int kTimedSeqlen = 4096;
+
 // Lengths that are not multiples of any tile (kBlockM 128/192, kBlockN 80..224), seqlen_q < seqlen_k
 // and seqlen_q > seqlen_k (causal rows and whole tiles that see no key: O = 0, LSE = -inf).
 inline std::vector<Fa3Case> fa3_cases() {

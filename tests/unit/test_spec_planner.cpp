@@ -248,6 +248,28 @@ TEST(Planner, Fa3ThreeWarpgroupsForCausalUpTo128) {
   EXPECT_EQ(plan.consumer_warpgroups, 2) << "sliding windows were not measured with three";
 }
 
+// The lazy O rescale where it measured faster (NVRTC only: the MLIR generator renders eager rescaling).
+TEST(Planner, Fa3LazyRescaleWhereItMeasuredFaster) {
+  struct Case {
+    int d;
+    bool causal;
+    flashjit_backend backend;
+    bool lazy;
+  };
+  for (const Case &c :
+       {Case{80, false, FLASHJIT_BACKEND_AUTO, true}, Case{72, true, FLASHJIT_BACKEND_NVRTC, true},
+        Case{256, false, FLASHJIT_BACKEND_AUTO, true}, Case{192, false, FLASHJIT_BACKEND_AUTO, true},
+        Case{256, true, FLASHJIT_BACKEND_AUTO, false}, Case{128, false, FLASHJIT_BACKEND_AUTO, false},
+        Case{64, false, FLASHJIT_BACKEND_AUTO, false}, Case{96, false, FLASHJIT_BACKEND_AUTO, false},
+        Case{80, false, FLASHJIT_BACKEND_MLIR, false}, Case{256, false, FLASHJIT_BACKEND_MLIR, false}}) {
+    Plan plan;
+    std::string why;
+    ASSERT_TRUE(plan_fa3(prefill(c.d, c.causal), &plan, &why, c.backend)) << why;
+    EXPECT_EQ(plan.constant("kLazyRescale"), c.lazy ? 1 : 0) << kernel_name(prefill(c.d, c.causal), plan);
+    EXPECT_EQ(kernel_name(prefill(c.d, c.causal), plan).find(".lz") != std::string::npos, c.lazy);
+  }
+}
+
 TEST(Planner, PrefersFa3OnHopperAndFa2Elsewhere) {
   PlanChoice hopper = choose_plan(prefill(128, false));
   ASSERT_TRUE(hopper.ok) << hopper.error;

@@ -99,6 +99,10 @@ template <class C> struct Consumer {
   }
 
   __device__ __forceinline__ static void rescale_o(float (&o)[C::kHeadDimV / 2], const float (&scale)[kRowsPerThread]) {
+    // Lazy rescale: most blocks leave every row's factor at exactly 1; the warp then skips the FMULs.
+    if constexpr (C::kLazyRescale)
+      if (!vote_any_sync(scale[0] != 1.0f || scale[1] != 1.0f))
+        return;
 #pragma unroll
     for (int j = 0; j < C::kHeadDimV / kColsPerGroup; ++j)
 #pragma unroll

@@ -13,17 +13,21 @@
 namespace fj::fa3 {
 
 constexpr int kRowsPerThread = 2;
-constexpr int kAccPerGroup = 4;   // accumulator registers per 8-column group
+constexpr int kAccPerGroup = 4; // accumulator registers per 8-column group
 constexpr int kColsPerGroup = 8;
-constexpr int kRowHalf = 8;       // second row of a thread is 8 rows below the first
+constexpr int kRowHalf = 8; // second row of a thread is 8 rows below the first
+// kLazyRescale: the running max moves only when a block raises it by more than this (exp2 units),
+// so p = 2^(s*c - m*c) <= 2^8 = 256 (exact in fp32; a 16-bit P keeps its relative precision) and
+// O and the sum keep their scale (factor exactly 1) for most blocks.
+constexpr float kLazyRescaleLog2 = 8.0f;
 
 // 2^x on the FMA/ALU pipes, for x <= 0 (or -inf): x = j + f with j = round(x), f in [-0.5, 0.5];
 // 2^f by a degree-3 minimax polynomial (relative error 7.5e-5, below a 16-bit P's rounding), 2^j
 // by building the float's exponent. Used for a share of the exponentials (kExp2PolyEvery) so the
 // MUFU unit, which otherwise limits small head dims, and the FMA pipe share the work.
 __device__ __forceinline__ float exp2_poly3(float x) {
-  constexpr float kMinExponent = -127.0f;      // 2^-127 -> exponent field 0 -> scale 0 (exact)
-  constexpr float kRoundMagic = 12582912.0f;   // 1.5 * 2^23: adding it rounds to an integer
+  constexpr float kMinExponent = -127.0f;    // 2^-127 -> exponent field 0 -> scale 0 (exact)
+  constexpr float kRoundMagic = 12582912.0f; // 1.5 * 2^23: adding it rounds to an integer
   constexpr float kC0 = 0.9999280571937561f, kC1 = 0.6932609677314758f;
   constexpr float kC2 = 0.2426111251115799f, kC3 = 0.0551716685295105f;
   constexpr int kMantissaBits = 23;
@@ -45,7 +49,8 @@ template <class C> struct RowState {
 // Sets invisible logits to -inf. `row0` is the thread's first row in the sequence, `col0` the
 // column of s[0] (block start + 2 * (lane % 4)).
 template <class C>
-__device__ __forceinline__ void apply_mask(float (&s)[C::kBlockN / 2], int row0, int col0, const Tile &t, const Window &w) {
+__device__ __forceinline__ void apply_mask(float (&s)[C::kBlockN / 2], int row0, int col0, const Tile &t,
+                                           const Window &w) {
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     const int row = row0 + r * kRowHalf;
@@ -84,9 +89,14 @@ __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowStat
     for (int j = 0; j < C::kBlockN / kColsPerGroup; ++j)
       block_max = max_f32(block_max, max_f32(s[j * kAccPerGroup + r * 2], s[j * kAccPerGroup + r * 2 + 1]));
     block_max = quad_reduce_max(block_max);
+    bool keep_max = false;
+    if constexpr (C::kLazyRescale)
+      keep_max = st.max[r] != neg_inf() && (block_max - st.max[r]) * scale_log2 <= kLazyRescaleLog2;
+    if (keep_max)
+      block_max = st.max[r];
     // A row that has seen no key keeps max = -inf; use 0 so that exp2 gives 0, not NaN.
     const float safe_max = block_max == neg_inf() ? 0.0f : block_max;
-    rescale[r] = ex2_approx((st.max[r] - safe_max) * scale_log2);
+    rescale[r] = keep_max ? 1.0f : ex2_approx((st.max[r] - safe_max) * scale_log2);
     st.max[r] = block_max;
     const float bias = -safe_max * scale_log2;
     float sum = 0.0f;
