@@ -758,6 +758,37 @@ static void launch_pdl(Gpu &g, CUstream s = 0) {
     CK(cuLaunchKernelEx(&cfg, K.combine, args, nullptr)); // (not reached with the default fused plan)
 }
 
+// Interleaved timing of variants (each a ring of input copies): `rounds` rounds after one warm-up,
+// each timing kLaunches back-to-back PDL steps per variant, the variants' order rotated per round.
+// Returns every variant's sorted samples (us per step).
+static std::vector<std::vector<float>> interleaved_step_us(std::vector<Gpu> *variants, int count, int rounds) {
+  constexpr int kLaunches = 10;
+  CUevent e0, e1;
+  CK(cuEventCreate(&e0, 0));
+  CK(cuEventCreate(&e1, 0));
+  std::vector<std::vector<float>> us(count);
+  std::vector<size_t> next(count, 0);
+  for (int round = -1; round < rounds; ++round) { // round -1: warm-up
+    for (int i = 0; i < count; ++i) {
+      const int v = (std::max(round, 0) + i) % count;
+      CK(cuEventRecord(e0, 0));
+      for (int l = 0; l < kLaunches; ++l)
+        launch_pdl(variants[v][next[v]++ % variants[v].size()]);
+      CK(cuEventRecord(e1, 0));
+      CK(cuEventSynchronize(e1));
+      float ms;
+      CK(cuEventElapsedTime(&ms, e0, e1));
+      if (round >= 0)
+        us[v].push_back(ms * 1e3f / kLaunches);
+    }
+  }
+  CK(cuEventDestroy(e0));
+  CK(cuEventDestroy(e1));
+  for (std::vector<float> &samples : us)
+    std::sort(samples.begin(), samples.end());
+  return us;
+}
+
 // Same-process A/B of the schedules on one TARGETS shape (Hkv 8, group 4, d128, bf16, q_len 1):
 // every variant first passes the float64 check (NaN-poisoned O and LSE, every element), then the
 // variants are timed in interleaved rounds (the order rotating per round), each round a batch of
@@ -802,33 +833,11 @@ static int run_ab(Kernel &K, const char *tag, int batch, int len, int page, cons
       splitk_schedule(g.shape, g.layout, sp, host.data(), host.size(), nullptr, nullptr);
     plan_us[v] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kReps;
   }
-  CUevent e0, e1;
-  CK(cuEventCreate(&e0, 0));
-  CK(cuEventCreate(&e1, 0));
-  constexpr int kRounds = 21, kLaunches = 10;
-  std::vector<float> us[kScheds];
-  int next[kScheds] = {0, 0, 0};
-  for (int round = -1; round < kRounds; ++round) { // round -1: warm-up
-    for (int i = 0; i < kScheds; ++i) {
-      const int v = (std::max(round, 0) + i) % kScheds;
-      CK(cuEventRecord(e0, 0));
-      for (int l = 0; l < kLaunches; ++l)
-        launch_pdl(gs[v][next[v]++ % copies]);
-      CK(cuEventRecord(e1, 0));
-      CK(cuEventSynchronize(e1));
-      float ms;
-      CK(cuEventElapsedTime(&ms, e0, e1));
-      if (round >= 0)
-        us[v].push_back(ms * 1e3f / kLaunches);
-    }
-  }
-  CK(cuEventDestroy(e0));
-  CK(cuEventDestroy(e1));
+  constexpr int kRounds = 21;
+  const std::vector<std::vector<float>> us = interleaved_step_us(gs, kScheds, kRounds);
   double med[kScheds];
-  for (int v = 0; v < kScheds; ++v) {
-    std::sort(us[v].begin(), us[v].end());
+  for (int v = 0; v < kScheds; ++v)
     med[v] = us[v][us[v].size() / 2];
-  }
   for (int v = 0; v < kScheds; ++v) {
     const SplitKSchedule &sc = gs[v][0].sched;
     printf("AB %3d x %-6d page=%-2d %-13s %7.2f us %.3f TB/s %+6.2f%% vs tiles | min %.2f max %.2f | limit %lld keys "
@@ -880,33 +889,11 @@ static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> k
     snprintf(label, sizeof label, "kab %dx%d page%d %s", batch, len, c.page, tags[v].c_str());
     fails += !check_on_gpu(P, gs[v][0], ref, label);
   }
-  CUevent e0, e1;
-  CK(cuEventCreate(&e0, 0));
-  CK(cuEventCreate(&e1, 0));
-  constexpr int kRounds = 15, kLaunches = 10;
-  std::vector<std::vector<float>> us(V);
-  int next = 0;
-  for (int round = -1; round < kRounds; ++round) { // round -1: warm-up
-    for (int i = 0; i < V; ++i) {
-      const int v = (std::max(round, 0) + i) % V;
-      CK(cuEventRecord(e0, 0));
-      for (int l = 0; l < kLaunches; ++l)
-        launch_pdl(gs[v][next++ % copies]);
-      CK(cuEventRecord(e1, 0));
-      CK(cuEventSynchronize(e1));
-      float ms;
-      CK(cuEventElapsedTime(&ms, e0, e1));
-      if (round >= 0)
-        us[v].push_back(ms * 1e3f / kLaunches);
-    }
-  }
-  CK(cuEventDestroy(e0));
-  CK(cuEventDestroy(e1));
+  constexpr int kRounds = 15;
+  const std::vector<std::vector<float>> us = interleaved_step_us(gs.data(), V, kRounds);
   std::vector<double> med(V);
-  for (int v = 0; v < V; ++v) {
-    std::sort(us[v].begin(), us[v].end());
+  for (int v = 0; v < V; ++v)
     med[v] = us[v][us[v].size() / 2];
-  }
   for (int v = 0; v < V; ++v) {
     const SplitKSchedule &sc = gs[v][0].sched;
     printf("KAB %3d x %-6d page=%-2d %-12s %7.2f us %.3f TB/s %+6.2f%% vs %s | min %.2f max %.2f | work %d merges %d "
