@@ -86,8 +86,8 @@ constexpr int kShortKeyBlockCostDenom = 100; // the default block's
 // more than 2^8, so most blocks skip the O FMULs. Measured on H200 (harness, session 7, two rounds):
 // d256 S4096 (no pingpong: the softmax is on the warpgroup's own path) 757 -> 775, d80 (3
 // warpgroups) 571 -> 583, but d64 537 -> 528, d128 678 -> 668, d128 causal 696..701 -> 691..716.
-// On where it gained: tiles without pingpong (d192 by extension) and 3-warpgroup head dims in
-// (64, 80].
+// On by default where it gained: tiles without pingpong (d192 by extension) and 3-warpgroup
+// head dims 72..80.
 constexpr int kMinHeadDimLazyRescale3Wg = 72;
 constexpr int kMaxHeadDimLazyRescale3Wg = 80;
 // Named barriers: 0 is __syncthreads; then one pingpong barrier and one epilogue barrier per
