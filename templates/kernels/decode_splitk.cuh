@@ -196,8 +196,10 @@ template <int Dim, int SmemRow> struct TileCopy {
   static constexpr int kChunks = Cfg::kBlockN * kChunksPerRow;
   static constexpr int kIters = (kChunks + Cfg::kThreads - 1) / Cfg::kThreads;
   // Fully unrolled, ptxas keeps every iteration's address live across the main loop; past 8
-  // iterations (head dim 256) that alone would push the kernel into spills.
-  static constexpr int kMaxUnroll = 8;
+  // iterations (head dim 256) that alone would push the kernel into spills. The element-aligned
+  // path also holds each chunk's 8 loaded elements in registers until its shared stores: 4 there
+  // (d128 g4 on sm_90a spilled 96 bytes at 8; 8 bytes after the session-7 merge change).
+  static constexpr int kMaxUnroll = Cfg::kAligned16 ? 8 : 4;
   static constexpr int kUnroll = kIters < kMaxUnroll ? kIters : kMaxUnroll;
 
   template <class RowOffset>
