@@ -22,6 +22,7 @@ struct DecodeCase {
   int window_left;
   float softcap;
   ref::Dtype dtype;
+  int row_padding = 0; // odd: rows not 16-byte aligned (the element-aligned copy path, .al2)
 };
 
 harness::CaseOptions to_options(const DecodeCase &c) {
@@ -33,6 +34,7 @@ harness::CaseOptions to_options(const DecodeCase &c) {
   o.page_size = c.page_size;
   o.dtype = c.dtype;
   o.decode_workspace = true;
+  o.row_padding = c.row_padding;
   return o;
 }
 
@@ -51,6 +53,9 @@ TEST_F(DecodeGpu, SplitKMatchesReference) {
       // Long enough (1601 tiles x 8 heads over 264 CTAs: 48.5 per run) for the runtime's default to
       // balance the runs by keys (SplitKShape::key_balance_min_run_tiles); the rows above take whole tiles.
       {"long_by_keys_page16", 1, 1, 102401, 32, 8, 128, 16, false, -1, 0, ref::Dtype::bf16},
+      // Element-aligned rows: each 16-byte chunk is loaded through registers.
+      {"element_aligned_gqa4", 2, 1, 3001, 32, 8, 128, 0, false, -1, 0, ref::Dtype::bf16, 3},
+      {"element_aligned_q4_causal_gqa7", 1, 4, 777, 14, 2, 64, 0, true, -1, 0, ref::Dtype::fp16, 5},
   };
   for (const DecodeCase &c : cases) {
     Options options;
@@ -61,6 +66,9 @@ TEST_F(DecodeGpu, SplitKMatchesReference) {
     std::cout << c.name << ": " << r.summary() << "\n";
     EXPECT_TRUE(r.pass()) << c.name << ": " << r.summary();
     EXPECT_NE(r.kernel.find("decode.decode_splitk"), std::string::npos) << c.name << " ran " << r.kernel;
+    if (c.row_padding % 2 != 0) {
+      EXPECT_NE(r.kernel.find(".al2"), std::string::npos) << c.name << " ran " << r.kernel;
+    }
   }
 }
 
