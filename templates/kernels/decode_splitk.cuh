@@ -43,6 +43,17 @@
 // Diagnostic builds only (FJ_DECODE_TIMELINE defined before this header; bench/harness/decode):
 // thread 0 of every CTA writes %globaltimer at fixed points of its run into
 // fj_decode_timeline[step % kTimelineSteps][blockIdx.x], `step` from fj_decode_params.pad_.
+// The points of a CTA's run a timeline build records, in the order of its slots.
+enum fj_decode_timeline_event {
+  fj_mark_entry,       // kernel entry
+  fj_mark_waited,      // after griddepcontrol.wait
+  fj_mark_first_tile,  // the CTA's first tile landed
+  fj_mark_loop_end,    // a piece's key loop done
+  fj_mark_stored,      // a piece's partial state (or O) stored
+  fj_mark_merge_start, // this CTA merges a split unit (fused merge)
+  fj_mark_exit,        // all pieces done
+  fj_mark_sm_pieces,   // %smid | pieces << 32 (not a time)
+};
 #ifdef FJ_DECODE_TIMELINE
 enum { fj_decode_timeline_steps = 8, fj_decode_timeline_ctas = 1024, fj_decode_timeline_events = 8 };
 extern "C" {
@@ -636,7 +647,7 @@ __device__ __forceinline__ void arrive_and_maybe_merge(const fj_decode_params &p
   if (!bar_red_or(last)) // uniform: thread 0's decision, to every thread
     return;
   fence_acq_rel_gpu(); // acquire for every thread: the states, after thread 0's acquire and the barrier
-  FJ_DECODE_MARK(p, 5, global_timer_ns());
+  FJ_DECODE_MARK(p, fj_mark_merge_start, global_timer_ns());
   merge_unit<Traits::kWarps, true>(p, pm.merge);
 }
 
@@ -724,7 +735,7 @@ __device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Un
         st_global_f32(a.maybe_partial_lse + (i64)u.state * Cfg::kBlockM + row, lse);
     }
   }
-  FJ_DECODE_MARK(p, 4, global_timer_ns());
+  FJ_DECODE_MARK(p, fj_mark_stored, global_timer_ns());
   if constexpr (Cfg::kFusedMerge != 0)
     if (u.state >= 0) // uniform over the CTA
       arrive_and_maybe_merge(p, pm);
@@ -776,7 +787,7 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
     __syncthreads();                         // ... and for every thread; stage t-1 is free again
 #ifdef FJ_DECODE_TIMELINE
     if (first && t == 0)
-      FJ_DECODE_MARK(p, 2, global_timer_ns());
+      FJ_DECODE_MARK(p, fj_mark_first_tile, global_timer_ns());
 #endif
     const int ahead = t + Cfg::kStages - 1;
     if (ahead < num_tiles)
@@ -798,7 +809,7 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
     pv_gemm(smem, stage, s, st);
   }
   cp_async_wait_all(); // only empty groups remain, or Q when the piece has no tile
-  FJ_DECODE_MARK(p, 3, global_timer_ns());
+  FJ_DECODE_MARK(p, fj_mark_loop_end, global_timer_ns());
   finish_piece(p, u, smem, st, pm);
 }
 
@@ -810,7 +821,7 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfi
     fj_decode_splitk(const __grid_constant__ fj_decode_params p) {
   extern __shared__ __align__(128) char smem_raw[];
   const fj::decode::Smem smem{smem_raw};
-  FJ_DECODE_MARK(p, 0, fj::global_timer_ns());
+  FJ_DECODE_MARK(p, fj_mark_entry, fj::global_timer_ns());
   // The next grid of the stream (the combine, or with kFusedMerge the next step's decode) may get
   // resident now and wait (PDL).
   if constexpr (KernelConfig::kArch >= 90)
@@ -828,13 +839,13 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfi
   if constexpr (KernelConfig::kArch >= 90)
     if (first_work.kv_begin <= first_work.kv_end)
       fj::griddepcontrol_wait();
-  FJ_DECODE_MARK(p, 1, fj::global_timer_ns());
+  FJ_DECODE_MARK(p, fj_mark_waited, fj::global_timer_ns());
   for (int i = first; i < last; ++i) {
     const fj::decode::Unit u = fj::decode::decode_unit(p, i == first ? first_work : fj::decode::load_work(p.work + i));
     fj::decode::run_piece(p, u, smem, i == first);
   }
-  FJ_DECODE_MARK(p, 6, fj::global_timer_ns());
-  FJ_DECODE_MARK(p, 7, fj::sm_id() | (unsigned long long)(last - first) << 32);
+  FJ_DECODE_MARK(p, fj_mark_exit, fj::global_timer_ns());
+  FJ_DECODE_MARK(p, fj_mark_sm_pieces, fj::sm_id() | (unsigned long long)(last - first) << 32);
 }
 
 // Merges the partial states of split units: CTA x handles merges[x] (the grid is fixed; CTAs past

@@ -931,6 +931,9 @@ static void run_tl(const std::string &tag, Kernel &K, int batch, int len) {
   CUdeviceptr tl;
   size_t tl_bytes;
   CK(cuModuleGetGlobal(&tl, &tl_bytes, K.mod, "fj_decode_timeline"));
+  // The kernel's fj_decode_timeline dimensions; event slots in the order of fj_decode_timeline_event
+  // (templates/kernels/decode_splitk.cuh): entry, wait, first tile, loop end, stored, merge start, exit,
+  // smid | pieces << 32.
   constexpr int kSteps = 8, kCtas = 1024, kEvents = 8;
   const int grid = gs[0].layout.grid;
   for (int it = 0; it < 6; ++it) // warm-up
