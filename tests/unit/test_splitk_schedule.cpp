@@ -38,6 +38,25 @@ Decoded decode(const SplitKLayout &layout, const std::vector<char> &buffer) {
   return d;
 }
 
+// A schedule written into a host buffer sized by the shape's layout.
+struct Written {
+  SplitKLayout layout;
+  std::vector<char> buffer;
+  SplitKSchedule schedule;
+};
+
+// Lays out `shape` and writes the schedule of `problem` into a buffer pre-filled with `fill`.
+::testing::AssertionResult write_schedule(const SplitKShape &shape, const SplitKProblem &problem, Written *out,
+                                          char fill = 0) {
+  std::string error;
+  if (!splitk_layout(shape, &out->layout, &error))
+    return ::testing::AssertionFailure() << "layout: " << error;
+  out->buffer.assign(out->layout.int_bytes, fill);
+  if (!splitk_schedule(shape, out->layout, problem, out->buffer.data(), out->buffer.size(), &out->schedule, &error))
+    return ::testing::AssertionFailure() << "schedule: " << error;
+  return ::testing::AssertionSuccess();
+}
+
 // The longest CTA run of a schedule.
 struct Runs {
   int64_t keys = 0, tiles = 0; // the most keys / tile iterations in one CTA's run
@@ -46,21 +65,19 @@ struct Runs {
 // Checks every invariant the kernels rely on; returns the longest runs.
 Runs check_schedule(const SplitKShape &shape, const std::vector<int32_t> &lens, int q_len, int window_left,
                     SplitKSchedule *schedule_out = nullptr) {
-  SplitKLayout layout;
-  std::string error;
-  EXPECT_TRUE(splitk_layout(shape, &layout, &error)) << error;
-  constexpr char kGarbage = 0x5A; // the schedule must write every byte the kernels read
-  std::vector<char> buffer(layout.int_bytes, kGarbage);
   SplitKProblem problem;
   problem.seqlens_k = lens.data();
   problem.batch = static_cast<int>(lens.size());
   problem.q_len = q_len;
   problem.window_left = window_left;
-  SplitKSchedule schedule;
-  EXPECT_TRUE(splitk_schedule(shape, layout, problem, buffer.data(), buffer.size(), &schedule, &error)) << error;
+  constexpr char kGarbage = 0x5A; // the schedule must write every byte the kernels read
+  Written written;
+  EXPECT_TRUE(write_schedule(shape, problem, &written, kGarbage));
+  const SplitKLayout &layout = written.layout;
+  const SplitKSchedule &schedule = written.schedule;
   if (schedule_out != nullptr)
     *schedule_out = schedule;
-  const Decoded d = decode(layout, buffer);
+  const Decoded d = decode(layout, written.buffer);
 
   EXPECT_EQ(d.header.num_work, schedule.num_work);
   EXPECT_LE(d.header.num_work, layout.max_work);
@@ -275,16 +292,13 @@ TEST(SplitKSchedule, DefaultBalancesByKeysOnlyLongRuns) {
     EXPECT_EQ(schedule.by_keys, s.by_keys) << s.batch << "x" << s.len;
     EXPECT_EQ(runs.keys, s.longest_keys) << s.batch << "x" << s.len;
     // The default shape itself gives the same partition.
-    SplitKLayout layout;
-    std::string error;
-    ASSERT_TRUE(splitk_layout(shape, &layout, &error)) << error;
-    std::vector<char> host(layout.int_bytes);
     SplitKProblem problem;
     problem.batch = s.batch;
     problem.seqlen_k = s.len;
     problem.q_len = 1;
-    SplitKSchedule by_default;
-    ASSERT_TRUE(splitk_schedule(shape, layout, problem, host.data(), host.size(), &by_default, &error)) << error;
+    Written written;
+    ASSERT_TRUE(write_schedule(shape, problem, &written));
+    const SplitKSchedule &by_default = written.schedule;
     EXPECT_EQ(by_default.by_keys, s.by_keys);
     EXPECT_EQ(by_default.keys_per_cta, s.longest_keys) << s.batch << "x" << s.len;
     EXPECT_EQ(by_default.num_work, schedule.num_work);
@@ -295,15 +309,12 @@ TEST(SplitKSchedule, DefaultBalancesByKeysOnlyLongRuns) {
 TEST(SplitKSchedule, PiecesStartMidTileAndMidPage) {
   const std::vector<int32_t> lens = {32768};
   const SplitKShape shape = h200_shape(1);
-  SplitKLayout layout;
-  std::string error;
-  ASSERT_TRUE(splitk_layout(shape, &layout, &error));
-  std::vector<char> buffer(layout.int_bytes);
   SplitKProblem problem;
   problem.seqlens_k = lens.data();
   problem.batch = 1;
-  ASSERT_TRUE(splitk_schedule(shape, layout, problem, buffer.data(), buffer.size(), nullptr, &error)) << error;
-  const Decoded d = decode(layout, buffer);
+  Written written;
+  ASSERT_TRUE(write_schedule(shape, problem, &written));
+  const Decoded d = decode(written.layout, written.buffer);
   int mid_tile = 0, mid_page16 = 0, mid_page48 = 0;
   for (const fj_decode_work &w : d.work) {
     mid_tile += w.kv_begin % 64 != 0;
@@ -368,17 +379,13 @@ TEST(SplitKSchedule, TinyProblemIsNotSplit) {
   const std::vector<int32_t> lens = {150, 1, 0};
   const SplitKShape shape = h200_shape(3, 2);
   check_schedule(shape, lens, 1, -1);
-  SplitKLayout layout;
-  std::string error;
-  ASSERT_TRUE(splitk_layout(shape, &layout, &error));
-  std::vector<char> buffer(layout.int_bytes);
   SplitKProblem problem;
   problem.seqlens_k = lens.data();
   problem.batch = 3;
-  SplitKSchedule schedule;
-  ASSERT_TRUE(splitk_schedule(shape, layout, problem, buffer.data(), buffer.size(), &schedule, &error));
-  EXPECT_EQ(schedule.num_merges, 0);
-  EXPECT_EQ(schedule.num_work, 6);
+  Written written;
+  ASSERT_TRUE(write_schedule(shape, problem, &written));
+  EXPECT_EQ(written.schedule.num_merges, 0);
+  EXPECT_EQ(written.schedule.num_work, 6);
 }
 
 TEST(SplitKSchedule, FewerMBlocksThanCompiled) {
@@ -464,18 +471,14 @@ TEST(SplitKSchedule, StateMapOfOneLongSequence) {
   SplitKShape shape = h200_shape(2, 1);
   shape.num_sms = 4;
   shape.ctas_per_sm = 1;
-  SplitKLayout layout;
-  std::string error;
-  ASSERT_TRUE(splitk_layout(shape, &layout, &error));
   const std::vector<int32_t> lens = {64 * 40, 64};
   check_schedule(shape, lens, 1, -1);
-  std::vector<char> buffer(layout.int_bytes);
   SplitKProblem problem;
   problem.seqlens_k = lens.data();
   problem.batch = 2;
-  SplitKSchedule schedule;
-  ASSERT_TRUE(splitk_schedule(shape, layout, problem, buffer.data(), buffer.size(), &schedule, &error)) << error;
-  const Decoded d = decode(layout, buffer);
+  Written written;
+  ASSERT_TRUE(write_schedule(shape, problem, &written));
+  const Decoded d = decode(written.layout, written.buffer);
   ASSERT_EQ(d.header.num_merges, 1);
   EXPECT_EQ(d.merges[0].unit, 0);
   EXPECT_EQ(d.header.num_states, d.merges[0].count);
