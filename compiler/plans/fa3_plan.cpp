@@ -298,31 +298,38 @@ bool plan_fa3(const KernelSpec &spec, Plan *plan, std::string *why_not, flashjit
   return plan_fa3_tuned(spec, Fa3Tuning{}, plan, why_not, backend);
 }
 
-int fa3_short_key_block(const KernelSpec &spec) {
+namespace {
+
+// The planner's default kBlockN of an unmasked, fixed-length fa3 spec, or 0 when the spec has no
+// short-key alternative. The cheap refusals come first: this runs on every prefill call.
+int default_block_n_with_short_alternative(const KernelSpec &spec) {
   // Masked tiles already use kMaxBlockNMasked; varlen sequences each pad differently.
-  if (spec.causal || spec.local || spec.varlen)
+  if (spec.op != Op::prefill || spec.arch.sm != 90 || !spec.arch.arch_specific || spec.page_size != 0 ||
+      spec.align_bytes % 16 != 0 || spec.causal || spec.local || spec.varlen)
     return 0;
   KernelSpec default_spec = spec;
   default_spec.key_block = 0;
   Fa3Tile tile;
   if (!fa3_tile(default_spec, Fa3Tuning{}, &tile, nullptr))
     return 0;
-  return tile.block_n > kShortKeyBlock ? kShortKeyBlock : 0;
+  return tile.block_n > kShortKeyBlock ? tile.block_n : 0;
+}
+
+} // namespace
+
+int fa3_short_key_block(const KernelSpec &spec) {
+  return default_block_n_with_short_alternative(spec) != 0 ? kShortKeyBlock : 0;
 }
 
 int fa3_key_block_for(const KernelSpec &spec, int seqlen_k) {
-  const int short_block = fa3_short_key_block(spec);
-  if (short_block == 0 || seqlen_k <= 0)
+  const int default_block = default_block_n_with_short_alternative(spec);
+  if (default_block == 0 || seqlen_k <= 0)
     return 0;
-  KernelSpec default_spec = spec;
-  default_spec.key_block = 0;
-  Fa3Tile tile;
-  fa3_tile(default_spec, Fa3Tuning{}, &tile, nullptr); // succeeded in fa3_short_key_block
   // Keys each block computes, padded to whole blocks, at the measured cost per key of each block.
   auto padded_keys = [seqlen_k](int block_n) { return (seqlen_k + block_n - 1) / block_n * block_n; };
-  const int64_t default_cost = int64_t(padded_keys(tile.block_n)) * kShortKeyBlockCostDenom;
-  const int64_t short_cost = int64_t(padded_keys(short_block)) * kShortKeyBlockCostNumer;
-  return short_cost < default_cost ? short_block : 0;
+  const int64_t default_cost = int64_t(padded_keys(default_block)) * kShortKeyBlockCostDenom;
+  const int64_t short_cost = int64_t(padded_keys(kShortKeyBlock)) * kShortKeyBlockCostNumer;
+  return short_cost < default_cost ? kShortKeyBlock : 0;
 }
 
 } // namespace flashjit

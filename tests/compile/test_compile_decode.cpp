@@ -54,8 +54,8 @@ const std::vector<std::string> kArrival = {"fence.acq_rel.gpu",         "atom.ac
 // spells them; the MLIR backend's read-only loads are untyped (.b32), so there the check counts.
 const std::vector<std::string> kNonCoherentStateLoads = {"ld.global.nc.f32", "ld.global.nc.v4.f32"};
 // Read-only loads the fused merge may add to the decode entry: integers the host wrote (the state
-// map and the merge entry, each read by thread 0 and again by the merging CTA, and decode_unit's
-// KV length).
+// map and the merge entry, read while a piece's first tiles load, and decode_unit's KV length); a
+// bound with room, not an exact count.
 constexpr int kFusedMergeIntLoads = 5;
 
 int count(const std::string &text, const std::string &pattern) {
