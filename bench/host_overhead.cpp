@@ -1,6 +1,8 @@
 // Host-side costs of the runtime (Google Benchmark), on a GPU machine:
 //   forward_hot:      problem -> launched, kernel already in memory (the per-call cost an engine pays)
 //   raw_launch_fa2:   one cuLaunchKernelEx of the same kernel, parameters made once (the floor)
+//   raw_launch_fa3:   the same for forward_hot's fa3 kernel (its 896-byte parameter block, its cluster)
+//   launch_fa3_hot:   launch_fa3 alone (parameter-cache lookup + launch), the problem resolved once
 //   decode_forward_hot: a planned decode step (one launch: the split-K decode merges its splits)
 //   prepare_disk_hit: problem -> loaded function with a cold memory cache and a warm disk cache
 //   validate_and_spec: the CPU-only part of the hot path (no GPU needed)
@@ -137,6 +139,64 @@ void raw_launch_fa2(benchmark::State &state) {
                  [&] { return record->kernel.launch(launch.grid, launch.block, launch.smem_bytes, nullptr, args); });
 }
 BENCHMARK(raw_launch_fa2)->Unit(benchmark::kMicrosecond)->UseManualTime();
+
+// forward_hot's fa3 kernel, resolved once; false (benchmark skipped) when the planner picks another.
+struct Fa3Resolved {
+  std::shared_ptr<const KernelRecord> record;
+  NormalizedProblem problem;
+  LaunchContext context;
+};
+bool resolve_fa3(benchmark::State &state, KernelStore &store, const AttentionProblem &p, Fa3Resolved *out) {
+  CUcontext context = nullptr;
+  driver::api()->cuCtxGetCurrent(&context);
+  driver::DeviceInfo device;
+  if (!validate_problem(&p, &out->problem) || !driver::current_device(&device)) {
+    state.SkipWithError("could not validate the problem");
+    return false;
+  }
+  const Arch arch = Arch::from_compute_capability(device.cc_major, device.cc_minor);
+  out->context = LaunchContext{device.sm_count, device.l2_bytes};
+  if (!store.get(spec_for_problem(out->problem, arch), context, &out->record) ||
+      out->record->choice.plan.variant != Variant::fa3) {
+    state.SkipWithError("no fa3 kernel for this problem on this device");
+    return false;
+  }
+  return true;
+}
+
+void raw_launch_fa3(benchmark::State &state) {
+  Fixture *fp = gpu_fixture(state);
+  if (!fp)
+    return;
+  KernelStore store(store_config_from(Options{}));
+  Fa3Resolved r;
+  if (!resolve_fa3(state, store, fp->p, &r))
+    return;
+  Fa3Launch launch;
+  if (Status s = fa3_launch(*r.record, r.problem, r.context, &launch); !s) {
+    state.SkipWithError(s.message.c_str());
+    return;
+  }
+  void *args[] = {&launch.params};
+  if (host_time_loop(state, [&] {
+        return r.record->kernel.launch(launch.grid, launch.block, launch.smem_bytes, nullptr, args, launch.cluster);
+      }))
+    state.SetLabel(r.record->name + ", params " + std::to_string(sizeof(launch.params)) + " B, cluster " +
+                   std::to_string(launch.cluster.x));
+}
+BENCHMARK(raw_launch_fa3)->Unit(benchmark::kMicrosecond)->UseManualTime();
+
+void launch_fa3_hot(benchmark::State &state) {
+  Fixture *fp = gpu_fixture(state);
+  if (!fp)
+    return;
+  KernelStore store(store_config_from(Options{}));
+  Fa3Resolved r;
+  if (!resolve_fa3(state, store, fp->p, &r))
+    return;
+  host_time_loop(state, [&] { return launch_fa3(*r.record, r.problem, r.context, nullptr); });
+}
+BENCHMARK(launch_fa3_hot)->Unit(benchmark::kMicrosecond)->UseManualTime();
 
 void forward_fa2_hot(benchmark::State &state) {
   Fixture *fp = gpu_fixture(state);

@@ -6,6 +6,8 @@
 #include "runtime/params.hpp"
 #include "runtime/problem.hpp"
 
+#include "params_fa3.h"
+
 namespace flashjit {
 
 struct LaunchContext {
@@ -21,6 +23,16 @@ struct Fa2Launch {
   int smem_bytes = 0;
 };
 Fa2Launch fa2_launch(const KernelRecord &kernel, const NormalizedProblem &problem);
+
+// What launch_fa3 launches: the parameter block (TMA maps encoded, or taken from the per-thread cache of
+// encoded blocks) and the persistent grid; an error when TMA cannot address the layout.
+struct Fa3Launch {
+  fj_fa3_params params;
+  Dim3 grid, block, cluster;
+  int smem_bytes = 0;
+};
+Status fa3_launch(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
+                  Fa3Launch *out);
 
 Status launch_fa2(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
                   CUstream stream);

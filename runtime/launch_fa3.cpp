@@ -36,8 +36,8 @@ bool same_inputs(const EncodedParams &e, const KernelRecord &kernel, const Launc
 
 } // namespace
 
-Status launch_fa3(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
-                  CUstream stream) {
+Status fa3_launch(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
+                  Fa3Launch *out) {
   const KernelSpec &spec = kernel.choice.spec;
   const Plan &plan = kernel.choice.plan;
   fj_attention_params base{}; // zero-filled padding, so the byte comparison above is exact
@@ -76,10 +76,21 @@ Status launch_fa3(const KernelRecord &kernel, const NormalizedProblem &problem, 
     e.base = base;
     hit = &e;
   }
-  fj_fa3_params params = hit->params; // the launch copies its arguments; the cache entry stays intact
-  void *args[] = {&params};
-  return kernel.kernel.launch(Dim3{static_cast<unsigned>(hit->grid)}, Dim3{static_cast<unsigned>(plan.threads)},
-                              plan.smem_bytes, stream, args, Dim3{static_cast<unsigned>(plan.cluster_m)});
+  out->params = hit->params; // the launch copies its arguments; the cache entry stays intact
+  out->grid = Dim3{static_cast<unsigned>(hit->grid)};
+  out->block = Dim3{static_cast<unsigned>(plan.threads)};
+  out->cluster = Dim3{static_cast<unsigned>(plan.cluster_m)};
+  out->smem_bytes = plan.smem_bytes;
+  return Status::success();
+}
+
+Status launch_fa3(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
+                  CUstream stream) {
+  Fa3Launch launch;
+  if (Status s = fa3_launch(kernel, problem, ctx, &launch); !s)
+    return s;
+  void *args[] = {&launch.params};
+  return kernel.kernel.launch(launch.grid, launch.block, launch.smem_bytes, stream, args, launch.cluster);
 }
 
 } // namespace flashjit
