@@ -4,13 +4,15 @@ flash (FA-2) and cuDNN backends, on the same tensors, in the same process.
 
 Prefill rows report TFLOP/s (4*B*H*Sq*Sk*D, halved for causal); decode rows report TB/s of KV read.
 Timing: CUDA events around each launch, warm-up first, median of --iters runs, inputs rotated among
-enough copies that L2 (50 MB) does not serve them. Each row also checks flashjit against cuDNN's output.
+enough copies that L2 (50 MB) does not serve them; flashjit's samples alternate with the SDPA
+backends' (one of each in turn), so drift within a run weighs on all three alike. Each row also checks flashjit against cuDNN's output.
 
 --mlir-bundle FILE.fjb (made where LLVM is, e.g. by scripts/make-mlir-parity.sh): a second runtime with
 JIT off serves kernels from that bundle (built by the MLIR backend), timed on the same tensors right after
 the NVRTC-built ones (issue 5: the MLIR kernel of the same plan within 10% of the NVRTC one).
 """
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -134,42 +136,66 @@ def median_ms(fns, iters, per_sample=None):
     return median_ms_interleaved([fns], iters, per_sample)[0]
 
 
-def median_ms_interleaved(fn_sets, iters, per_sample=None):
+def median_ms_interleaved(fn_sets, iters, per_sample=None, contexts=None):
     """median_ms of several implementations, their samples alternating (A B A B ...), so that clock
-    or temperature drift over a long run weighs on all of them alike rather than on the later one."""
-    for fns in fn_sets:
-        for f in fns[:3]:
-            f()
+    or temperature drift over a long run weighs on all of them alike rather than on the later one.
+    contexts: per set, None or a factory of the context its samples run in (an SDPA backend),
+    entered outside the two events so it costs the timing nothing."""
+    contexts = contexts or [None] * len(fn_sets)
+
+    def entered(context):
+        return context() if context else contextlib.nullcontext()
+
+    for fns, context in zip(fn_sets, contexts):
+        with entered(context):
+            for f in fns[:3]:
+                f()
     torch.cuda.synchronize()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     if per_sample is None:
-        start.record()
-        fn_sets[0][0]()
-        stop.record()
-        stop.synchronize()
+        with entered(contexts[0]):
+            start.record()
+            fn_sets[0][0]()
+            stop.record()
+            stop.synchronize()
         per_sample = max(1, min(20, int(1.0 / max(start.elapsed_time(stop), 1e-3))))
     times = [[] for _ in fn_sets]
     for i in range(iters):
-        for fns, samples in zip(fn_sets, times):
-            start.record()
-            for j in range(per_sample):
-                fns[(i * per_sample + j) % len(fns)]()
-            stop.record()
-            stop.synchronize()
+        for fns, context, samples in zip(fn_sets, contexts, times):
+            with entered(context):
+                start.record()
+                for j in range(per_sample):
+                    fns[(i * per_sample + j) % len(fns)]()
+                stop.record()
+                stop.synchronize()
             samples.append(start.elapsed_time(stop) / per_sample)
     return [statistics.median(samples) for samples in times]
 
 
-def time_sdpa(result, sets, iters, **sdpa_args):
-    """Times PyTorch's flash and cuDNN SDPA backends on `sets` (q, k, v as [B, S, H, D]) into result."""
-    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+SDPA_BACKENDS = (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION))
+
+
+def time_side_by_side(result, ours, sets, iters, **sdpa_args):
+    """flashjit (`ours`: launches over the rotated inputs) and PyTorch's flash and cuDNN SDPA backends
+    on `sets` (q, k, v as [B, S, H, D]), their samples interleaved, into result[name + "_ms"]. A
+    backend that refuses the shape is left out with its error."""
+    names, fn_sets, contexts = ["flashjit"], [ours], [None]
+    for name, backend in SDPA_BACKENDS:
+        fns = [lambda q=q, k=k, v=v: F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), **sdpa_args) for q, k, v, _ in sets]
+        context = lambda backend=backend: sdpa_kernel(backend)
         try:
-            with sdpa_kernel(backend):
-                fns = [lambda q=q, k=k, v=v: F.scaled_dot_product_attention(
-                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), **sdpa_args) for q, k, v, _ in sets]
-                result[name + "_ms"] = median_ms(fns, iters)
+            with context():
+                fns[0]()
+            torch.cuda.synchronize()
         except Exception as e:  # a backend that refuses the shape
             result[name + "_error"] = str(e).splitlines()[0][:200]
+            continue
+        names.append(name)
+        fn_sets.append(fns)
+        contexts.append(context)
+    for name, ms in zip(names, median_ms_interleaved(fn_sets, iters, contexts=contexts)):
+        result[name + "_ms"] = ms
 
 
 def copies_for(bytes_per_copy):
@@ -179,7 +205,7 @@ def copies_for(bytes_per_copy):
 def time_mlir(fj, mlir, result, problems, mlir_problems, iters, prepare=None):
     """Times the MLIR-built kernel of the same spec (served by the bundle runtime) and, again, the
     NVRTC-built one, their samples interleaved; both times replace nothing but add mlir_* fields
-    (flashjit_ms stays the NVRTC time measured alone, comparable with earlier runs)."""
+    (flashjit_ms stays the NVRTC time measured beside the SDPA backends)."""
     if mlir is None:
         return
     try:
@@ -215,14 +241,14 @@ def prefill_row(fj, d, s, causal, dtype, iters, mlir=None):
     try:
         fj.check(fj.lib.flashjit_prepare(fj.runtime, ctypes.byref(problems[0])))
         result["kernel"] = fj.explain(problems[0]).splitlines()[0].split()[-1]
-        result["flashjit_ms"] = median_ms([lambda p=p: fj.forward(p) for p in problems], iters)
+        time_side_by_side(result, [lambda p=p: fj.forward(p) for p in problems], sets, iters, is_causal=causal)
     except RuntimeError as e:
         result["kernel"] = "error: " + str(e)[:200]
         return result
     time_mlir(fj, mlir, result, problems, problems, iters)
-    time_sdpa(result, sets, iters, is_causal=causal)
     if "flashjit_ms" in result and "cudnn_ms" in result:
         q, k, v, o = sets[0]
+        o.fill_(float("nan"))
         fj.forward(problems[0])
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
@@ -291,8 +317,13 @@ def decode_row(fj, batch, kv_len, dtype, iters, page_size=0, mlir=None):
         for p in problems:
             fj.attach_workspace(p, keep)
         result["kernel"] = fj.explain(problems[0]).splitlines()[0].split()[-1]
-        result["flashjit_ms"] = median_ms([lambda p=p: fj.forward(p) for p in problems], iters)
+        ours = [lambda p=p: fj.forward(p) for p in problems]
+        if page_size:  # PyTorch has no paged mode: its rows are the contiguous ones
+            result["flashjit_ms"] = median_ms(ours, iters)
+        else:
+            time_side_by_side(result, ours, sets, iters, enable_gqa=True)
         q, k, v, o = sets[0]
+        o.fill_(float("nan"))  # the check sees this launch's output, not the timing loop's
         fj.forward(problems[0])
         ref = F.scaled_dot_product_attention(q.transpose(1, 2).float(), k.transpose(1, 2).float(),
                                              v.transpose(1, 2).float(), enable_gqa=True).transpose(1, 2)
@@ -313,12 +344,6 @@ def decode_row(fj, batch, kv_len, dtype, iters, page_size=0, mlir=None):
                 mlir.forward(mlir_problems[0])
                 torch.cuda.synchronize()
                 result["mlir_max_abs_diff_vs_fp32"] = (o.float() - ref).abs().max().item()
-    if page_size:  # PyTorch has no paged mode: its rows are the contiguous ones
-        for name in ("flashjit",):
-            if name + "_ms" in result:
-                result[name + "_tbps"] = kv_bytes / (result[name + "_ms"] * 1e-3) / 1e12
-        return result
-    time_sdpa(result, sets, iters, enable_gqa=True)
     for name in ("flashjit", "flash", "cudnn"):
         if name + "_ms" in result:
             result[name + "_tbps"] = kv_bytes / (result[name + "_ms"] * 1e-3) / 1e12
