@@ -5,7 +5,12 @@ flash (FA-2) and cuDNN backends, on the same tensors, in the same process.
 Prefill rows report TFLOP/s (4*B*H*Sq*Sk*D, halved for causal); decode rows report TB/s of KV read.
 Timing: CUDA events around each launch, warm-up first, median of --iters runs, inputs rotated among
 enough copies that L2 (50 MB) does not serve them; flashjit's samples alternate with the SDPA
-backends' (one of each in turn), so drift within a run weighs on all three alike. Each row also checks flashjit against cuDNN's output.
+backends' (one of each in turn), so drift within a run weighs on all three alike. Each row also
+checks flashjit against cuDNN's output.
+
+--alt-tuning TUNING (an A/B of fa3 plans): a second runtime made with FLASHJIT_FA3_TUNING=TUNING (e.g.
+consumer_warpgroups=2) and strict mode is timed beside the planner's kernels, all four samples alternating;
+--rows d128s4096,d128s16384c,1x32768 limits the run to those rows.
 
 --mlir-bundle FILE.fjb (made where LLVM is, e.g. by scripts/make-mlir-parity.sh): a second runtime with
 JIT off serves kernels from that bundle (built by the MLIR backend), timed on the same tensors right after
@@ -65,7 +70,7 @@ BACKEND_MLIR = 2  # FLASHJIT_BACKEND_MLIR
 
 
 class FlashJit:
-    def __init__(self, path, variant="auto", bundle=None):
+    def __init__(self, path, variant="auto", bundle=None, fa3_tuning=None):
         self.lib = ctypes.CDLL(path)
         self.lib.flashjit_last_error.restype = ctypes.c_char_p
         self.lib.flashjit_explain.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem), ctypes.c_char_p,
@@ -84,7 +89,18 @@ class FlashJit:
             options.jit = 0  # nor a disk-cache hit (that would be an NVRTC build of the same name)
             options.disk_cache = 0
             options.backend = BACKEND_MLIR  # the planner's MLIR plans (a few fa2 tiles differ by backend)
-        self.check(self.lib.flashjit_runtime_create(ctypes.byref(options), ctypes.byref(self.runtime)))
+        if fa3_tuning:  # read when the runtime is made; strict: a tuning fa3 cannot take is an error, not fa2
+            options.strict = 1
+            previous = os.environ.get("FLASHJIT_FA3_TUNING")
+            os.environ["FLASHJIT_FA3_TUNING"] = fa3_tuning
+        try:
+            self.check(self.lib.flashjit_runtime_create(ctypes.byref(options), ctypes.byref(self.runtime)))
+        finally:
+            if fa3_tuning:
+                if previous is None:
+                    del os.environ["FLASHJIT_FA3_TUNING"]
+                else:
+                    os.environ["FLASHJIT_FA3_TUNING"] = previous
         for path in (bundle or "").split(","):
             if path:
                 self.check(self.lib.flashjit_register_bundle(self.runtime, path.encode()))
@@ -175,11 +191,15 @@ def median_ms_interleaved(fn_sets, iters, per_sample=None, contexts=None):
 SDPA_BACKENDS = (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION))
 
 
-def time_side_by_side(result, ours, sets, iters, **sdpa_args):
-    """flashjit (`ours`: launches over the rotated inputs) and PyTorch's flash and cuDNN SDPA backends
-    on `sets` (q, k, v as [B, S, H, D]), their samples interleaved, into result[name + "_ms"]. A
-    backend that refuses the shape is left out with its error."""
+def time_side_by_side(result, ours, sets, iters, extra=(), **sdpa_args):
+    """flashjit (`ours`: launches over the rotated inputs), the (name, launches) pairs of `extra` and
+    PyTorch's flash and cuDNN SDPA backends on `sets` (q, k, v as [B, S, H, D]), their samples
+    interleaved, into result[name + "_ms"]. A backend that refuses the shape is left out with its error."""
     names, fn_sets, contexts = ["flashjit"], [ours], [None]
+    for name, fns in extra:
+        names.append(name)
+        fn_sets.append(fns)
+        contexts.append(None)
     for name, backend in SDPA_BACKENDS:
         fns = [lambda q=q, k=k, v=v: F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), **sdpa_args) for q, k, v, _ in sets]
@@ -226,7 +246,7 @@ def time_mlir(fj, mlir, result, problems, mlir_problems, iters, prepare=None):
         result["mlir_error"] = str(e).splitlines()[0][:200]
 
 
-def prefill_row(fj, d, s, causal, dtype, iters, mlir=None):
+def prefill_row(fj, d, s, causal, dtype, iters, mlir=None, alt=None):
     tokens, width = 16384, 2048
     b, h = tokens // s, max(1, round(width / d))
     n = copies_for(3 * b * s * h * d * 2)
@@ -241,7 +261,16 @@ def prefill_row(fj, d, s, causal, dtype, iters, mlir=None):
     try:
         fj.check(fj.lib.flashjit_prepare(fj.runtime, ctypes.byref(problems[0])))
         result["kernel"] = fj.explain(problems[0]).splitlines()[0].split()[-1]
-        time_side_by_side(result, [lambda p=p: fj.forward(p) for p in problems], sets, iters, is_causal=causal)
+        extra = []
+        if alt is not None:
+            try:
+                alt.check(alt.lib.flashjit_prepare(alt.runtime, ctypes.byref(problems[0])))
+                result["alt_kernel"] = alt.explain(problems[0]).splitlines()[0].split()[-1]
+                extra.append(("alt", [lambda p=p: alt.forward(p) for p in problems]))
+            except RuntimeError as e:
+                result["alt_error"] = str(e).splitlines()[0][:200]
+        time_side_by_side(result, [lambda p=p: fj.forward(p) for p in problems], sets, iters, extra,
+                          is_causal=causal)
     except RuntimeError as e:
         result["kernel"] = "error: " + str(e)[:200]
         return result
@@ -255,16 +284,23 @@ def prefill_row(fj, d, s, causal, dtype, iters, mlir=None):
                                                  is_causal=causal).transpose(1, 2)
         torch.cuda.synchronize()
         result["max_abs_diff_vs_cudnn"] = (o.float() - ref.float()).abs().max().item()
+        if "alt_ms" in result:
+            o.fill_(float("nan"))
+            alt.forward(problems[0])
+            torch.cuda.synchronize()
+            result["alt_max_abs_diff_vs_cudnn"] = (o.float() - ref.float()).abs().max().item()
         if "mlir_ms" in result:
             o.fill_(float("nan"))
             mlir.forward(problems[0])
             torch.cuda.synchronize()
             result["mlir_max_abs_diff_vs_cudnn"] = (o.float() - ref.float()).abs().max().item()
-    for name in ("flashjit", "flash", "cudnn"):
+    for name in ("flashjit", "alt", "flash", "cudnn"):
         if name + "_ms" in result:
             result[name + "_tflops"] = flops / (result[name + "_ms"] * 1e-3) / 1e12
     if "cudnn_tflops" in result and "flashjit_tflops" in result:
         result["ratio_vs_cudnn"] = result["flashjit_tflops"] / result["cudnn_tflops"]
+    if "alt_tflops" in result and "flashjit_tflops" in result:
+        result["alt_vs_planner"] = result["alt_tflops"] / result["flashjit_tflops"]
     return result
 
 
@@ -358,6 +394,13 @@ def mlir_note(r):
     return f"  | mlir: {r['mlir_error']}" if "mlir_error" in r else ""
 
 
+def alt_note(r):
+    if "alt_ms" in r:
+        return (f"  | alt {r['alt_tflops']:6.1f} TFLOP/s ({r['alt_vs_planner']:.3f}x the planner's, diff "
+                f"{r.get('alt_max_abs_diff_vs_cudnn', -1):.3g}) {r['alt_kernel']}")
+    return f"  | alt: {r['alt_error']}" if "alt_error" in r else ""
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--lib", default="build/libflashjit.so")
@@ -368,11 +411,19 @@ def main():
     ap.add_argument("--variant", default="auto", choices=sorted(VARIANTS),
                     help="force a prefill kernel family (fa2 rows answer issue 2's fa2 >= PyTorch FA-2)")
     ap.add_argument("--mlir-bundle", help="also time the kernels of these MLIR-built bundles (comma-separated; JIT off)")
+    ap.add_argument("--alt-tuning", help="also time prefill rows with FLASHJIT_FA3_TUNING=ALT_TUNING (strict mode)")
+    ap.add_argument("--rows", help="only these rows: d<head_dim>s<seqlen>[c] (c: causal) and <batch>x<kv_len>")
     args = ap.parse_args()
     torch.cuda.init()
     torch.zeros(1, device="cuda")  # makes the primary context current for flashjit
     fj = FlashJit(args.lib, args.variant)
     mlir = FlashJit(args.lib, args.variant, args.mlir_bundle) if args.mlir_bundle else None
+    alt = FlashJit(args.lib, args.variant, fa3_tuning=args.alt_tuning) if args.alt_tuning else None
+    wanted = set(args.rows.split(",")) if args.rows else None
+
+    def selected(name):
+        return wanted is None or name in wanted
+
     rows = []
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "cudnn": torch.backends.cudnn.version(), "commit": os.environ.get("FLASHJIT_COMMIT", "")}
@@ -386,15 +437,20 @@ def main():
         dtype = dtypes[dname]
         if "prefill" in args.ops:
             for d, s, causal in PREFILL_ROWS:
-                r = prefill_row(fj, d, s, causal, dtype, args.iters, mlir)
+                if not selected(f"d{d}s{s}{'c' if causal else ''}"):
+                    continue
+                r = prefill_row(fj, d, s, causal, dtype, args.iters, mlir, alt)
                 rows.append(r)
                 save()
                 print(f"prefill {dname} d{d} S{s} {'causal' if causal else 'full  '}: flashjit "
                       f"{r.get('flashjit_tflops', 0):6.1f}  flash {r.get('flash_tflops', 0):6.1f}  cudnn "
                       f"{r.get('cudnn_tflops', 0):6.1f} TFLOP/s  x{r.get('ratio_vs_cudnn', 0):.2f}  "
-                      f"diff {r.get('max_abs_diff_vs_cudnn', -1):.3g}  {r['kernel']}{mlir_note(r)}", flush=True)
+                      f"diff {r.get('max_abs_diff_vs_cudnn', -1):.3g}  {r['kernel']}{mlir_note(r)}{alt_note(r)}",
+                      flush=True)
         if "decode" in args.ops and dname == "bf16":
             for batch, kv in DECODE_ROWS:
+                if not selected(f"{batch}x{kv}"):
+                    continue
                 for page_size in (0, 16, 64):
                     r = decode_row(fj, batch, kv, dtype, args.iters, page_size, mlir)
                     rows.append(r)

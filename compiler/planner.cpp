@@ -1,4 +1,5 @@
 #include "compiler/planner.hpp"
+#include "compiler/plans/fa3_plan.hpp"
 
 namespace flashjit {
 namespace {
@@ -20,11 +21,16 @@ PlanChoice failed(const KernelSpec &spec, std::string error) {
   return choice;
 }
 
-PlanChoice choose_prefill(const KernelSpec &spec, flashjit_backend backend) {
+bool plan_fa3_with(const KernelSpec &spec, const Fa3Tuning *tuning, Plan *plan, std::string *why_not,
+                   flashjit_backend backend) {
+  return tuning ? plan_fa3_tuned(spec, *tuning, plan, why_not, backend) : plan_fa3(spec, plan, why_not, backend);
+}
+
+PlanChoice choose_prefill(const KernelSpec &spec, flashjit_backend backend, const Fa3Tuning *fa3_tuning) {
   Plan plan;
   std::string fa3_reason;
   if (spec.arch.sm == 90 && spec.arch.arch_specific) {
-    if (plan_fa3(spec, &plan, &fa3_reason, backend))
+    if (plan_fa3_with(spec, fa3_tuning, &plan, &fa3_reason, backend))
       return planned(spec, plan, Variant::fa3, "");
   }
   std::string fa2_reason;
@@ -37,7 +43,7 @@ PlanChoice choose_prefill(const KernelSpec &spec, flashjit_backend backend) {
                           (fa3_reason.empty() ? "" : "; fa3: " + fa3_reason));
 }
 
-PlanChoice choose_decode(const KernelSpec &spec, flashjit_backend backend) {
+PlanChoice choose_decode(const KernelSpec &spec, flashjit_backend backend, const Fa3Tuning *fa3_tuning) {
   Plan plan;
   std::string decode_reason;
   if (plan_decode(spec, &plan, &decode_reason))
@@ -47,7 +53,7 @@ PlanChoice choose_decode(const KernelSpec &spec, flashjit_backend backend) {
   prefill.op = Op::prefill;
   prefill.gqa_group = 0;
   prefill.q_len = 0;
-  PlanChoice fallback = choose_prefill(prefill, backend);
+  PlanChoice fallback = choose_prefill(prefill, backend, fa3_tuning);
   if (!fallback.ok)
     return failed(spec, "no decode kernel: " + decode_reason + "; " + fallback.error);
   fallback.preferred = Variant::decode_splitk;
@@ -55,7 +61,8 @@ PlanChoice choose_decode(const KernelSpec &spec, flashjit_backend backend) {
   return fallback;
 }
 
-PlanChoice choose_forced(const KernelSpec &spec, Variant forced, flashjit_backend backend) {
+PlanChoice choose_forced(const KernelSpec &spec, Variant forced, flashjit_backend backend,
+                         const Fa3Tuning *fa3_tuning) {
   Plan plan;
   std::string reason;
   bool ok = false;
@@ -67,7 +74,7 @@ PlanChoice choose_forced(const KernelSpec &spec, Variant forced, flashjit_backen
     effective.gqa_group = 0;
     effective.q_len = 0;
     ok = forced == Variant::fa2 ? plan_fa2(effective, &plan, &reason, backend)
-                                : plan_fa3(effective, &plan, &reason, backend);
+                                : plan_fa3_with(effective, fa3_tuning, &plan, &reason, backend);
     break;
   case Variant::decode_splitk: ok = spec.op == Op::decode && plan_decode(spec, &plan, &reason); break;
   case Variant::combine: ok = plan_combine(spec, &plan, &reason); break;
@@ -80,12 +87,13 @@ PlanChoice choose_forced(const KernelSpec &spec, Variant forced, flashjit_backen
 
 } // namespace
 
-PlanChoice choose_plan(const KernelSpec &spec, std::optional<Variant> forced, flashjit_backend backend) {
+PlanChoice choose_plan(const KernelSpec &spec, std::optional<Variant> forced, flashjit_backend backend,
+                       const Fa3Tuning *fa3_tuning) {
   if (forced)
-    return choose_forced(spec, *forced, backend);
+    return choose_forced(spec, *forced, backend, fa3_tuning);
   switch (spec.op) {
-  case Op::prefill: return choose_prefill(spec, backend);
-  case Op::decode: return choose_decode(spec, backend);
+  case Op::prefill: return choose_prefill(spec, backend, fa3_tuning);
+  case Op::decode: return choose_decode(spec, backend, fa3_tuning);
   case Op::combine: {
     Plan plan;
     std::string reason;

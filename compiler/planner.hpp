@@ -11,6 +11,8 @@
 
 namespace flashjit {
 
+struct Fa3Tuning; // compiler/plans/fa3_plan.hpp
+
 // `backend` is the one that will render the plan (AUTO renders with NVRTC): fa2's widest key blocks
 // fit 255 registers in one backend's build and not in the other's (compiler/plans/fa2_plan.cpp);
 // fa3's CTA-pair (cluster) kernel has a template form only (compiler/plans/fa3_plan.cpp).
@@ -41,7 +43,9 @@ struct PlanChoice {
 // When the preferred variant's planner declines, the next one is tried and the reason recorded.
 // `forced` (if set) must run the spec, else the choice fails with that variant's reason. `backend`
 // renders the plan (see plan_fa2).
+// `fa3_tuning` (if set) replaces the fa3 planner's defaults (FLASHJIT_FA3_TUNING); a tuning the spec
+// cannot take makes fa3 decline like any other reason.
 PlanChoice choose_plan(const KernelSpec &spec, std::optional<Variant> forced = std::nullopt,
-                       flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
+                       flashjit_backend backend = FLASHJIT_BACKEND_AUTO, const Fa3Tuning *fa3_tuning = nullptr);
 
 } // namespace flashjit

@@ -142,6 +142,12 @@ StoreConfig store_config_from(const flashjit_options &options) {
   }
   config.cache_dir = options.cache_dir ? std::filesystem::path(options.cache_dir) : DiskCache::default_root();
   config.bundles = split_paths(env("FLASHJIT_BUNDLE_PATH"));
+  config.fa3_tuning_text = env("FLASHJIT_FA3_TUNING");
+  if (!config.fa3_tuning_text.empty()) {
+    Fa3Tuning tuning;
+    if (parse_fa3_tuning(config.fa3_tuning_text, &tuning, &config.fa3_tuning_error))
+      config.fa3_tuning = tuning;
+  }
   return config;
 }
 
@@ -176,6 +182,13 @@ KernelStore::KernelStore(StoreConfig config) : config_(std::move(config)) {
   for (const std::filesystem::path &path : config_.bundles)
     if (Status s = register_bundle(path); !s)
       log(LogLevel::warn, "FLASHJIT_BUNDLE_PATH: " + s.message);
+  // The override changes which kernels run: say so whenever a store takes it.
+  if (config_.fa3_tuning)
+    log(LogLevel::warn, "FLASHJIT_FA3_TUNING=" + config_.fa3_tuning_text +
+                            ": fa3 plans use this tuning instead of the planner's measured defaults");
+  else if (!config_.fa3_tuning_error.empty())
+    log(LogLevel::warn, "FLASHJIT_FA3_TUNING=" + config_.fa3_tuning_text + " does not parse (" +
+                            config_.fa3_tuning_error + "): every kernel request fails until it is fixed or unset");
 }
 
 Status KernelStore::register_bundle(const std::filesystem::path &path) {
@@ -244,7 +257,10 @@ std::string KernelStore::not_in_bundle_message(const PlanChoice &choice) const {
 }
 
 Status KernelStore::choose(const KernelSpec &spec, PlanChoice *choice) const {
-  *choice = choose_plan(spec, config_.variant, config_.backend);
+  if (!config_.fa3_tuning_error.empty())
+    return Status::error(FLASHJIT_INVALID_ARGUMENT,
+                         "FLASHJIT_FA3_TUNING=" + config_.fa3_tuning_text + ": " + config_.fa3_tuning_error);
+  *choice = choose_plan(spec, config_.variant, config_.backend, config_.fa3_tuning ? &*config_.fa3_tuning : nullptr);
   if (!choice->ok)
     return Status::error(FLASHJIT_UNSUPPORTED, choice->error);
   if (!choice->fallback_reason.empty() && config_.strict)

@@ -5,6 +5,7 @@
 
 #include "compiler/compiled_kernel.hpp"
 #include "compiler/planner.hpp"
+#include "compiler/plans/fa3_plan.hpp"
 #include "runtime/bundle.hpp"
 #include "runtime/disk_cache.hpp"
 #include "runtime/module.hpp"
@@ -29,11 +30,16 @@ struct StoreConfig {
   std::optional<Variant> variant; // forced kernel family (options.variant / FLASHJIT_VARIANT)
   std::filesystem::path cache_dir;
   std::vector<std::filesystem::path> bundles; // FLASHJIT_BUNDLE_PATH (colon-separated), registered in order
+  // FLASHJIT_FA3_TUNING (developer override for A/B runs, compiler/plans/fa3_plan.hpp): the text, and
+  // the parsed tuning or why it does not parse (then every kernel request fails, naming it).
+  std::string fa3_tuning_text;
+  std::optional<Fa3Tuning> fa3_tuning;
+  std::string fa3_tuning_error;
 };
 
 // Settings from flashjit_options plus the environment (FLASHJIT_CACHE, FLASHJIT_CACHE_DIR, FLASHJIT_JIT,
-// FLASHJIT_BACKEND, FLASHJIT_STRICT, FLASHJIT_VARIANT, FLASHJIT_BUNDLE_PATH). Explicit options win over the
-// environment.
+// FLASHJIT_BACKEND, FLASHJIT_STRICT, FLASHJIT_VARIANT, FLASHJIT_BUNDLE_PATH, FLASHJIT_FA3_TUNING). Explicit
+// options win over the environment.
 StoreConfig store_config_from(const flashjit_options &options);
 
 struct KernelRecord {

@@ -11,7 +11,10 @@
 #include "compiler/planner.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <iterator>
 #include <string>
+#include <utility>
 
 namespace flashjit {
 namespace {
@@ -296,6 +299,46 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
 
 bool plan_fa3(const KernelSpec &spec, Plan *plan, std::string *why_not, flashjit_backend backend) {
   return plan_fa3_tuned(spec, Fa3Tuning{}, plan, why_not, backend);
+}
+
+bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *error) {
+  Fa3Tuning tuning;
+  const std::pair<const char *, int Fa3Tuning::*> fields[] = {
+      {"block_n", &Fa3Tuning::block_n},
+      {"pingpong", &Fa3Tuning::pingpong},
+      {"exp2_poly_every", &Fa3Tuning::exp2_poly_every},
+      {"consumer_warpgroups", &Fa3Tuning::consumer_warpgroups},
+      {"separate_o", &Fa3Tuning::separate_o},
+      {"rescale_before_pv", &Fa3Tuning::rescale_before_pv},
+      {"cluster_m", &Fa3Tuning::cluster_m},
+      {"lazy_rescale", &Fa3Tuning::lazy_rescale},
+  };
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, end - begin);
+    begin = end + 1;
+    if (item.empty())
+      continue;
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    const auto field = std::find_if(std::begin(fields), std::end(fields), [&](const auto &f) { return key == f.first; });
+    if (field == std::end(fields)) {
+      *error = "'" + item + "': unknown key (block_n, pingpong, exp2_poly_every, consumer_warpgroups, separate_o, "
+                            "rescale_before_pv, cluster_m, lazy_rescale)";
+      return false;
+    }
+    const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    int parsed = 0;
+    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), parsed);
+    if (value.empty() || ec != std::errc() || ptr != value.data() + value.size()) {
+      *error = "'" + item + "': expected " + key + "=<integer>";
+      return false;
+    }
+    tuning.*(field->second) = parsed;
+  }
+  *out = tuning;
+  return true;
 }
 
 namespace {

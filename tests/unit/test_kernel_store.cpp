@@ -139,6 +139,29 @@ TEST_F(KernelStoreTest, StrictModeRefusesAFallback) {
   EXPECT_FALSE(choice.fallback_reason.empty());
 }
 
+TEST_F(KernelStoreTest, Fa3TuningOverrideFromTheEnvironment) {
+  KernelSpec s = spec();
+  s.arch = Arch{90, true};
+  s.head_dim_qk = s.head_dim_v = 128;
+  s.causal = true;
+  setenv("FLASHJIT_FA3_TUNING", "consumer_warpgroups=2", 1);
+  StoreConfig tuned = store_config_from(Options{});
+  setenv("FLASHJIT_FA3_TUNING", "consumer_warpgroups=2,wgs=3", 1);
+  StoreConfig broken = store_config_from(Options{});
+  unsetenv("FLASHJIT_FA3_TUNING");
+  ASSERT_TRUE(tuned.fa3_tuning.has_value()) << tuned.fa3_tuning_error;
+  tuned.cache_dir = broken.cache_dir = dir_;
+  PlanChoice choice;
+  ASSERT_TRUE(KernelStore(tuned).choose(s, &choice).ok());
+  EXPECT_EQ(choice.plan.consumer_warpgroups, 2);
+  ASSERT_TRUE(KernelStore(store_config_from(Options{})).choose(s, &choice).ok());
+  EXPECT_EQ(choice.plan.consumer_warpgroups, 3) << "unset: the planner's default";
+  Status status = KernelStore(broken).choose(s, &choice);
+  EXPECT_EQ(status.code, FLASHJIT_INVALID_ARGUMENT);
+  EXPECT_NE(status.message.find("FLASHJIT_FA3_TUNING"), std::string::npos) << status.message;
+  EXPECT_NE(status.message.find("wgs=3"), std::string::npos) << status.message;
+}
+
 TEST(CacheKey, ChangesWithAnythingThatChangesCode) {
   KernelSpec s;
   s.arch = Arch{80, false};

@@ -270,6 +270,42 @@ TEST(Planner, Fa3LazyRescaleWhereItMeasuredFaster) {
   }
 }
 
+TEST(Fa3Tuning, ParsesTheOverrideAndNamesWhatItCannotParse) {
+  Fa3Tuning tuning;
+  std::string error;
+  ASSERT_TRUE(parse_fa3_tuning("consumer_warpgroups=2,block_n=128,lazy_rescale=0", &tuning, &error)) << error;
+  EXPECT_EQ(tuning.consumer_warpgroups, 2);
+  EXPECT_EQ(tuning.block_n, 128);
+  EXPECT_EQ(tuning.lazy_rescale, 0);
+  EXPECT_EQ(tuning.pingpong, -1) << "unnamed fields keep the planner's choice";
+  EXPECT_EQ(tuning.cluster_m, 0);
+  ASSERT_TRUE(parse_fa3_tuning("", &tuning, &error));
+  EXPECT_EQ(tuning.block_n, 0);
+  for (const char *bad : {"warpgroups=2", "block_n", "block_n=", "block_n=12x", "pingpong=on"}) {
+    error.clear();
+    EXPECT_FALSE(parse_fa3_tuning(bad, &tuning, &error)) << bad;
+    EXPECT_NE(error.find(bad), std::string::npos) << error;
+  }
+}
+
+TEST(Fa3Tuning, ReplacesTheDefaultsAndDeclinesWhatASpecCannotTake) {
+  Fa3Tuning two;
+  two.consumer_warpgroups = 2;
+  PlanChoice tuned = choose_plan(prefill(128, true), std::nullopt, FLASHJIT_BACKEND_AUTO, &two);
+  ASSERT_TRUE(tuned.ok) << tuned.error;
+  EXPECT_EQ(tuned.plan.variant, Variant::fa3);
+  EXPECT_EQ(tuned.plan.consumer_warpgroups, 2);
+  EXPECT_EQ(choose_plan(prefill(128, true)).plan.consumer_warpgroups, 3) << "the default this tuning replaces";
+  Fa3Tuning pairs;
+  pairs.cluster_m = 2; // CTA pairs need unmasked tiles
+  PlanChoice declined = choose_plan(prefill(128, true), std::nullopt, FLASHJIT_BACKEND_AUTO, &pairs);
+  ASSERT_TRUE(declined.ok) << declined.error;
+  EXPECT_EQ(declined.plan.variant, Variant::fa2);
+  EXPECT_NE(declined.fallback_reason.find("CTA pairs"), std::string::npos) << declined.fallback_reason;
+  PlanChoice forced = choose_plan(prefill(128, true), Variant::fa3, FLASHJIT_BACKEND_AUTO, &pairs);
+  EXPECT_FALSE(forced.ok) << "a forced fa3 with a tuning it cannot take is an error";
+}
+
 TEST(Planner, PrefersFa3OnHopperAndFa2Elsewhere) {
   PlanChoice hopper = choose_plan(prefill(128, false));
   ASSERT_TRUE(hopper.ok) << hopper.error;
