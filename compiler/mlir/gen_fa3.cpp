@@ -65,7 +65,8 @@ struct Config {
   int block_m, block_n, stages, consumer_wgs, regs_producer, regs_consumer, k_steps_qk, k_steps_pv, panel_cols,
       panels_qk, panels_v, swizzle_bytes, wgmma_swizzle, tma_box_rows, smem_align, smem_offset_q, smem_panel_bytes_q,
       smem_offset_o, smem_offset_k, smem_stage_bytes_k, smem_offset_v, smem_stage_bytes_v, smem_panel_bytes_kv,
-      smem_offset_barriers, tx_bytes_q, tx_bytes_k, tx_bytes_v, barrier_pingpong, barrier_epilogue, exp2_poly_every;
+      smem_offset_barriers, tx_bytes_q, tx_bytes_k, tx_bytes_v, barrier_pingpong, barrier_epilogue, exp2_poly_every,
+      row_max_partials;
   bool pingpong, separate_o, rescale_before_pv;
   // Derived as the template derives them.
   int elem_bytes() const { return swizzle_bytes / panel_cols; }
@@ -118,6 +119,7 @@ Status read_config(const KernelSpec &spec, const Plan &plan, Config *c) {
                                     {"kBarrierPingpong", &c->barrier_pingpong},
                                     {"kBarrierEpilogue", &c->barrier_epilogue},
                                     {"kExp2PolyEvery", &c->exp2_poly_every},
+                                    {"kRowMaxPartials", &c->row_max_partials},
                                 });
       !s)
     return s;
@@ -136,7 +138,9 @@ Status read_config(const KernelSpec &spec, const Plan &plan, Config *c) {
   // The static_asserts of fa3_prefill.cuh / consumer.cuh, as errors.
   if (c->threads != kWarpgroupThreads * (1 + c->consumer_wgs) || c->block_m != kWgmmaM * c->consumer_wgs ||
       c->block_n % kWgmmaK != 0 || c->head_dim_v % kColsPerGroup != 0 || c->k_steps_pv * kWgmmaK != c->block_n ||
-      c->panel_cols % kWgmmaK != 0 || c->block_m % c->tma_box_rows != 0 || c->stages < 1)
+      c->panel_cols % kWgmmaK != 0 || c->block_m % c->tma_box_rows != 0 || c->stages < 1 ||
+      c->row_max_partials < 1 || (c->row_max_partials & (c->row_max_partials - 1)) != 0 ||
+      c->row_max_partials > c->block_n / kColsPerGroup)
     return Status::error(FLASHJIT_INTERNAL, "fa3 (MLIR): the plan's constants break the kernel's invariants");
   return Status::success();
 }
@@ -541,10 +545,17 @@ void apply_mask(HopperEmitter &e, const Config &c, Values &s, Value row0, Value 
 Values softmax_step(HopperEmitter &e, const Config &c, Values &s, RowState &st, Value scale_log2) {
   Values rescale(kRowsPerThread);
   for (int r = 0; r < kRowsPerThread; ++r) {
-    Value block_max = st.max[r];
-    for (int j = 0; j < c.block_n / kColsPerGroup; ++j)
-      block_max = e.max_f32(block_max, e.max_f32(s[j * kAccPerGroup + r * 2], s[j * kAccPerGroup + r * 2 + 1]));
-    block_max = e.quad_reduce_max(block_max);
+    // kRowMaxPartials running maxima over interleaved column groups, combined by a tree.
+    const int partials = c.row_max_partials;
+    Values partial(partials);
+    for (int j = 0; j < c.block_n / kColsPerGroup; ++j) {
+      Value pair = e.max_f32(s[j * kAccPerGroup + r * 2], s[j * kAccPerGroup + r * 2 + 1]);
+      partial[j % partials] = j < partials ? pair : e.max_f32(partial[j % partials], pair);
+    }
+    for (int width = 1; width < partials; width *= 2)
+      for (int i = 0; i + width < partials; i += 2 * width)
+        partial[i] = e.max_f32(partial[i], partial[i + width]);
+    Value block_max = e.quad_reduce_max(e.max_f32(st.max[r], partial[0]));
     // A row that has seen no key keeps max = -inf; use 0 so that exp2 gives 0, not NaN.
     Value safe_max =
         e.select(e.cmpf(mlir::arith::CmpFPredicate::OEQ, block_max, e.neg_inf()), e.c_f32(0.0f), block_max);

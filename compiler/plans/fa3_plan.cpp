@@ -53,6 +53,10 @@ constexpr int kMaxPingpongHeadDim = 128;
 // +2.4% at d64 with N=192 (k = 4) but none on top of N=224 (441 vs 445 TFLOP/s), -3..-4% at
 // d96/d128, so it is off by default and left as a tuning knob.
 constexpr int kExp2PolyEverySmallDim = 0; // Q / O boxes cover one consumer warpgroup's rows
+// Running maxima per row in the softmax (kRowMaxPartials): 1 is one dependent FMNMX chain per row
+// across the block's column groups (kColsPerGroup columns each), as measured in sessions 1-7.
+constexpr int kRowMaxPartialsDefault = 1;
+constexpr int kColsPerGroup = 8; // accumulator columns of one wgmma n8 group (softmax.cuh)
 // Register split (setmaxnreg), per thread of each warpgroup: 2 consumer warpgroups:
 // 128 * (24 + 2 * 240) = 64,512; 3: 128 * (32 + 3 * 160) = 65,536 <= 64K registers per SM.
 constexpr int kRegsProducer2 = 24;
@@ -221,6 +225,11 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   if (block_n % (cluster_m * kSwizzleAtomRows) != 0)
     return refuse("fa3: kBlockN " + std::to_string(block_n) + " does not split into swizzle atoms per CTA");
 
+  const int row_max_partials = tuning.row_max_partials > 0 ? tuning.row_max_partials : kRowMaxPartialsDefault;
+  if ((row_max_partials & (row_max_partials - 1)) != 0 || row_max_partials > block_n / kColsPerGroup)
+    return refuse("fa3: row_max_partials must be a power of two up to kBlockN / 8 (" +
+                  std::to_string(block_n / kColsPerGroup) + "), got " + std::to_string(row_max_partials));
+
   const int k_stage_bytes = block_n * qk_smem_cols * kElemBytes;
   const int v_stage_bytes = block_n * v_smem_cols * kElemBytes;
   const int offset_q = 0;
@@ -233,6 +242,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   if (smem_bytes > smem_limit)
     return refuse("fa3: shared memory plan exceeds the device limit");
 
+  *plan = Plan{}; // constants are appended: start from none
   plan->variant = Variant::fa3;
   plan->entry = "fj_fa3_prefill";
   plan->block_m = block_m;
@@ -294,6 +304,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add_bool("kLazyRescale", tuning.lazy_rescale >= 0 ? tuning.lazy_rescale != 0 : lazy_default);
   plan->add("kExp2PolyEvery",
             tuning.exp2_poly_every >= 0 ? tuning.exp2_poly_every : (small_dim ? kExp2PolyEverySmallDim : 0));
+  plan->add("kRowMaxPartials", row_max_partials);
   return true;
 }
 
@@ -312,6 +323,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"rescale_before_pv", &Fa3Tuning::rescale_before_pv},
       {"cluster_m", &Fa3Tuning::cluster_m},
       {"lazy_rescale", &Fa3Tuning::lazy_rescale},
+      {"row_max_partials", &Fa3Tuning::row_max_partials},
   };
   size_t begin = 0;
   while (begin <= text.size()) {
@@ -325,7 +337,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
     const auto field = std::find_if(std::begin(fields), std::end(fields), [&](const auto &f) { return key == f.first; });
     if (field == std::end(fields)) {
       *error = "'" + item + "': unknown key (block_n, pingpong, exp2_poly_every, consumer_warpgroups, separate_o, "
-                            "rescale_before_pv, cluster_m, lazy_rescale)";
+                            "rescale_before_pv, cluster_m, lazy_rescale, row_max_partials)";
       return false;
     }
     const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);

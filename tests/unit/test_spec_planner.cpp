@@ -279,6 +279,8 @@ TEST(Fa3Tuning, ParsesTheOverrideAndNamesWhatItCannotParse) {
   EXPECT_EQ(tuning.lazy_rescale, 0);
   EXPECT_EQ(tuning.pingpong, -1) << "unnamed fields keep the planner's choice";
   EXPECT_EQ(tuning.cluster_m, 0);
+  ASSERT_TRUE(parse_fa3_tuning("row_max_partials=4", &tuning, &error)) << error;
+  EXPECT_EQ(tuning.row_max_partials, 4);
   ASSERT_TRUE(parse_fa3_tuning("", &tuning, &error));
   EXPECT_EQ(tuning.block_n, 0);
   for (const char *bad : {"warpgroups=2", "block_n", "block_n=", "block_n=12x", "pingpong=on"}) {
@@ -304,6 +306,26 @@ TEST(Fa3Tuning, ReplacesTheDefaultsAndDeclinesWhatASpecCannotTake) {
   EXPECT_NE(declined.fallback_reason.find("CTA pairs"), std::string::npos) << declined.fallback_reason;
   PlanChoice forced = choose_plan(prefill(128, true), Variant::fa3, FLASHJIT_BACKEND_AUTO, &pairs);
   EXPECT_FALSE(forced.ok) << "a forced fa3 with a tuning it cannot take is an error";
+}
+
+TEST(Fa3Tuning, RowMaxPartialsArePowersOfTwoThatFitTheBlock) {
+  Plan plan;
+  std::string why;
+  ASSERT_TRUE(plan_fa3(prefill(128, false), &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kRowMaxPartials"), 1) << "the measured default";
+  for (int partials : {2, 4, 8}) {
+    Fa3Tuning tuning;
+    tuning.row_max_partials = partials;
+    ASSERT_TRUE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kRowMaxPartials"), partials);
+  }
+  Fa3Tuning three;
+  three.row_max_partials = 3;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), three, &plan, &why));
+  EXPECT_NE(why.find("row_max_partials"), std::string::npos) << why;
+  Fa3Tuning wide;
+  wide.row_max_partials = 16; // d256's 80-key block has 10 column groups
+  EXPECT_FALSE(plan_fa3_tuned(prefill(256, false), wide, &plan, &why));
 }
 
 TEST(Planner, PrefersFa3OnHopperAndFa2Elsewhere) {

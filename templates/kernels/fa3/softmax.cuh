@@ -84,11 +84,24 @@ __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowStat
                                              float (&rescale)[kRowsPerThread]) {
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
-    float block_max = st.max[r];
+    // kRowMaxPartials running maxima over interleaved column groups, combined by a tree: the
+    // dependent FMNMX chain before the exponentials is kBlockN / 8 / kRowMaxPartials long, not
+    // kBlockN / 8 (max is exact in any order, so the result does not change).
+    constexpr int kPartials = C::kRowMaxPartials;
+    static_assert(kPartials >= 1 && (kPartials & (kPartials - 1)) == 0 && kPartials <= C::kBlockN / kColsPerGroup,
+                  "a power of two no larger than the column groups");
+    float partial[kPartials];
 #pragma unroll
-    for (int j = 0; j < C::kBlockN / kColsPerGroup; ++j)
-      block_max = max_f32(block_max, max_f32(s[j * kAccPerGroup + r * 2], s[j * kAccPerGroup + r * 2 + 1]));
-    block_max = quad_reduce_max(block_max);
+    for (int j = 0; j < C::kBlockN / kColsPerGroup; ++j) {
+      const float pair = max_f32(s[j * kAccPerGroup + r * 2], s[j * kAccPerGroup + r * 2 + 1]);
+      partial[j % kPartials] = j < kPartials ? pair : max_f32(partial[j % kPartials], pair);
+    }
+#pragma unroll
+    for (int width = 1; width < kPartials; width *= 2)
+#pragma unroll
+      for (int i = 0; i + width < kPartials; i += 2 * width)
+        partial[i] = max_f32(partial[i], partial[i + width]);
+    float block_max = quad_reduce_max(max_f32(st.max[r], partial[0]));
     bool keep_max = false;
     if constexpr (C::kLazyRescale)
       keep_max = st.max[r] != neg_inf() && (block_max - st.max[r]) * scale_log2 <= kLazyRescaleLog2;
