@@ -53,9 +53,13 @@ constexpr int kMaxPingpongHeadDim = 128;
 // +2.4% at d64 with N=192 (k = 4) but none on top of N=224 (441 vs 445 TFLOP/s), -3..-4% at
 // d96/d128, so it is off by default and left as a tuning knob.
 constexpr int kExp2PolyEverySmallDim = 0; // Q / O boxes cover one consumer warpgroup's rows
-// Running maxima per row in the softmax (kRowMaxPartials): 1 is one dependent FMNMX chain per row
-// across the block's column groups (kColsPerGroup columns each), as measured in sessions 1-7.
-constexpr int kRowMaxPartialsDefault = 1;
+// Running maxima per row in the softmax (kRowMaxPartials, interleaved over the block's column
+// groups of kColsPerGroup columns, then a tree). Runtime A/B, one lease, bf16 (perf-notes,
+// session 8): 4 instead of one chain gains +1.1% at d128 S4096, +2.2% at d128 S1024, +1.2% at d256
+// (all two consumer warpgroups), and loses 1.3% at causal d128, 0.4% at d64 (three warpgroups,
+// where each softmax already hides under two GEMMs).
+constexpr int kRowMaxPartialsTwoWarpgroups = 4;
+constexpr int kRowMaxPartialsThreeWarpgroups = 1;
 constexpr int kColsPerGroup = 8; // accumulator columns of one wgmma n8 group (softmax.cuh)
 // Register split (setmaxnreg), per thread of each warpgroup: 2 consumer warpgroups:
 // 128 * (24 + 2 * 240) = 64,512; 3: 128 * (32 + 3 * 160) = 65,536 <= 64K registers per SM.
@@ -225,10 +229,15 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   if (block_n % (cluster_m * kSwizzleAtomRows) != 0)
     return refuse("fa3: kBlockN " + std::to_string(block_n) + " does not split into swizzle atoms per CTA");
 
-  const int row_max_partials = tuning.row_max_partials > 0 ? tuning.row_max_partials : kRowMaxPartialsDefault;
-  if ((row_max_partials & (row_max_partials - 1)) != 0 || row_max_partials > block_n / kColsPerGroup)
-    return refuse("fa3: row_max_partials must be a power of two up to kBlockN / 8 (" +
-                  std::to_string(block_n / kColsPerGroup) + "), got " + std::to_string(row_max_partials));
+  const int column_groups = block_n / kColsPerGroup;
+  int row_max_partials = three_wgs ? kRowMaxPartialsThreeWarpgroups : kRowMaxPartialsTwoWarpgroups;
+  while (row_max_partials > column_groups)
+    row_max_partials /= 2; // small key blocks: as many as there are column groups (a power of two)
+  if (tuning.row_max_partials > 0)
+    row_max_partials = tuning.row_max_partials;
+  if ((row_max_partials & (row_max_partials - 1)) != 0 || row_max_partials > column_groups)
+    return refuse("fa3: row_max_partials must be a power of two up to kBlockN / 8 (" + std::to_string(column_groups) +
+                  "), got " + std::to_string(row_max_partials));
 
   const int k_stage_bytes = block_n * qk_smem_cols * kElemBytes;
   const int v_stage_bytes = block_n * v_smem_cols * kElemBytes;

@@ -312,7 +312,13 @@ TEST(Fa3Tuning, RowMaxPartialsArePowersOfTwoThatFitTheBlock) {
   Plan plan;
   std::string why;
   ASSERT_TRUE(plan_fa3(prefill(128, false), &plan, &why)) << why;
-  EXPECT_EQ(plan.constant("kRowMaxPartials"), 1) << "the measured default";
+  EXPECT_EQ(plan.constant("kRowMaxPartials"), 4) << "the measured default with two consumer warpgroups";
+  ASSERT_TRUE(plan_fa3(prefill(128, true), &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kRowMaxPartials"), 1) << "three consumer warpgroups: one chain measured faster";
+  Fa3Tuning small;
+  small.block_n = 16; // two column groups
+  ASSERT_TRUE(plan_fa3_tuned(prefill(256, false), small, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kRowMaxPartials"), 2) << "no more partials than column groups";
   for (int partials : {2, 4, 8}) {
     Fa3Tuning tuning;
     tuning.row_max_partials = partials;
