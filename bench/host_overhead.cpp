@@ -140,37 +140,39 @@ void raw_launch_fa2(benchmark::State &state) {
 }
 BENCHMARK(raw_launch_fa2)->Unit(benchmark::kMicrosecond)->UseManualTime();
 
-// forward_hot's fa3 kernel, resolved once; false (benchmark skipped) when the planner picks another.
+// forward_hot's fa3 kernel, resolved once through a kernel store of its own.
 struct Fa3Resolved {
+  KernelStore store{store_config_from(Options{})};
   std::shared_ptr<const KernelRecord> record;
   NormalizedProblem problem;
   LaunchContext context;
+
+  // False (the benchmark marked skipped) without a GPU or when the planner picks another kernel.
+  bool resolve(benchmark::State &state) {
+    Fixture *f = gpu_fixture(state);
+    if (!f)
+      return false;
+    CUcontext cu_context = nullptr;
+    driver::api()->cuCtxGetCurrent(&cu_context);
+    driver::DeviceInfo device;
+    if (!validate_problem(&f->p, &problem) || !driver::current_device(&device)) {
+      state.SkipWithError("could not validate the problem");
+      return false;
+    }
+    const Arch arch = Arch::from_compute_capability(device.cc_major, device.cc_minor);
+    context = LaunchContext{device.sm_count, device.l2_bytes};
+    if (!store.get(spec_for_problem(problem, arch), cu_context, &record) ||
+        record->choice.plan.variant != Variant::fa3) {
+      state.SkipWithError("no fa3 kernel for this problem on this device");
+      return false;
+    }
+    return true;
+  }
 };
-bool resolve_fa3(benchmark::State &state, KernelStore &store, const AttentionProblem &p, Fa3Resolved *out) {
-  CUcontext context = nullptr;
-  driver::api()->cuCtxGetCurrent(&context);
-  driver::DeviceInfo device;
-  if (!validate_problem(&p, &out->problem) || !driver::current_device(&device)) {
-    state.SkipWithError("could not validate the problem");
-    return false;
-  }
-  const Arch arch = Arch::from_compute_capability(device.cc_major, device.cc_minor);
-  out->context = LaunchContext{device.sm_count, device.l2_bytes};
-  if (!store.get(spec_for_problem(out->problem, arch), context, &out->record) ||
-      out->record->choice.plan.variant != Variant::fa3) {
-    state.SkipWithError("no fa3 kernel for this problem on this device");
-    return false;
-  }
-  return true;
-}
 
 void raw_launch_fa3(benchmark::State &state) {
-  Fixture *fp = gpu_fixture(state);
-  if (!fp)
-    return;
-  KernelStore store(store_config_from(Options{}));
   Fa3Resolved r;
-  if (!resolve_fa3(state, store, fp->p, &r))
+  if (!r.resolve(state))
     return;
   Fa3Launch launch;
   if (Status s = fa3_launch(*r.record, r.problem, r.context, &launch); !s) {
@@ -187,14 +189,9 @@ void raw_launch_fa3(benchmark::State &state) {
 BENCHMARK(raw_launch_fa3)->Unit(benchmark::kMicrosecond)->UseManualTime();
 
 void launch_fa3_hot(benchmark::State &state) {
-  Fixture *fp = gpu_fixture(state);
-  if (!fp)
-    return;
-  KernelStore store(store_config_from(Options{}));
   Fa3Resolved r;
-  if (!resolve_fa3(state, store, fp->p, &r))
-    return;
-  host_time_loop(state, [&] { return launch_fa3(*r.record, r.problem, r.context, nullptr); });
+  if (r.resolve(state))
+    host_time_loop(state, [&] { return launch_fa3(*r.record, r.problem, r.context, nullptr); });
 }
 BENCHMARK(launch_fa3_hot)->Unit(benchmark::kMicrosecond)->UseManualTime();
 

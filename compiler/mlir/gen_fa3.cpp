@@ -138,9 +138,8 @@ Status read_config(const KernelSpec &spec, const Plan &plan, Config *c) {
   // The static_asserts of fa3_prefill.cuh / consumer.cuh, as errors.
   if (c->threads != kWarpgroupThreads * (1 + c->consumer_wgs) || c->block_m != kWgmmaM * c->consumer_wgs ||
       c->block_n % kWgmmaK != 0 || c->head_dim_v % kColsPerGroup != 0 || c->k_steps_pv * kWgmmaK != c->block_n ||
-      c->panel_cols % kWgmmaK != 0 || c->block_m % c->tma_box_rows != 0 || c->stages < 1 ||
-      c->row_max_partials < 1 || (c->row_max_partials & (c->row_max_partials - 1)) != 0 ||
-      c->row_max_partials > c->block_n / kColsPerGroup)
+      c->panel_cols % kWgmmaK != 0 || c->block_m % c->tma_box_rows != 0 || c->stages < 1 || c->row_max_partials < 1 ||
+      (c->row_max_partials & (c->row_max_partials - 1)) != 0 || c->row_max_partials > c->block_n / kColsPerGroup)
     return Status::error(FLASHJIT_INTERNAL, "fa3 (MLIR): the plan's constants break the kernel's invariants");
   return Status::success();
 }

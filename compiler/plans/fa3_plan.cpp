@@ -343,10 +343,12 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       continue;
     const size_t eq = item.find('=');
     const std::string key = item.substr(0, eq);
-    const auto field = std::find_if(std::begin(fields), std::end(fields), [&](const auto &f) { return key == f.first; });
+    const auto field =
+        std::find_if(std::begin(fields), std::end(fields), [&](const auto &f) { return key == f.first; });
     if (field == std::end(fields)) {
-      *error = "'" + item + "': unknown key (block_n, pingpong, exp2_poly_every, consumer_warpgroups, separate_o, "
-                            "rescale_before_pv, cluster_m, lazy_rescale, row_max_partials)";
+      *error = "'" + item +
+               "': unknown key (block_n, pingpong, exp2_poly_every, consumer_warpgroups, separate_o, "
+               "rescale_before_pv, cluster_m, lazy_rescale, row_max_partials)";
       return false;
     }
     const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);

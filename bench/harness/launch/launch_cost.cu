@@ -11,9 +11,7 @@
 #include <cstdio>
 #include <vector>
 
-template <int kBytes> struct Block {
-  alignas(64) unsigned char bytes[kBytes];
-};
+template <int kBytes> struct Block { alignas(64) unsigned char bytes[kBytes]; };
 
 // Touches one parameter byte so the block is live; writes nothing unless the byte is odd (never).
 template <int kBytes> __global__ void sink(const __grid_constant__ Block<kBytes> block, int *out) {
