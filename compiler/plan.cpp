@@ -58,6 +58,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 with the lazy O rescale: another kernel than the eager one of the same tile (MLIR builds that).
   if (plan.constant("kLazyRescale", 0) != 0)
     name += ".lz";
+  // fa3 overlapping a tile's last PV and epilogue with the next tile's first QK (NVRTC builds only).
+  if (plan.constant("kCrossTileOverlap", 0) != 0)
+    name += ".xt";
   name += ".al" + std::to_string(spec.align_bytes);
   return name;
 }

@@ -128,6 +128,10 @@ Status read_config(const KernelSpec &spec, const Plan &plan, Config *c) {
           {{"kPingpong", &c->pingpong}, {"kSeparateO", &c->separate_o}, {"kRescaleBeforePv", &c->rescale_before_pv}});
       !s)
     return s;
+  if (plan.constant("kCrossTileOverlap", 0) != 0)
+    return Status::error(FLASHJIT_UNSUPPORTED,
+                         "fa3 (MLIR): cross-tile overlap plans (kCrossTileOverlap) have a template form only; "
+                         "plan with the MLIR backend (FLASHJIT_BACKEND_MLIR) for one tile at a time");
   if (plan.constant("kLazyRescale", 0) != 0)
     return Status::error(FLASHJIT_UNSUPPORTED,
                          "fa3 (MLIR): lazy-rescale plans (kLazyRescale) have a template form only; "

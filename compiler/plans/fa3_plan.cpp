@@ -61,6 +61,11 @@ constexpr int kExp2PolyEverySmallDim = 0; // Q / O boxes cover one consumer warp
 constexpr int kRowMaxPartialsTwoWarpgroups = 4;
 constexpr int kRowMaxPartialsThreeWarpgroups = 1;
 constexpr int kColsPerGroup = 8; // accumulator columns of one wgmma n8 group (softmax.cuh)
+// Cross-tile overlap (kCrossTileOverlap): the next tile's first QK is issued with this tile's last
+// PV and the epilogue runs under it (consumer.cuh). Needs the separate O region; NVRTC only (the
+// MLIR generator renders one tile at a time). Prediction (session 8, before measuring): +4..8% at
+// d128 S1024 (8 key blocks per tile), +1..2% at S4096.
+constexpr bool kCrossTileOverlapDefault = true;
 // Register split (setmaxnreg), per thread of each warpgroup: 2 consumer warpgroups:
 // 128 * (24 + 2 * 240) = 64,512; 3: 128 * (32 + 3 * 160) = 65,536 <= 64K registers per SM.
 constexpr int kRegsProducer2 = 24;
@@ -229,6 +234,13 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   if (block_n % (cluster_m * kSwizzleAtomRows) != 0)
     return refuse("fa3: kBlockN " + std::to_string(block_n) + " does not split into swizzle atoms per CTA");
 
+  if (tuning.cross_tile_overlap > 0 && !separate_o)
+    return refuse("fa3: cross_tile_overlap needs the separate O region (separate_o)");
+  if (tuning.cross_tile_overlap > 0 && backend == FLASHJIT_BACKEND_MLIR)
+    return refuse("fa3: cross_tile_overlap has a template form only (NVRTC)");
+  const bool cross_tile_overlap =
+      tuning.cross_tile_overlap >= 0 ? tuning.cross_tile_overlap != 0
+                                     : kCrossTileOverlapDefault && separate_o && backend != FLASHJIT_BACKEND_MLIR;
   const int column_groups = block_n / kColsPerGroup;
   int row_max_partials = three_wgs ? kRowMaxPartialsThreeWarpgroups : kRowMaxPartialsTwoWarpgroups;
   while (row_max_partials > column_groups)
@@ -314,6 +326,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add("kExp2PolyEvery",
             tuning.exp2_poly_every >= 0 ? tuning.exp2_poly_every : (small_dim ? kExp2PolyEverySmallDim : 0));
   plan->add("kRowMaxPartials", row_max_partials);
+  plan->add_bool("kCrossTileOverlap", cross_tile_overlap);
   return true;
 }
 
@@ -333,6 +346,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"cluster_m", &Fa3Tuning::cluster_m},
       {"lazy_rescale", &Fa3Tuning::lazy_rescale},
       {"row_max_partials", &Fa3Tuning::row_max_partials},
+      {"cross_tile_overlap", &Fa3Tuning::cross_tile_overlap},
   };
   size_t begin = 0;
   while (begin <= text.size()) {
@@ -348,7 +362,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
     if (field == std::end(fields)) {
       *error = "'" + item +
                "': unknown key (block_n, pingpong, exp2_poly_every, consumer_warpgroups, separate_o, "
-               "rescale_before_pv, cluster_m, lazy_rescale, row_max_partials)";
+               "rescale_before_pv, cluster_m, lazy_rescale, row_max_partials, cross_tile_overlap)";
       return false;
     }
     const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);

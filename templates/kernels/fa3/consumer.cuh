@@ -130,21 +130,129 @@ template <class C> struct Consumer {
     softmax_step<C>(s, st, lg.scale_log2, scale);
   }
 
-  __device__ void run() {
+  // The next tile this walker has work in, from wave `wave` on (tiles without rows are skipped;
+  // tiles whose rows see no key get O = 0 / LSE = -inf here). False when the walk is over.
+  __device__ __forceinline__ bool next_tile(int &wave, Tile &t) const {
+    for (; wave * walkers<C>() < params.num_tiles; ++wave) {
+      const int index = snake_tile<C>(wave);
+      if (index >= params.num_tiles)
+        continue;
+      t = decode_tile<C>(params, index);
+      if (!t.has_rows)
+        continue;
+      if (t.n_max <= t.n_min) {
+        epilogue_of().write_empty(t);
+        continue;
+      }
+      return true;
+    }
+    return false;
+  }
+
+  __device__ __forceinline__ Epilogue<C> epilogue_of() const {
+    return Epilogue<C>{params, smem, wg, tid};
+  }
+
+  __device__ __forceinline__ static void start_tile(RowState<C> &st, float (&o)[C::kHeadDimV / 2]) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      st.max[r] = neg_inf();
+      st.sum[r] = 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < C::kHeadDimV / 2; ++i)
+      o[i] = 0.0f;
+  }
+
+  // One step of the key loop: the QK of the block in `cur` issued with the PV of the block in `prev`
+  // (one turn), returning once S is ready and the K slot released; the PV may still run.
+  __device__ __forceinline__ void issue_step(float (&s)[C::kBlockN / 2], float (&o)[C::kHeadDimV / 2],
+                                             const u32 (&frag)[C::kBlockN / 4], const float (&scale)[kRowsPerThread],
+                                             const RingSlot<C> &cur, const RingSlot<C> &prev) const {
+    mbarrier_wait_parity(smem.k_full(cur.stage), cur.phase);
+    turn_wait();
+    wgmma_fence();
+    issue_qk(s, cur.stage);
+    if constexpr (C::kRescaleBeforePv)
+      rescale_o(o, scale); // FMULs under the QK GEMM instead of after the PV wait
+    mbarrier_wait_parity(smem.v_full(prev.stage), prev.phase);
+    wgmma_fence(); // the V wait sits between the two GEMMs: re-fence the PV operands
+    issue_pv(o, frag, prev.stage);
+    turn_pass();
+    wgmma_wait_group<1>(); // S ready; the PV may still run
+    wgmma_fence_operand(s);
+    release_kv(smem.k_empty(cur.stage));
+  }
+
+  // The step's PV has completed: O and the P fragments are free again, the V slot released.
+  __device__ __forceinline__ void finish_step(float (&o)[C::kHeadDimV / 2], u32 (&frag)[C::kBlockN / 4],
+                                              const RingSlot<C> &prev) const {
+    wgmma_wait_group<0>();
+    wgmma_fence_operand(o);
+    wgmma_fence_operand(frag);
+    release_kv(smem.v_empty(prev.stage));
+  }
+
+  // Blocks n_max - 2 .. n_min of tile t: block j's QK issued with the PV of block j + 1. On entry
+  // s/frag hold block n_max - 1's P and `cur` its slot; on exit frag holds block n_min's P (PV not
+  // issued yet) and `cur` its slot.
+  __device__ __forceinline__ void key_blocks(float (&s)[C::kBlockN / 2], u32 (&frag)[C::kBlockN / 4],
+                                             float (&o)[C::kHeadDimV / 2], RowState<C> &st,
+                                             float (&scale)[kRowsPerThread], const Logits &lg, const Tile &t,
+                                             const Window &w, RingSlot<C> &cur, int &block_index) const {
+    for (int n = t.n_max - 2; n >= t.n_min; --n) {
+      const RingSlot<C> prev = cur;
+      cur = RingSlot<C>::at(++block_index);
+      issue_step(s, o, frag, scale, cur, prev);
+      release_q_after_qk(t, n);
+      softmax(s, st, scale, lg, t, w, n);
+      finish_step(o, frag, prev);
+      if constexpr (!C::kRescaleBeforePv)
+        rescale_o(o, scale);
+      to_fragments(s, frag);
+    }
+  }
+
+  // Prologue of tile t: S for its last (possibly partial / diagonal) block, alone on the tensor cores.
+  __device__ __forceinline__ void first_block(float (&s)[C::kBlockN / 2], u32 (&frag)[C::kBlockN / 4], RowState<C> &st,
+                                              float (&scale)[kRowsPerThread], const Logits &lg, const Tile &t,
+                                              const Window &w, const RingSlot<C> &cur, u32 tile_parity) const {
+    const int n = t.n_max - 1;
+    mbarrier_wait_parity(smem.q_full(), tile_parity);
+    mbarrier_wait_parity(smem.k_full(cur.stage), cur.phase);
+    turn_wait();
+    wgmma_fence();
+    issue_qk(s, cur.stage);
+    turn_pass();
+    wgmma_wait_group<0>();
+    wgmma_fence_operand(s);
+    release_kv(smem.k_empty(cur.stage));
+    release_q_after_qk(t, n);
+    softmax(s, st, scale, lg, t, w, n);
+    to_fragments(s, frag);
+  }
+
+  // Tile t's last PV, alone on the tensor cores, then its epilogue.
+  __device__ __forceinline__ void last_block(float (&o)[C::kHeadDimV / 2], const u32 (&frag)[C::kBlockN / 4],
+                                             RowState<C> &st, const float (&scale)[kRowsPerThread], const Logits &lg,
+                                             const Tile &t, const RingSlot<C> &cur) const {
+    if constexpr (C::kRescaleBeforePv)
+      rescale_o(o, scale);
+    mbarrier_wait_parity(smem.v_full(cur.stage), cur.phase);
+    turn_wait();
+    wgmma_fence();
+    issue_pv(o, frag, cur.stage);
+    turn_pass();
+    wgmma_wait_group<0>();
+    wgmma_fence_operand(o);
+    release_kv(smem.v_empty(cur.stage));
+    epilogue_of().run(t, o, st, lg.scale_log2);
+  }
+
+  // One tile at a time: prologue, key loop, last PV, epilogue (the walk before kCrossTileOverlap).
+  __device__ __forceinline__ void run_tiles(const Logits &lg, const Epilogue<C> &epilogue, float (&s)[C::kBlockN / 2],
+                                            u32 (&frag)[C::kBlockN / 4], float (&o)[C::kHeadDimV / 2]) const {
     const fj_attention_params &p = params.base;
-    Logits lg;
-    lg.scale_log2 = p.scale_log2;
-    lg.cap_pre = p.scale * p.softcap_inv;
-    lg.cap_post = C::kSoftcap ? p.softcap / p.scale : 0.0f;
-    const Epilogue<C> epilogue{params, smem, wg, tid};
-
-    float s[C::kBlockN / 2];
-    u32 frag[C::kBlockN / 4];
-    float o[C::kHeadDimV / 2];
-
-    if constexpr (C::kPingpong)
-      if (wg == C::kConsumerWarpgroups - 1)
-        turn_pass(); // one turn token, starting at warpgroup 0: strict round robin
     int block_index = 0;
     u32 tile_parity = 0;
     for (int wave = 0, index = snake_tile<C>(0); wave * walkers<C>() < params.num_tiles;
@@ -160,75 +268,101 @@ template <class C> struct Consumer {
       }
       const Window w = make_window<C>(p, t.seqlen_q, t.seqlen_k);
       RowState<C> st;
-#pragma unroll
-      for (int r = 0; r < kRowsPerThread; ++r) {
-        st.max[r] = neg_inf();
-        st.sum[r] = 0.0f;
-      }
       float scale[kRowsPerThread];
-#pragma unroll
-      for (int i = 0; i < C::kHeadDimV / 2; ++i)
-        o[i] = 0.0f;
-
-      // Prologue: S for the last (possibly partial / diagonal) block.
-      int n = t.n_max - 1;
+      start_tile(st, o);
       RingSlot<C> cur = RingSlot<C>::at(block_index);
-      mbarrier_wait_parity(smem.q_full(), tile_parity);
-      mbarrier_wait_parity(smem.k_full(cur.stage), cur.phase);
-      turn_wait();
-      wgmma_fence();
-      issue_qk(s, cur.stage);
-      turn_pass();
-      wgmma_wait_group<0>();
-      wgmma_fence_operand(s);
-      release_kv(smem.k_empty(cur.stage));
-      release_q_after_qk(t, n);
-      softmax(s, st, scale, lg, t, w, n);
-      to_fragments(s, frag);
-
-      for (--n; n >= t.n_min; --n) {
-        const RingSlot<C> prev = cur;
-        cur = RingSlot<C>::at(++block_index);
-        mbarrier_wait_parity(smem.k_full(cur.stage), cur.phase);
-        turn_wait();
-        wgmma_fence();
-        issue_qk(s, cur.stage);
-        if constexpr (C::kRescaleBeforePv)
-          rescale_o(o, scale); // FMULs under the QK GEMM instead of after the PV wait
-        mbarrier_wait_parity(smem.v_full(prev.stage), prev.phase);
-        wgmma_fence(); // the V wait sits between the two GEMMs: re-fence the PV operands
-        issue_pv(o, frag, prev.stage);
-        turn_pass();
-        wgmma_wait_group<1>(); // S_j ready; PV_{j-1} may still run
-        wgmma_fence_operand(s);
-        release_kv(smem.k_empty(cur.stage));
-        release_q_after_qk(t, n);
-        softmax(s, st, scale, lg, t, w, n);
-        wgmma_wait_group<0>();
-        wgmma_fence_operand(o);
-        wgmma_fence_operand(frag);
-        release_kv(smem.v_empty(prev.stage));
-        if constexpr (!C::kRescaleBeforePv)
-          rescale_o(o, scale);
-        to_fragments(s, frag);
-      }
-
-      // Last PV.
-      if constexpr (C::kRescaleBeforePv)
-        rescale_o(o, scale);
-      mbarrier_wait_parity(smem.v_full(cur.stage), cur.phase);
-      turn_wait();
-      wgmma_fence();
-      issue_pv(o, frag, cur.stage);
-      turn_pass();
-      wgmma_wait_group<0>();
-      wgmma_fence_operand(o);
-      release_kv(smem.v_empty(cur.stage));
+      first_block(s, frag, st, scale, lg, t, w, cur, tile_parity);
+      key_blocks(s, frag, o, st, scale, lg, t, w, cur, block_index);
+      last_block(o, frag, st, scale, lg, t, cur);
       ++block_index;
-
-      epilogue.run(t, o, st, lg.scale_log2);
       tile_parity ^= 1;
     }
+  }
+
+  // One stream of key blocks across tiles (kCrossTileOverlap).
+  __device__ __forceinline__ void run_tile_stream(const Logits &lg, float (&s)[C::kBlockN / 2],
+                                                  u32 (&frag)[C::kBlockN / 4], float (&o)[C::kHeadDimV / 2]) const {
+    const fj_attention_params &p = params.base;
+    RowState<C> st;
+    float scale[kRowsPerThread];
+    int block_index = 0;
+    u32 tile_parity = 0;
+    int wave = 0;
+    Tile t;
+    if (!next_tile(wave, t))
+      return;
+    // One stream of key blocks across tiles: every step issues the QK of the next block, which
+    // at a tile boundary is the next tile's first, with the PV of the previous block, so the
+    // tensor cores do not wait for an epilogue and a lone prologue GEMM at every tile; a tile's
+    // epilogue runs under the next tile's first QK and softmax. Needs the O region apart from
+    // Q's: the next Q has loaded under this tile's last blocks.
+    static_assert(!C::kCrossTileOverlap || C::kSeparateO, "the next tile's Q loads while this O is staged");
+    Window w = make_window<C>(p, t.seqlen_q, t.seqlen_k);
+    start_tile(st, o);
+    RingSlot<C> cur = RingSlot<C>::at(block_index);
+    first_block(s, frag, st, scale, lg, t, w, cur, tile_parity);
+    int n = t.n_max - 1; // the block whose P is in frag
+    while (true) {
+      Tile next_t = t;
+      int next_n = n - 1;
+      const bool boundary = next_n < t.n_min;
+      if (boundary) {
+        ++wave;
+        if (!next_tile(wave, next_t))
+          break;
+        next_n = next_t.n_max - 1;
+        tile_parity ^= 1;
+        mbarrier_wait_parity(smem.q_full(), tile_parity);
+      }
+      const RingSlot<C> prev = cur;
+      cur = RingSlot<C>::at(++block_index);
+      issue_step(s, o, frag, scale, cur, prev);
+      release_q_after_qk(next_t, next_n);
+      RowState<C> done = st; // at a boundary: t's row state, for its epilogue
+      if (boundary) {
+        w = make_window<C>(p, next_t.seqlen_q, next_t.seqlen_k);
+#pragma unroll
+        for (int r = 0; r < kRowsPerThread; ++r) {
+          st.max[r] = neg_inf();
+          st.sum[r] = 0.0f;
+        }
+      }
+      softmax(s, st, scale, lg, next_t, w, next_n);
+      finish_step(o, frag, prev);
+      if (boundary) {
+        epilogue_of().run(t, o, done, lg.scale_log2);
+#pragma unroll
+        for (int i = 0; i < C::kHeadDimV / 2; ++i)
+          o[i] = 0.0f; // the next tile's O starts empty (its first factor then multiplies zeros)
+      } else if constexpr (!C::kRescaleBeforePv) {
+        rescale_o(o, scale);
+      }
+      to_fragments(s, frag);
+      t = next_t;
+      n = next_n;
+    }
+    last_block(o, frag, st, scale, lg, t, cur);
+  }
+
+  __device__ void run() {
+    const fj_attention_params &p = params.base;
+    Logits lg;
+    lg.scale_log2 = p.scale_log2;
+    lg.cap_pre = p.scale * p.softcap_inv;
+    lg.cap_post = C::kSoftcap ? p.softcap / p.scale : 0.0f;
+    const Epilogue<C> epilogue{params, smem, wg, tid};
+
+    float s[C::kBlockN / 2];
+    u32 frag[C::kBlockN / 4];
+    float o[C::kHeadDimV / 2];
+
+    if constexpr (C::kPingpong)
+      if (wg == C::kConsumerWarpgroups - 1)
+        turn_pass(); // one turn token, starting at warpgroup 0: strict round robin
+    if constexpr (C::kCrossTileOverlap)
+      run_tile_stream(lg, s, frag, o);
+    else
+      run_tiles(lg, epilogue, s, frag, o);
     if constexpr (C::kPingpong)
       if (wg == 0)
         turn_wait(); // absorb warpgroup 1's last hand-over so the barrier ends balanced

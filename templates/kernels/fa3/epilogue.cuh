@@ -120,7 +120,7 @@ template <class C> struct Epilogue {
     }
   }
 
-  __device__ void run(const Tile &t, float (&o)[C::kHeadDimV / 2], RowState<C> &st, float scale_log2) const {
+  __device__ void run(const Tile &t, float (&o)[C::kHeadDimV / 2], const RowState<C> &st, float scale_log2) const {
     // Finish the row sums across the quad, normalize, and write the LSE (natural log).
     const int row0 = t.m_block * C::kBlockM + wg * kWgmmaM + warp() * kRowsPerWarp + lane() / kQuadLanes;
 #pragma unroll
