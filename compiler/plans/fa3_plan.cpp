@@ -63,9 +63,10 @@ constexpr int kRowMaxPartialsThreeWarpgroups = 1;
 constexpr int kColsPerGroup = 8; // accumulator columns of one wgmma n8 group (softmax.cuh)
 // Cross-tile overlap (kCrossTileOverlap): the next tile's first QK is issued with this tile's last
 // PV and the epilogue runs under it (consumer.cuh). Needs the separate O region; NVRTC only (the
-// MLIR generator renders one tile at a time). Prediction (session 8, before measuring): +4..8% at
-// d128 S1024 (8 key blocks per tile), +1..2% at S4096.
-constexpr bool kCrossTileOverlapDefault = true;
+// MLIR generator renders one tile at a time). Predicted +4..8% at d128 S1024; measured (session 8,
+// runtime A/B, bf16) 3-7% *slower* at every head dim it applies to (d128 S1024 -6.6%, S4096 -2.6%,
+// causal -6.0%, d64..d96 -3..-6%): off; a tuning for further work.
+constexpr bool kCrossTileOverlapDefault = false;
 // Register split (setmaxnreg), per thread of each warpgroup: 2 consumer warpgroups:
 // 128 * (24 + 2 * 240) = 64,512; 3: 128 * (32 + 3 * 160) = 65,536 <= 64K registers per SM.
 constexpr int kRegsProducer2 = 24;
