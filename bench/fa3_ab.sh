@@ -3,7 +3,7 @@
 # bench/compare.py times the planner's kernel, the kernel FLASHJIT_FA3_TUNING=tuning makes, and
 # PyTorch's flash and cuDNN SDPA backends on the same tensors, samples alternating. One JSON and one
 # log line per row go to RESULTS_DIR.
-#   bench/fa3_ab.sh RESULTS_DIR [LIST]   (LIST: lines "rows tuning", default: the list below)
+#   bench/fa3_ab.sh RESULTS_DIR [LIST]   (LIST: lines "rows tuning" and # comments; default: the list below)
 # Uses $FLASHJIT_BUILD_DIR (default build-device) for libflashjit.so; $DTYPES (default bf16,fp16).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ d80s4096,d80s16384c,d192s4096,d256s4096 lazy_rescale=0
 d256s4096 pingpong=1"
 i=0
 while read -r rows tuning; do
-  [ -z "$rows" ] && continue
+  [ -z "$rows" ] || [ "${rows#\#}" != "$rows" ] && continue # blank lines and # comments
   i=$((i + 1))
   echo "== $rows with $tuning"
   python3 bench/compare.py --lib "$build_dir/libflashjit.so" --ops prefill --rows "$rows" --alt-tuning "$tuning" \
