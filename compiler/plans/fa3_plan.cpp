@@ -361,9 +361,10 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
     const auto field =
         std::find_if(std::begin(fields), std::end(fields), [&](const auto &f) { return key == f.first; });
     if (field == std::end(fields)) {
-      *error = "'" + item +
-               "': unknown key (block_n, pingpong, exp2_poly_every, consumer_warpgroups, separate_o, "
-               "rescale_before_pv, cluster_m, lazy_rescale, row_max_partials, cross_tile_overlap)";
+      std::string keys;
+      for (const auto &[name, member] : fields)
+        keys += (keys.empty() ? "" : ", ") + std::string(name);
+      *error = "'" + item + "': unknown key (" + keys + ")";
       return false;
     }
     const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
