@@ -239,9 +239,9 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: cross_tile_overlap needs the separate O region (separate_o)");
   if (tuning.cross_tile_overlap > 0 && backend == FLASHJIT_BACKEND_MLIR)
     return refuse("fa3: cross_tile_overlap has a template form only (NVRTC)");
-  const bool cross_tile_overlap =
-      tuning.cross_tile_overlap >= 0 ? tuning.cross_tile_overlap != 0
-                                     : kCrossTileOverlapDefault && separate_o && backend != FLASHJIT_BACKEND_MLIR;
+  const bool cross_tile_overlap = tuning.cross_tile_overlap >= 0
+                                      ? tuning.cross_tile_overlap != 0
+                                      : kCrossTileOverlapDefault && separate_o && backend != FLASHJIT_BACKEND_MLIR;
   const int column_groups = block_n / kColsPerGroup;
   int row_max_partials = three_wgs ? kRowMaxPartialsThreeWarpgroups : kRowMaxPartialsTwoWarpgroups;
   while (row_max_partials > column_groups)
