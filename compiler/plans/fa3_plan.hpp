@@ -25,10 +25,11 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
                     flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
 
 // "key=value,..." with the keys block_n, pingpong, exp2_poly_every, consumer_warpgroups,
-// separate_o, rescale_before_pv, cluster_m, lazy_rescale, row_max_partials, cross_tile_overlap (the fields above; unnamed fields keep the
-// planner's choice), e.g. "consumer_warpgroups=2,block_n=128": the developer override
-// FLASHJIT_FA3_TUNING. False, naming the bad item, on an unknown key or a value that is not an
-// integer; whether the values fit a spec is the planner's answer (plan_fa3_tuned).
+// separate_o, rescale_before_pv, cluster_m, lazy_rescale, row_max_partials, cross_tile_overlap
+// (the fields above; unnamed fields keep the planner's choice), e.g.
+// "consumer_warpgroups=2,block_n=128": the developer override FLASHJIT_FA3_TUNING. False, naming
+// the bad item, on an unknown key or a value that is not an integer; whether the values fit a spec
+// is the planner's answer (plan_fa3_tuned).
 bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *error);
 
 } // namespace flashjit
