@@ -658,6 +658,11 @@ static bool run_merge_check(Kernel &K, bool bf, int dv, int states, int rows) {
   return ok;
 }
 
+// The median of samples sorted in place.
+static double median_of_sorted(const std::vector<float> &sorted) {
+  return sorted[sorted.size() / 2];
+}
+
 // ---- bandwidth ----
 static void run_perf(Kernel &K, const char *mode, const char *tag_of_perf, int batch, int len, int page) {
   const int hkv = 8, group = 4, d = 128;
@@ -724,8 +729,8 @@ static void run_perf(Kernel &K, const char *mode, const char *tag_of_perf, int b
   }
   std::sort(ms.begin(), ms.end());
   std::sort(ms_dec.begin(), ms_dec.end());
-  double med = ms[ms.size() / 2], med_dec = ms_dec[ms_dec.size() / 2];
-  const double med_nopdl = ms_nopdl[ms_nopdl.size() / 2];
+  double med = median_of_sorted(ms), med_dec = median_of_sorted(ms_dec);
+  const double med_nopdl = median_of_sorted(ms_nopdl);
   printf(
       "PERF %-10s %-8s %3d x %-6d page=%-3d grid=%d work=%d merges=%d tiles/cta=%ld | total(PDL) %.1f us %.3f TB/s | "
       "total(no PDL) %.1f us %.3f TB/s | decode only %.1f us %.3f TB/s\n",
@@ -837,7 +842,7 @@ static int run_ab(Kernel &K, const char *tag, int batch, int len, int page, cons
   const std::vector<std::vector<float>> us = interleaved_step_us(gs, kScheds, kRounds);
   double med[kScheds];
   for (int v = 0; v < kScheds; ++v)
-    med[v] = us[v][us[v].size() / 2];
+    med[v] = median_of_sorted(us[v]);
   for (int v = 0; v < kScheds; ++v) {
     const SplitKSchedule &sc = gs[v][0].sched;
     printf("AB %3d x %-6d page=%-2d %-13s %7.2f us %.3f TB/s %+6.2f%% vs tiles | min %.2f max %.2f | limit %lld keys "
@@ -893,7 +898,7 @@ static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> k
   const std::vector<std::vector<float>> us = interleaved_step_us(gs.data(), V, kRounds);
   std::vector<double> med(V);
   for (int v = 0; v < V; ++v)
-    med[v] = us[v][us[v].size() / 2];
+    med[v] = median_of_sorted(us[v]);
   for (int v = 0; v < V; ++v) {
     const SplitKSchedule &sc = gs[v][0].sched;
     printf("KAB %3d x %-6d page=%-2d %-12s %7.2f us %.3f TB/s %+6.2f%% vs %s | min %.2f max %.2f | work %d merges %d "
