@@ -250,8 +250,8 @@ template <class C> struct Consumer {
   }
 
   // One tile at a time: prologue, key loop, last PV, epilogue (the walk before kCrossTileOverlap).
-  __device__ __forceinline__ void run_tiles(const Logits &lg, const Epilogue<C> &epilogue, float (&s)[C::kBlockN / 2],
-                                            u32 (&frag)[C::kBlockN / 4], float (&o)[C::kHeadDimV / 2]) const {
+  __device__ __forceinline__ void run_tiles(const Logits &lg, float (&s)[C::kBlockN / 2], u32 (&frag)[C::kBlockN / 4],
+                                            float (&o)[C::kHeadDimV / 2]) const {
     const fj_attention_params &p = params.base;
     int block_index = 0;
     u32 tile_parity = 0;
@@ -263,7 +263,7 @@ template <class C> struct Consumer {
       if (!t.has_rows)
         continue;
       if (t.n_max <= t.n_min) {
-        epilogue.write_empty(t);
+        epilogue_of().write_empty(t);
         continue;
       }
       const Window w = make_window<C>(p, t.seqlen_q, t.seqlen_k);
@@ -350,7 +350,6 @@ template <class C> struct Consumer {
     lg.scale_log2 = p.scale_log2;
     lg.cap_pre = p.scale * p.softcap_inv;
     lg.cap_post = C::kSoftcap ? p.softcap / p.scale : 0.0f;
-    const Epilogue<C> epilogue{params, smem, wg, tid};
 
     float s[C::kBlockN / 2];
     u32 frag[C::kBlockN / 4];
@@ -362,7 +361,7 @@ template <class C> struct Consumer {
     if constexpr (C::kCrossTileOverlap)
       run_tile_stream(lg, s, frag, o);
     else
-      run_tiles(lg, epilogue, s, frag, o);
+      run_tiles(lg, s, frag, o);
     if constexpr (C::kPingpong)
       if (wg == 0)
         turn_wait(); // absorb warpgroup 1's last hand-over so the barrier ends balanced
