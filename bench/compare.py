@@ -3,8 +3,9 @@
 flash (FA-2) and cuDNN backends, on the same tensors, in the same process.
 
 Prefill rows report TFLOP/s (4*B*H*Sq*Sk*D, halved for causal); decode rows report TB/s of KV read.
-Timing: CUDA events around each launch, warm-up first, median of --iters runs, inputs rotated among
-enough copies that L2 (50 MB) does not serve them; flashjit's samples alternate with the SDPA
+Timing: CUDA events around at least 4 back-to-back launches, queued behind a spin kernel so that the
+host's time to issue them is not counted (see QUEUE_AHEAD_CYCLES_PER_LAUNCH); warm-up first, median of
+--iters samples, inputs rotated among enough copies that L2 (50 MB) does not serve them; flashjit's samples alternate with the SDPA
 backends' (one of each in turn), so drift within a run weighs on all three alike. Each row also
 checks flashjit against cuDNN's output.
 
@@ -23,6 +24,7 @@ import json
 import os
 import statistics
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -145,10 +147,40 @@ class FlashJit:
                                              ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)))
 
 
+# A spin kernel ahead of each sample's start event, long enough for the host to queue the event, the
+# sample's launches and the stop event behind it: the GPU then runs them back to back without idling,
+# so a sample is GPU time only. Without it (--queue-ahead-cycles 0, the timing before run 13), every
+# sample began with the GPU idle for the host's time to issue the first launch, and a backend whose
+# host time per call exceeds its GPU time was timed at its host speed. Run 13 measured PyTorch SDPA's
+# host time per prefill call at 170-260 us (flash and cuDNN alike; flashjit's forward is ~5 us), so
+# the spin is at least QUEUE_AHEAD_MIN_CYCLES (~0.5 ms at the top clock) and grows with the launches.
+QUEUE_AHEAD_CYCLES_PER_LAUNCH = 150_000
+QUEUE_AHEAD_MIN_CYCLES = 1_000_000
+MAX_SM_CLOCK_HZ = 1.98e9  # the H200's top clock: the spin is shortest there
+
+
+# Launches a sample times back to back at least. Four keep the GPU busy long enough for its clocks
+# to settle under the board's power cap, as in a model's run of layers (run 13f against 13c/d: with
+# one launch after an idle GPU, cuDNN's kernels read 2-5% faster and ours about 1%).
+MIN_LAUNCHES_PER_SAMPLE = 4
+
+
+def set_timing(cycles_per_launch, min_launches):
+    global QUEUE_AHEAD_CYCLES_PER_LAUNCH, MIN_LAUNCHES_PER_SAMPLE
+    QUEUE_AHEAD_CYCLES_PER_LAUNCH = cycles_per_launch
+    MIN_LAUNCHES_PER_SAMPLE = min_launches
+
+
+def queue_ahead_cycles(launches):
+    if not QUEUE_AHEAD_CYCLES_PER_LAUNCH:
+        return 0
+    return max(QUEUE_AHEAD_MIN_CYCLES, QUEUE_AHEAD_CYCLES_PER_LAUNCH * (launches + 1))
+
+
 def median_ms(fns, iters, per_sample=None):
     """Median time of one launch. Each sample times `per_sample` back-to-back launches (rotating
-    inputs) between two events, so the host's time to issue a launch does not count as GPU time for
-    short kernels (decode); long kernels (prefill) use one launch per sample."""
+    inputs) between two events, behind a spin kernel (queue_ahead_cycles); by default as many as run
+    in about 1 ms, at least MIN_LAUNCHES_PER_SAMPLE."""
     return median_ms_interleaved([fns], iters, per_sample)[0]
 
 
@@ -174,17 +206,30 @@ def median_ms_interleaved(fn_sets, iters, per_sample=None, contexts=None):
             fn_sets[0][0]()
             stop.record()
             stop.synchronize()
-        per_sample = max(1, min(20, int(1.0 / max(start.elapsed_time(stop), 1e-3))))
+        per_sample = max(MIN_LAUNCHES_PER_SAMPLE, min(20, int(1.0 / max(start.elapsed_time(stop), 1e-3))))
     times = [[] for _ in fn_sets]
+    issue_s = [[] for _ in fn_sets]  # the host's time to issue a sample, against the spin's length
+    spin_cycles = queue_ahead_cycles(per_sample)
     for i in range(iters):
-        for fns, context, samples in zip(fn_sets, contexts, times):
+        for fns, context, samples, issues in zip(fn_sets, contexts, times, issue_s):
             with entered(context):
+                if spin_cycles:
+                    torch.cuda._sleep(spin_cycles)
+                issue_start = time.perf_counter()
                 start.record()
                 for j in range(per_sample):
                     fns[(i * per_sample + j) % len(fns)]()
                 stop.record()
+                issues.append(time.perf_counter() - issue_start)
                 stop.synchronize()
             samples.append(start.elapsed_time(stop) / per_sample)
+    for k, (issues, samples) in enumerate(zip(issue_s, times)):
+        # The GPU idles inside a sample when the host needs longer to issue it than the spin plus the
+        # launches before the last take to run.
+        budget_s = spin_cycles / MAX_SM_CLOCK_HZ + statistics.median(samples) * 1e-3 * (per_sample - 1)
+        if spin_cycles and statistics.median(issues) > budget_s:
+            print(f"warning: implementation {k} took {statistics.median(issues) * 1e6:.0f} us to issue a sample, longer "
+                  f"than the {budget_s * 1e6:.0f} us the GPU had queued: its time includes host time", file=sys.stderr)
     return [statistics.median(samples) for samples in times]
 
 
@@ -413,7 +458,14 @@ def main():
     ap.add_argument("--mlir-bundle", help="also time the kernels of these MLIR-built bundles (comma-separated; JIT off)")
     ap.add_argument("--alt-tuning", help="also time prefill rows with FLASHJIT_FA3_TUNING=ALT_TUNING (strict mode)")
     ap.add_argument("--rows", help="only these rows: d<head_dim>s<seqlen>[c] (c: causal) and <batch>x<kv_len>")
+    ap.add_argument("--queue-ahead-cycles", type=int, default=QUEUE_AHEAD_CYCLES_PER_LAUNCH,
+                    help="spin-kernel cycles per launch queued ahead of each sample's start event (0: none, the old timing)")
+    ap.add_argument("--min-launches-per-sample", type=int, default=MIN_LAUNCHES_PER_SAMPLE,
+                    help="back-to-back launches a sample times at least")
     args = ap.parse_args()
+    set_timing(args.queue_ahead_cycles, args.min_launches_per_sample)
+    meta_timing = {"queue_ahead_cycles_per_launch": QUEUE_AHEAD_CYCLES_PER_LAUNCH,
+                   "min_launches_per_sample": MIN_LAUNCHES_PER_SAMPLE}
     torch.cuda.init()
     torch.zeros(1, device="cuda")  # makes the primary context current for flashjit
     fj = FlashJit(args.lib, args.variant)
@@ -426,7 +478,7 @@ def main():
 
     rows = []
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "cudnn": torch.backends.cudnn.version(), "commit": os.environ.get("FLASHJIT_COMMIT", "")}
+            "cudnn": torch.backends.cudnn.version(), "commit": os.environ.get("FLASHJIT_COMMIT", ""), **meta_timing}
 
     def save():  # after every row: a kernel that kills the CUDA context keeps the rows before it
         with open(args.out, "w") as f:
