@@ -2,6 +2,7 @@
 
 #include "compiler/planner.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -29,8 +30,21 @@ Status check_head_dim(const char *name, int value) {
   return Status::success();
 }
 
-// Fills zero strides with the contiguous layout and checks that rows never overlap.
-Status resolve_strides(const char *name, flashjit_strides *s, int rows_per_batch, int heads, int dim, bool has_batch) {
+// One strided dimension of an operand: its stride (elements), how many indices it has, and what an
+// index of it is called in messages.
+struct StridedDim {
+  const char *field; // "head", "token", "batch"
+  const char *items; // "heads", "tokens", "sequences" (or "pages")
+  int64_t stride;
+  int64_t count;
+};
+
+// Fills zero strides with the contiguous layout and checks that no two (batch, token, head) rows of
+// `dim` elements overlap. The dimensions may nest in any order (token-major [B, S, H, D], head-major
+// [B, H, S, D], sequence-minor [S, B, H, D], ...): ordered by stride, each must step past everything
+// the smaller ones span. `batches` is the number of batch (or page) indices, 1 where there is none.
+Status resolve_strides(const char *name, flashjit_strides *s, int rows_per_batch, int heads, int dim, int batches,
+                       const char *batch_items = "sequences") {
   if (s->batch == 0 && s->token == 0 && s->head == 0) {
     s->head = dim;
     s->token = static_cast<int64_t>(heads) * dim;
@@ -40,18 +54,22 @@ Status resolve_strides(const char *name, flashjit_strides *s, int rows_per_batch
   if (s->head < 0 || s->token < 0 || s->batch < 0)
     return invalid(n + ": strides must be non-negative (elements), got batch " + std::to_string(s->batch) + ", token " +
                    std::to_string(s->token) + ", head " + std::to_string(s->head));
-  if (heads > 1 && s->head < dim)
-    return invalid(n + ".head = " + std::to_string(s->head) + ": heads would overlap; expected >= head_dim (" +
-                   std::to_string(dim) + ")");
-  const int64_t row_extent = static_cast<int64_t>(heads - 1) * s->head + dim;
-  if (rows_per_batch > 1 && s->token < row_extent)
-    return invalid(n + ".token = " + std::to_string(s->token) + ": tokens would overlap; expected >= " +
-                   std::to_string(row_extent) + " ((heads - 1) * head stride + head_dim)");
-  if (has_batch) {
-    const int64_t batch_extent = static_cast<int64_t>(rows_per_batch - 1) * s->token + row_extent;
-    if (s->batch < batch_extent)
-      return invalid(n + ".batch = " + std::to_string(s->batch) +
-                     ": sequences would overlap; expected >= " + std::to_string(batch_extent));
+  StridedDim dims[] = {{"head", "heads", s->head, heads},
+                       {"token", "tokens", s->token, rows_per_batch},
+                       {"batch", batch_items, s->batch, batches}};
+  std::stable_sort(std::begin(dims), std::end(dims),
+                   [](const StridedDim &a, const StridedDim &b) { return a.stride < b.stride; });
+  int64_t span = dim; // elements the dimensions checked so far reach, from one row's start
+  std::string inside = "head_dim";
+  for (const StridedDim &d : dims) {
+    if (d.count <= 1)
+      continue;
+    if (d.stride < span)
+      return invalid(n + "." + d.field + " = " + std::to_string(d.stride) + ": " + d.items +
+                     " would overlap; expected >= " + std::to_string(span) + " (the extent of " + inside +
+                     " inside it), or strides that nest in another order");
+    span += (d.count - 1) * d.stride;
+    inside += std::string(" x ") + d.items;
   }
   return Status::success();
 }
@@ -195,14 +213,20 @@ Status validate_problem(const flashjit_problem *problem, NormalizedProblem *out)
   // Strides (elements). Varlen tensors have no batch stride; paged K/V use it between pages.
   const int q_rows = n.varlen ? p.total_q : p.seqlen_q;
   const int k_rows = n.paged ? p.page_size : (n.varlen ? p.total_k : p.seqlen_k);
-  const bool kv_batch = n.paged || !n.varlen;
-  if (Status s = resolve_strides("q_strides", &p.q_strides, q_rows, p.heads_q, p.head_dim_qk, !n.varlen); !s)
+  const int q_batches = n.varlen ? 1 : p.batch;
+  const int kv_batches = n.paged ? p.num_pages : q_batches;
+  const char *kv_batch_items = n.paged ? "pages" : "sequences";
+  if (Status s = resolve_strides("q_strides", &p.q_strides, q_rows, p.heads_q, p.head_dim_qk, q_batches); !s)
     return s;
-  if (Status s = resolve_strides("k_strides", &p.k_strides, k_rows, p.heads_kv, p.head_dim_qk, kv_batch); !s)
+  if (Status s =
+          resolve_strides("k_strides", &p.k_strides, k_rows, p.heads_kv, p.head_dim_qk, kv_batches, kv_batch_items);
+      !s)
     return s;
-  if (Status s = resolve_strides("v_strides", &p.v_strides, k_rows, p.heads_kv, p.head_dim_v, kv_batch); !s)
+  if (Status s =
+          resolve_strides("v_strides", &p.v_strides, k_rows, p.heads_kv, p.head_dim_v, kv_batches, kv_batch_items);
+      !s)
     return s;
-  if (Status s = resolve_strides("o_strides", &p.o_strides, q_rows, p.heads_q, p.head_dim_v, !n.varlen); !s)
+  if (Status s = resolve_strides("o_strides", &p.o_strides, q_rows, p.heads_q, p.head_dim_v, q_batches); !s)
     return s;
 
   bool vector_aligned = true;

@@ -27,6 +27,7 @@ struct ProblemOptions {
   std::vector<int> varlen_k;
   int page_size = 0;
   int row_padding = 0;
+  bool head_major = false;
   uint64_t seed = 1;
   std::string variant = "auto";
   bool strict = false;

@@ -82,6 +82,20 @@ TEST_F(DecodeGpu, PagedEqualsContiguousBitwise) {
   EXPECT_EQ(contiguous.o_values, paged.o_values);
 }
 
+// The same values stored head-major ([B, Hkv, L, D], PyTorch's layout): the same kernel and schedule,
+// so the same bits.
+TEST_F(DecodeGpu, HeadMajorEqualsTokenMajorBitwise) {
+  Runtime runtime;
+  DecodeCase c{"head_major", 2, 4, 5000, 32, 8, 128, 0, true, -1, 0, ref::Dtype::bf16};
+  harness::CaseOptions o = to_options(c);
+  const harness::CaseResult token_major = harness::run_case(runtime, o);
+  o.head_major = true;
+  const harness::CaseResult head_major = harness::run_case(runtime, o);
+  ASSERT_TRUE(token_major.pass() && head_major.pass()) << token_major.summary() << "\n" << head_major.summary();
+  EXPECT_EQ(token_major.kernel, head_major.kernel);
+  EXPECT_EQ(token_major.o_values, head_major.o_values);
+}
+
 TEST_F(DecodeGpu, GraphReplayEqualsDirectLaunch) {
   Runtime runtime;
   DecodeCase c{"graph", 4, 1, 9000, 32, 8, 128, 16, false, -1, 0, ref::Dtype::bf16};

@@ -123,6 +123,13 @@ std::vector<PrefillCase> cases() {
   add("strided_aligned_d64", dense(2, 300, 300, 4, 4, 64, 64, Dtype::bf16), [](CaseOptions &c) { c.row_padding = 24; });
   add("strided_unaligned_d64", dense(2, 300, 300, 4, 4, 64, 64, Dtype::bf16),
       [](CaseOptions &c) { c.row_padding = 3; });
+  // PyTorch's [B, H, S, D]: tokens nest inside heads (fa3's TMA maps and fa2's copies take any order).
+  add("head_major_d128_causal_gqa4", dense(2, 700, 900, 8, 2, 128, 128, Dtype::bf16), [](CaseOptions &c) {
+    c.problem.causal = true;
+    c.head_major = true;
+  });
+  add("head_major_d80_fp16", dense(2, 333, 333, 4, 4, 80, 80, Dtype::fp16),
+      [](CaseOptions &c) { c.head_major = true; });
   return all;
 }
 

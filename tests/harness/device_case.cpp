@@ -44,6 +44,27 @@ std::vector<uint16_t> with_padding(const std::vector<uint16_t> &packed, int rows
   return padded;
 }
 
+// [batch * tokens, heads, dim] (the reference's batch-mode layout) <-> [batch, heads, tokens, dim].
+template <typename T>
+std::vector<T> permute_head_major(const std::vector<T> &from, int batch, int tokens, int heads, int dim,
+                                  bool to_head_major) {
+  std::vector<T> to(from.size());
+  for (int b = 0; b < batch; ++b)
+    for (int t = 0; t < tokens; ++t)
+      for (int h = 0; h < heads; ++h) {
+        const size_t token_major = ((size_t(b) * tokens + t) * heads + h) * dim;
+        const size_t head_major = ((size_t(b) * heads + h) * tokens + t) * dim;
+        std::copy_n(from.begin() + (to_head_major ? token_major : head_major), dim,
+                    to.begin() + (to_head_major ? head_major : token_major));
+      }
+  return to;
+}
+
+// Strides (elements) of [batch, heads, tokens, dim].
+flashjit_strides head_major_strides(int tokens, int heads, int dim) {
+  return {int64_t(heads) * tokens * dim, dim, int64_t(tokens) * dim};
+}
+
 struct DeviceTensors {
   DeviceBuffer q, k, v, o, lse, cu_q, cu_k, block_table, seqlens_k, workspace;
   // Host copies the problem points at, so validation can check them.
@@ -133,6 +154,21 @@ Status setup(const CaseOptions &options, const std::vector<float> &q, const std:
     p->v = t->v.get();
     p->k_strides = {k_row * p->seqlen_k, k_row, rp.head_dim_qk};
     p->v_strides = {v_row * p->seqlen_k, v_row, rp.head_dim_v};
+  }
+  if (options.head_major) {
+    if (options.varlen || options.page_size > 0 || pad != 0)
+      return Status::error(FLASHJIT_INVALID_ARGUMENT, "head_major: batch mode without paging or row padding");
+    const int b = rp.batch, sq = p->seqlen_q, sk = p->seqlen_k;
+    auto q_hm = permute_head_major(q_dev, b, sq, rp.heads_q, rp.head_dim_qk, true);
+    auto k_hm = permute_head_major(to_bits(options.dtype, k), b, sk, rp.heads_kv, rp.head_dim_qk, true);
+    auto v_hm = permute_head_major(to_bits(options.dtype, v), b, sk, rp.heads_kv, rp.head_dim_v, true);
+    for (auto [buffer, bits] : {std::pair{&t->q, &q_hm}, {&t->k, &k_hm}, {&t->v, &v_hm}})
+      if (Status s = buffer->upload(bits->data(), bits->size() * 2); !s)
+        return s;
+    p->q_strides = head_major_strides(sq, rp.heads_q, rp.head_dim_qk);
+    p->k_strides = head_major_strides(sk, rp.heads_kv, rp.head_dim_qk);
+    p->v_strides = head_major_strides(sk, rp.heads_kv, rp.head_dim_v);
+    p->o_strides = head_major_strides(sq, rp.heads_q, rp.head_dim_v);
   }
   if (options.varlen) {
     std::vector<int32_t> &cu_q_host = t->cu_q_host, &cu_k_host = t->cu_k_host;
@@ -331,6 +367,8 @@ CaseResult run_case(Runtime &runtime, const CaseOptions &options) {
   std::vector<uint16_t> o_dev(size_t(total_q) * (o_row + pad));
   if (result.status = tensors.o.download(o_dev.data(), o_dev.size() * 2); !result.status)
     return result;
+  if (options.head_major)
+    o_dev = permute_head_major(o_dev, rp.batch, rp.max_seqlen_q(), rp.heads_q, rp.head_dim_v, false);
   std::vector<float> o(size_t(total_q) * o_row);
   for (int r = 0; r < total_q; ++r)
     for (size_t c = 0; c < o_row; ++c)

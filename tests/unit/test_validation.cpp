@@ -69,6 +69,46 @@ TEST(ValidationGood, ShortKeyLengthsPickTheShortKeyBlock) {
   EXPECT_EQ(spec_for_problem(n, Arch{90, true}).key_block, 0);
 }
 
+// DESIGN.md promises arbitrary strides: the dimensions may nest in any order as long as no two rows
+// overlap, e.g. PyTorch's head-major [B, H, S, D] and the sequence-minor [S, B, H, D].
+TEST(ValidationGood, AcceptsHeadMajorAndSequenceMinorLayouts) {
+  AttentionProblem p = good_problem();
+  const int64_t d = 80;
+  p.q_strides = {8 * 100 * d, d, 100 * d}; // [B, Hq, Sq, D]
+  p.o_strides = p.q_strides;
+  p.k_strides = {2 * 120 * d, d, 120 * d}; // [B, Hkv, Sk, D]
+  p.v_strides = {2 * d, 2 * 2 * d, d};     // [Sk, B, Hkv, D]
+  NormalizedProblem n;
+  Status s = validate_problem(&p, &n);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_EQ(n.p.q_strides.token, d);
+  EXPECT_EQ(n.p.k_strides.head, 120 * d);
+  EXPECT_EQ(n.align_bytes, 16);
+}
+
+// Head-major with one element too little between heads: the heads' last token row runs into the
+// next head's first.
+TEST(ValidationGood, HeadMajorOverlapNamesTheHeadStride) {
+  AttentionProblem p = good_problem();
+  const int64_t d = 80;
+  p.k_strides = {2 * 120 * d, d, 120 * d - 1};
+  NormalizedProblem n;
+  Status s = validate_problem(&p, &n);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message.find("k_strides.head = 9599: heads would overlap; expected >= 9600"), std::string::npos)
+      << s.message;
+}
+
+// One sequence: its batch stride is never used, so any value is accepted.
+TEST(ValidationGood, OneSequenceIgnoresTheBatchStride) {
+  AttentionProblem p = good_problem();
+  p.batch = 1;
+  p.q_strides = {1, 8 * 80, 80};
+  NormalizedProblem n;
+  Status s = validate_problem(&p, &n);
+  EXPECT_TRUE(s.ok()) << s.message;
+}
+
 TEST(ValidationGood, OddStridesSelectTheElementAlignedPath) {
   AttentionProblem p = good_problem();
   p.q_strides = {100 * (8 * 80 + 3), 8 * 80 + 3, 80};
