@@ -6,7 +6,9 @@
  *
  * Conventions (FlashAttention's):
  *   Q [tokens, heads_q, head_dim_qk], K [tokens, heads_kv, head_dim_qk], V [tokens, heads_kv, head_dim_v],
- *   O [tokens, heads_q, head_dim_v] in the dtype of Q. Strides are in elements; the last dim is contiguous.
+ *   O [tokens, heads_q, head_dim_v] in the dtype of Q. Strides are in elements; the last dim is contiguous;
+ *   batch, token and head may nest in any order (e.g. PyTorch's [batch, heads, tokens, dim]) as long as
+ *   no two rows overlap.
  *   Batch mode: sequence b starts at ptr + b * batch_stride. Varlen: cu_seqlens_q/k (device, int32,
  *   batch + 1 prefix sums) address rows of a packed tensor and batch_stride is ignored.
  *   Causal with seqlen_q != seqlen_k is aligned bottom-right: query i sees key j <= i + seqlen_k - seqlen_q.
@@ -55,7 +57,9 @@ typedef enum flashjit_backend {
   FLASHJIT_BACKEND_MLIR = 2
 } flashjit_backend;
 
-/* Element strides of one operand; all zero means contiguous [batch, tokens, heads, dim]. */
+/* Element strides of one operand; all zero means contiguous [batch, tokens, heads, dim]. Any order
+ * of the three is accepted where rows do not overlap: head-major [batch, heads, tokens, dim] is
+ * {heads * tokens * dim, dim, tokens * dim}. */
 typedef struct flashjit_strides {
   int64_t batch;
   int64_t token;
