@@ -291,6 +291,19 @@ def time_mlir(fj, mlir, result, problems, mlir_problems, iters, prepare=None):
         result["mlir_error"] = str(e).splitlines()[0][:200]
 
 
+def attach_prefill_workspace(fj, problems, keep):
+    """The workspace fj's prefill kernel asks for (the fa3 tail split's counters and partial states),
+    one per input copy; the other runtimes' kernels ignore it."""
+    size = ctypes.c_size_t()
+    fj.check(fj.lib.flashjit_workspace_size(fj.runtime, ctypes.byref(problems[0]), ctypes.byref(size)))
+    if size.value == 0:
+        return
+    for p in problems:
+        ws = torch.empty(size.value, dtype=torch.uint8, device="cuda")
+        keep.append(ws)
+        p.workspace, p.workspace_bytes = ws.data_ptr(), size.value
+
+
 def prefill_row(fj, d, s, causal, dtype, iters, mlir=None, alt=None):
     tokens, width = 16384, 2048
     b, h = tokens // s, max(1, round(width / d))
@@ -303,12 +316,14 @@ def prefill_row(fj, d, s, causal, dtype, iters, mlir=None, alt=None):
     result = {"op": "prefill", "dtype": str(dtype).split(".")[-1], "head_dim": d, "seqlen": s, "batch": b,
               "heads": h, "causal": causal}
     problems = [fj.problem(q, k, v, o, causal) for q, k, v, o in sets]
+    workspaces = []  # alive as long as the problems that point at them
     try:
         fj.check(fj.lib.flashjit_prepare(fj.runtime, ctypes.byref(problems[0])))
         result["kernel"] = fj.explain(problems[0]).splitlines()[0].split()[-1]
         extra = []
         if alt is not None:
             try:
+                attach_prefill_workspace(alt, problems, workspaces)
                 alt.check(alt.lib.flashjit_prepare(alt.runtime, ctypes.byref(problems[0])))
                 result["alt_kernel"] = alt.explain(problems[0]).splitlines()[0].split()[-1]
                 extra.append(("alt", [lambda p=p: alt.forward(p) for p in problems]))

@@ -61,6 +61,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 overlapping a tile's last PV and epilogue with the next tile's first QK (NVRTC builds only).
   if (plan.constant("kCrossTileOverlap", 0) != 0)
     name += ".xt";
+  // fa3 splitting the last waves' tiles by keys (NVRTC builds only).
+  if (plan.constant("kTailSplit", 0) != 0)
+    name += ".ts";
   name += ".al" + std::to_string(spec.align_bytes);
   return name;
 }

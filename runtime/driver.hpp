@@ -49,6 +49,7 @@ namespace flashjit::driver {
   X(cuMemcpyHtoD)                                                                                                      \
   X(cuMemcpyDtoH)                                                                                                      \
   X(cuMemsetD8)                                                                                                        \
+  X(cuMemsetD32Async)                                                                                                  \
   X(cuStreamSynchronize)                                                                                               \
   X(cuCtxSynchronize)                                                                                                  \
   X(cuEventCreate)                                                                                                     \

@@ -30,6 +30,9 @@ struct Fa3Launch {
   fj_fa3_params params;
   Dim3 grid, block, cluster;
   int smem_bytes = 0;
+  // Tail split: the counters the launch zeroes first (null: no split this launch).
+  fj_i32 *tail_counters = nullptr;
+  size_t tail_counter_words = 0;
 };
 Status fa3_launch(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
                   Fa3Launch *out);

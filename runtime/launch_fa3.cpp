@@ -6,6 +6,7 @@
 
 #include "params_fa3.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -27,11 +28,36 @@ struct EncodedParams {
 constexpr size_t kEncodedCacheEntries = 4;
 thread_local std::array<EncodedParams, kEncodedCacheEntries> encoded_cache;
 thread_local size_t encoded_cache_next = 0;
+constexpr uintptr_t kTailWorkspaceAlignment = 256;
 
 bool same_inputs(const EncodedParams &e, const KernelRecord &kernel, const LaunchContext &ctx, int total_k,
                  const fj_attention_params &base) {
   return e.kernel == &kernel && e.kernel_key == kernel.key && e.sm_count == ctx.sm_count &&
          e.l2_bytes == ctx.l2_bytes && e.total_k == total_k && std::memcmp(&e.base, &base, sizeof(base)) == 0;
+}
+
+// Tail split: its counters and partial states live in the caller's workspace (flashjit_workspace_size
+// says how much); without one every tile is walked whole, as the plan's kernel does when the tail
+// has nothing to even out.
+Status attach_tail_workspace(const KernelRecord &kernel, const NormalizedProblem &problem, int walkers,
+                             Fa3Launch *out) {
+  const Fa3TailLayout layout = fa3_tail_layout(kernel.choice.plan, walkers);
+  char *workspace = static_cast<char *>(problem.p.workspace);
+  if (!workspace) {
+    out->params.tail_units = 0;
+    return Status::success();
+  }
+  if (reinterpret_cast<uintptr_t>(workspace) % kTailWorkspaceAlignment != 0)
+    return Status::error(FLASHJIT_INVALID_ARGUMENT, "workspace: expected a 256-byte aligned device pointer");
+  if (problem.p.workspace_bytes < layout.total_bytes)
+    return Status::error(FLASHJIT_INVALID_ARGUMENT,
+                         "workspace_bytes = " + std::to_string(problem.p.workspace_bytes) + ": " + kernel.name +
+                             " needs " + std::to_string(layout.total_bytes) + " (flashjit_workspace_size)");
+  out->tail_counters = reinterpret_cast<fj_i32 *>(workspace);
+  out->tail_counter_words = layout.counter_bytes / sizeof(fj_i32);
+  out->params.tail_counters = out->tail_counters;
+  out->params.tail_partials = reinterpret_cast<float *>(workspace + layout.partials_offset);
+  return Status::success();
 }
 
 } // namespace
@@ -77,6 +103,9 @@ Status fa3_launch(const KernelRecord &kernel, const NormalizedProblem &problem, 
     hit = &e;
   }
   out->params = hit->params; // the launch copies its arguments; the cache entry stays intact
+  if (out->params.tail_units > 0)
+    if (Status s = attach_tail_workspace(kernel, problem, hit->grid / std::max(plan.cluster_m, 1), out); !s)
+      return s;
   out->grid = Dim3{static_cast<unsigned>(hit->grid)};
   out->block = Dim3{static_cast<unsigned>(plan.threads)};
   out->cluster = Dim3{static_cast<unsigned>(plan.cluster_m)};
@@ -89,6 +118,11 @@ Status launch_fa3(const KernelRecord &kernel, const NormalizedProblem &problem, 
   Fa3Launch launch;
   if (Status s = fa3_launch(kernel, problem, ctx, &launch); !s)
     return s;
+  if (launch.tail_counters)
+    if (CUresult r = driver::api()->cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(launch.tail_counters), 0,
+                                                     launch.tail_counter_words, stream);
+        r != CUDA_SUCCESS)
+      return driver::driver_error("zeroing the tail split's counters", r);
   void *args[] = {&launch.params};
   return kernel.kernel.launch(launch.grid, launch.block, launch.smem_bytes, stream, args, launch.cluster);
 }

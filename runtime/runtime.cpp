@@ -6,9 +6,11 @@
 #include "runtime/launch.hpp"
 #include "runtime/log.hpp"
 #include "runtime/problem.hpp"
+#include "runtime/tma_desc.hpp"
 
 #include <flashjit/flashjit.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <sstream>
@@ -125,8 +127,15 @@ Status Runtime::workspace_size(const AttentionProblem &problem, size_t *bytes) {
   if (Status s = impl_->resolve(with_workspace, &normalized, &record, &launch); !s)
     return s;
   *bytes = 0;
+  if (record->choice.plan.variant == Variant::fa3) {
+    // The tail split's counters and partial states (none without kTailSplit), for as many walkers
+    // as the grid can have.
+    *bytes =
+        fa3_tail_layout(record->choice.plan, launch.sm_count / std::max(record->choice.plan.cluster_m, 1)).total_bytes;
+    return Status::success();
+  }
   if (record->choice.plan.variant != Variant::decode_splitk)
-    return Status::success(); // prefill kernels need no workspace
+    return Status::success(); // fa2 needs no workspace
   SplitKShape shape;
   SplitKLayout layout;
   if (Status s = decode_layout(*record, normalized, launch, &shape, &layout); !s)
@@ -234,6 +243,8 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
     plan << ", persistent grid";
   if (choice.plan.cluster_m > 1)
     plan << ", CTA clusters of " << choice.plan.cluster_m << " (K/V multicast)";
+  if (choice.plan.constant("kTailSplit", 0) != 0)
+    plan << ", last waves split by keys" << (problem.workspace ? "" : " (off: no workspace)");
   e.plan = plan.str();
   e.backend = backend_name(resolve_backend(impl_->store.config().backend, choice.plan.variant));
   e.origin = "not loaded";

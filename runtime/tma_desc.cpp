@@ -116,7 +116,46 @@ int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int
   int walkers = num_sms / cluster;
   if (resident_clusters > 0)
     walkers = std::min(walkers, resident_clusters);
-  return cluster * std::max(1, std::min(walkers, params->num_tiles));
+  walkers = std::max(1, std::min(walkers, params->num_tiles));
+  fa3_fill_tail(plan, walkers, params);
+  return cluster * walkers;
+}
+
+void fa3_fill_tail(const Plan &plan, int walkers, fj_fa3_params *params) {
+  params->tail_first_unit = params->tail_units = params->tail_blocks_per_walker = params->tail_blocks_per_unit = 0;
+  if (plan.constant("kTailSplit", 0) == 0)
+    return;
+  // Units of equal cost (the planner allows the split only then): full waves stay whole; the last
+  // full wave and the partial one (walkers + rest units) are cut evenly by key blocks. Then every
+  // walker's share is at least one unit, so a unit is cut at most once, between two walkers.
+  const int units = params->num_tiles;
+  const int full_waves = units / walkers;
+  const int rest = units % walkers;
+  if (full_waves == 0 || rest == 0)
+    return; // nothing to even out, or fewer units than walkers (a unit would be cut twice)
+  const int blocks_per_unit = (params->base.seqlen_k + plan.block_n - 1) / plan.block_n;
+  if (blocks_per_unit == 0)
+    return; // no keys: every tile is written empty
+  const int64_t tail_units = walkers + rest;
+  params->tail_first_unit = (full_waves - 1) * walkers;
+  params->tail_units = static_cast<int>(tail_units);
+  params->tail_blocks_per_unit = blocks_per_unit;
+  params->tail_blocks_per_walker = static_cast<int>((tail_units * blocks_per_unit + walkers - 1) / walkers);
+}
+
+Fa3TailLayout fa3_tail_layout(const Plan &plan, int walkers) {
+  Fa3TailLayout layout;
+  if (plan.constant("kTailSplit", 0) == 0)
+    return layout;
+  constexpr size_t kAlign = 256;
+  const size_t cluster = std::max(plan.cluster_m, 1);
+  const size_t counter_bytes = static_cast<size_t>(walkers) * cluster * sizeof(fj_i32);
+  layout.partials_offset = (counter_bytes + kAlign - 1) / kAlign * kAlign;
+  layout.counter_bytes = counter_bytes;
+  layout.total_bytes = layout.partials_offset + static_cast<size_t>(walkers) * 2 * cluster *
+                                                    static_cast<size_t>(plan.constant("kTailSlotFloats")) *
+                                                    sizeof(float);
+  return layout;
 }
 
 } // namespace flashjit

@@ -61,4 +61,18 @@ bool fa3_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int total_
 int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int l2_bytes, fj_fa3_params *params,
                       int resident_clusters = 0);
 
+// Tail split (plan constant kTailSplit): fills params->tail_* for `walkers` walkers from num_tiles
+// and seqlen_k (all zero when the plan has no split or nothing would even out). Called by
+// fa3_fill_schedule; the workspace pointers are the launch's.
+void fa3_fill_tail(const Plan &plan, int walkers, fj_fa3_params *params);
+
+// Where the tail split's counters and partial states lie in the caller's workspace, for `walkers`
+// walkers (total_bytes 0: the plan has no split).
+struct Fa3TailLayout {
+  size_t counter_bytes = 0;   // at offset 0, zeroed before each launch
+  size_t partials_offset = 0; // 256-byte aligned
+  size_t total_bytes = 0;
+};
+Fa3TailLayout fa3_tail_layout(const Plan &plan, int walkers);
+
 } // namespace flashjit

@@ -27,4 +27,14 @@ typedef struct fj_fa3_params {
   // walked in sections of `heads_per_section` (batch, head) pairs so a section's K/V stays in L2.
   fj_i32 num_tiles;
   fj_i32 heads_per_section;
+  // Tail split (kTailSplit): work units [tail_first_unit, tail_first_unit + tail_units) are walked
+  // as one run of tail_units * tail_blocks_per_unit key blocks, cut into tail_blocks_per_walker per
+  // walker; a unit cut at a walker boundary is finished by whichever of its two walkers is second.
+  // tail_units = 0 (no workspace, or nothing to even out) walks every unit whole.
+  fj_i32 tail_first_unit;
+  fj_i32 tail_units;
+  fj_i32 tail_blocks_per_walker;
+  fj_i32 tail_blocks_per_unit;
+  float *tail_partials;  // [walker boundary][side][CTA of the pair][kTailSlotFloats]: partial O, LSE
+  fj_i32 *tail_counters; // [walker boundary][CTA of the pair]: pieces written (zeroed before each launch)
 } fj_fa3_params;

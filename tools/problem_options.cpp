@@ -77,8 +77,9 @@ bool ProblemOptions::to_case(harness::CaseOptions *out, std::string *error) cons
   }
   c.head_major = head_major;
   c.seed = seed;
-  // Decode-shaped problems get a planned split-K workspace, as an engine would give them.
-  c.decode_workspace = !varlen && seqlen_q <= 16;
+  // Every problem gets the workspace its kernel asks for, as an engine would give it: the planned
+  // split-K decode's, the fa3 tail split's (FLASHJIT_FA3_TUNING=tail_split=1), none for the rest.
+  c.with_workspace = !varlen;
   *out = c;
   return true;
 }

@@ -31,6 +31,7 @@ constexpr int kMaxHeadDimThreeWarpgroups = 96;
 // (harness, session 7, two rounds), where the unmasked d128 tile gains nothing (670 vs 670).
 constexpr int kMaxHeadDimThreeWarpgroupsCausal = 128;
 constexpr int kWarpgroupThreads = 128;
+constexpr int kRowsPerThread = 2;  // accumulator rows per thread of a wgmma m64 tile (softmax.cuh)
 constexpr int kStages = 2;         // FA-3 uses 2 on sm_90 for every head dim
 constexpr int kElemBytes = 2;      // fp16 / bf16
 constexpr int kSwizzleBytes = 128; // one smem row of a panel; TMA + wgmma 128B swizzle
@@ -67,6 +68,8 @@ constexpr int kColsPerGroup = 8; // accumulator columns of one wgmma n8 group (s
 // runtime A/B, bf16) 3-7% *slower* at every head dim it applies to (d128 S1024 -6.6%, S4096 -2.6%,
 // causal -6.0%, d64..d96 -3..-6%): off; a tuning for further work.
 constexpr bool kCrossTileOverlapDefault = false;
+// Tail split: off until measured on the GPU (prediction in docs/perf-notes.md, session 9).
+constexpr bool kTailSplitDefault = false;
 // Register split (setmaxnreg), per thread of each warpgroup: 2 consumer warpgroups:
 // 128 * (24 + 2 * 240) = 64,512; 3: 128 * (32 + 3 * 160) = 65,536 <= 64K registers per SM.
 constexpr int kRegsProducer2 = 24;
@@ -242,6 +245,19 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   const bool cross_tile_overlap = tuning.cross_tile_overlap >= 0
                                       ? tuning.cross_tile_overlap != 0
                                       : kCrossTileOverlapDefault && separate_o && backend != FLASHJIT_BACKEND_MLIR;
+  // Tail split (kTailSplit): the work of the last full wave and the partial one is divided evenly
+  // by key blocks, so no walker idles while others finish a last tile; a tile cut between two
+  // walkers is merged by the second to finish it (partial states in the caller's workspace).
+  // Units must all cost the same (no causal, window or varlen). Template form only.
+  if (tuning.tail_split > 0 && (masked || spec.varlen))
+    return refuse("fa3: tail_split needs every tile to see every key (no causal, window or varlen)");
+  if (tuning.tail_split > 0 && backend == FLASHJIT_BACKEND_MLIR)
+    return refuse("fa3: tail_split has a template form only (NVRTC)");
+  if (tuning.tail_split > 0 && cross_tile_overlap)
+    return refuse("fa3: tail_split walks one tile at a time (no cross_tile_overlap)");
+  const bool tail_split = tuning.tail_split >= 0
+                              ? tuning.tail_split != 0
+                              : kTailSplitDefault && !masked && !spec.varlen && backend != FLASHJIT_BACKEND_MLIR;
   const int column_groups = block_n / kColsPerGroup;
   int row_max_partials = three_wgs ? kRowMaxPartialsThreeWarpgroups : kRowMaxPartialsTwoWarpgroups;
   while (row_max_partials > column_groups)
@@ -328,6 +344,10 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
             tuning.exp2_poly_every >= 0 ? tuning.exp2_poly_every : (small_dim ? kExp2PolyEverySmallDim : 0));
   plan->add("kRowMaxPartials", row_max_partials);
   plan->add_bool("kCrossTileOverlap", cross_tile_overlap);
+  plan->add_bool("kTailSplit", tail_split);
+  plan->add("kBarrierTail", kBarrierPingpong + 2 * consumer_wgs); // all consumer warpgroups
+  // One piece's partial state per consumer thread: its O accumulators, its rows' max and sum share.
+  plan->add("kTailSlotFloats", consumer_wgs * kWarpgroupThreads * (spec.head_dim_v / 2 + 2 * kRowsPerThread));
   return true;
 }
 
@@ -348,6 +368,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"lazy_rescale", &Fa3Tuning::lazy_rescale},
       {"row_max_partials", &Fa3Tuning::row_max_partials},
       {"cross_tile_overlap", &Fa3Tuning::cross_tile_overlap},
+      {"tail_split", &Fa3Tuning::tail_split},
   };
   size_t begin = 0;
   while (begin <= text.size()) {

@@ -17,4 +17,16 @@ __device__ __forceinline__ void named_barrier_arrive(u32 id, u32 count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+// bar.red.or.pred p, id, count, q: bar.sync that also tells every participating thread whether
+// any of them passed a true predicate (one thread's decision, broadcast without shared memory).
+__device__ __forceinline__ bool named_barrier_red_or(u32 id, u32 count, bool predicate) {
+  u32 out;
+  asm volatile("{\n\t.reg .pred p, q;\n\tsetp.ne.u32 p, %3, 0;\n\tbar.red.or.pred q, %1, %2, p;\n\tselp.u32 %0, 1, 0, "
+               "q;\n}"
+               : "=r"(out)
+               : "r"(id), "r"(count), "r"((u32)predicate)
+               : "memory");
+  return out != 0;
+}
+
 } // namespace fj

@@ -33,7 +33,7 @@ harness::CaseOptions to_options(const DecodeCase &c) {
   o.problem.softcap = c.softcap;
   o.page_size = c.page_size;
   o.dtype = c.dtype;
-  o.decode_workspace = true;
+  o.with_workspace = true;
   o.row_padding = c.row_padding;
   return o;
 }

@@ -1,10 +1,12 @@
 // Prefill on the GPU against the float64 reference (DESIGN.md pass rule), through the public API.
 // Every case runs with the planner's choice (fa3 on sm_90a where it applies, with logged fallbacks)
 // and with fa2 forced, so the sm_80 kernel is checked on Hopper too. Skips loudly without a GPU.
+#include "tests/gpu/gpu_test.hpp"
 #include "tests/harness/device_case.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 
@@ -167,6 +169,8 @@ TEST_P(PrefillGpu, MatchesFloat64Reference) {
   EXPECT_EQ(again.o.max_err, result.o.max_err) << "output changed between identical runs";
 }
 
+class PrefillTailSplitGpu : public GpuTest {};
+
 std::string case_name(const ::testing::TestParamInfo<PrefillGpu::ParamType> &info) {
   const char *variant = std::get<0>(info.param) == FLASHJIT_VARIANT_FA2 ? "fa2" : "auto";
   return std::string(variant) + "_" + std::get<1>(info.param).name;
@@ -176,6 +180,43 @@ INSTANTIATE_TEST_SUITE_P(Prefill, PrefillGpu,
                          ::testing::Combine(::testing::Values(FLASHJIT_VARIANT_AUTO, FLASHJIT_VARIANT_FA2),
                                             ::testing::ValuesIn(cases())),
                          case_name);
+
+// The fa3 tail split (FLASHJIT_FA3_TUNING=tail_split=1, with the workspace flashjit_workspace_size
+// asks for): shapes whose units leave a partial last wave (d64: 288 units over 132 CTAs; d128 GQA 5:
+// 320 pair units over 66 clusters; d256: 108 pair units, all in the tail), so tiles are cut between
+// two walkers and merged by the second; every element against the float64 reference, twice (the
+// merge order must not move the result), and without the workspace the same kernel walks whole tiles.
+TEST_F(PrefillTailSplitGpu, CutTilesMergeToTheReference) {
+  struct Case {
+    const char *name;
+    int batch, seqlen, heads_q, heads_kv, d;
+    ref::Dtype dtype;
+  };
+  const Case cases[] = {{"d64", 2, 1000, 24, 24, 64, ref::Dtype::bf16},
+                        {"d128_gqa5", 2, 1000, 40, 8, 128, ref::Dtype::fp16},
+                        {"d256", 1, 700, 36, 36, 256, ref::Dtype::bf16}};
+  const char *previous = std::getenv("FLASHJIT_FA3_TUNING");
+  const std::string saved = previous ? previous : "";
+  setenv("FLASHJIT_FA3_TUNING", "tail_split=1", 1); // read when the runtime is made
+  Options options;
+  options.strict = 1; // the tail-split kernel itself, no fallback
+  Runtime runtime(options);
+  previous ? setenv("FLASHJIT_FA3_TUNING", saved.c_str(), 1) : unsetenv("FLASHJIT_FA3_TUNING");
+  for (const Case &c : cases) {
+    CaseOptions o = dense(c.batch, c.seqlen, c.seqlen, c.heads_q, c.heads_kv, c.d, c.d, c.dtype);
+    o.with_workspace = true;
+    o.seed = 97;
+    const harness::CaseResult first = harness::run_case(runtime, o);
+    std::cout << "tail_split_" << c.name << ": " << first.summary() << "\n";
+    EXPECT_TRUE(first.pass()) << c.name << ": " << first.summary();
+    EXPECT_NE(first.kernel.find(".ts"), std::string::npos) << first.kernel;
+    const harness::CaseResult again = harness::run_case(runtime, o);
+    EXPECT_EQ(again.o_values, first.o_values) << c.name << ": the merged tiles moved between runs";
+    o.with_workspace = false;
+    const harness::CaseResult whole = harness::run_case(runtime, o);
+    EXPECT_TRUE(whole.pass()) << c.name << " without a workspace: " << whole.summary();
+  }
+}
 
 } // namespace
 } // namespace flashjit

@@ -227,13 +227,16 @@ Status forward_in_graph(Runtime &runtime, const AttentionProblem &problem) {
   return status;
 }
 
-// Decode: size, allocate and plan the split-K workspace.
+// Size, allocate and plan the workspace the problem's kernel asks for (split-K decode, fa3 tail
+// split); none when it asks for none.
 Status attach_workspace(Runtime &runtime, const CaseOptions &options, DeviceTensors *t, AttentionProblem *p) {
-  if (!options.decode_workspace)
+  if (!options.with_workspace)
     return Status::success();
   size_t bytes = 0;
   if (Status s = runtime.workspace_size(*p, &bytes); !s)
     return s;
+  if (bytes == 0)
+    return Status::success();
   const size_t granted = bytes > options.workspace_shortfall ? bytes - options.workspace_shortfall : 0;
   if (Status s = t->workspace.allocate(std::max<size_t>(granted, 256)); !s)
     return s;

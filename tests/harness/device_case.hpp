@@ -54,12 +54,12 @@ private:
 struct CaseOptions {
   ref::Problem problem; // shapes, lengths (one per sequence), mask, softcap, scale
   ref::Dtype dtype = ref::Dtype::bf16;
-  bool varlen = false; // packed rows through cu_seqlens; else batch mode (equal lengths)
-  int page_size = 0;   // > 0: K/V through a shuffled block table
-  int row_padding = 0; // extra elements between tokens (non-contiguous strides; odd -> unaligned path)
+  bool varlen = false;     // packed rows through cu_seqlens; else batch mode (equal lengths)
+  int page_size = 0;       // > 0: K/V through a shuffled block table
+  int row_padding = 0;     // extra elements between tokens (non-contiguous strides; odd -> unaligned path)
   bool head_major = false; // Q, K, V, O stored [batch, heads, tokens, dim] (PyTorch's layout; batch mode)
   bool with_lse = true;
-  bool decode_workspace = false;  // allocate flashjit_workspace_size bytes and plan (split-K decode)
+  bool with_workspace = false;    // allocate flashjit_workspace_size bytes and plan (split-K decode, fa3 tail split)
   size_t workspace_shortfall = 0; // tests: allocate this many bytes less than asked for
   bool graph_capture = false;     // prepare, capture forward() into a CUDA graph on a new stream, replay it
   uint64_t seed = 1;

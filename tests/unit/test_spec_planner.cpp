@@ -363,6 +363,39 @@ TEST(Fa3Tuning, CrossTileOverlapIsATuningWhereOHasItsOwnRegion) {
   EXPECT_EQ(plan.constant("kCrossTileOverlap"), 0);
 }
 
+// The tail split (session 9, not yet measured): off by default, a tuning for tiles of equal cost
+// (no causal, window or varlen), NVRTC only, not with the cross-tile walk.
+TEST(Fa3Tuning, TailSplitIsATuningForTilesOfEqualCost) {
+  for (int d : {64, 128, 256}) {
+    Plan plan;
+    std::string why;
+    ASSERT_TRUE(plan_fa3(prefill(d, false), &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kTailSplit"), 0) << "off until measured";
+    EXPECT_EQ(kernel_name(prefill(d, false), plan).find(".ts"), std::string::npos);
+  }
+  Fa3Tuning on;
+  on.tail_split = 1;
+  Plan plan;
+  std::string why;
+  ASSERT_TRUE(plan_fa3_tuned(prefill(128, false), on, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kTailSplit"), 1);
+  EXPECT_NE(kernel_name(prefill(128, false), plan).find(".ts"), std::string::npos);
+  // Every consumer thread's O accumulators, row maxima and sum shares.
+  EXPECT_EQ(plan.constant("kTailSlotFloats"), plan.consumer_warpgroups * 128 * (128 / 2 + 4));
+  EXPECT_GT(plan.constant("kBarrierTail"), plan.constant("kBarrierEpilogue") + plan.consumer_warpgroups - 1)
+      << "its own named barrier";
+  EXPECT_LT(plan.constant("kBarrierTail"), 16);
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, true), on, &plan, &why)) << "causal tiles differ in cost";
+  EXPECT_NE(why.find("tail_split"), std::string::npos) << why;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), on, &plan, &why, FLASHJIT_BACKEND_MLIR));
+  Fa3Tuning both = on;
+  both.cross_tile_overlap = 1;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), both, &plan, &why));
+  Fa3Tuning parsed;
+  ASSERT_TRUE(parse_fa3_tuning("tail_split=1", &parsed, &why)) << why;
+  EXPECT_EQ(parsed.tail_split, 1);
+}
+
 TEST(Planner, PrefersFa3OnHopperAndFa2Elsewhere) {
   PlanChoice hopper = choose_plan(prefill(128, false));
   ASSERT_TRUE(hopper.ok) << hopper.error;

@@ -1,10 +1,14 @@
 // Host-only tests of the fa3 TMA descriptor arguments, persistent schedule and plan (no GPU).
 #include "compiler/planner.hpp"
+#include "compiler/plans/fa3_plan.hpp"
 #include "runtime/tma_desc.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
+#include <tuple>
 #include <vector>
 
 namespace flashjit {
@@ -203,6 +207,109 @@ TEST(Fa3Schedule, TilesSectionsAndGrid) {
   params.base = batch_params(1, 100, 100, 1, 1, 128, 128);
   EXPECT_EQ(fa3_fill_schedule(spec, plan, 132, 50 * 1024 * 1024, &params), 2) << "one pair";
   EXPECT_EQ(fa3_fill_schedule(causal, fa3_plan(causal), 132, 50 * 1024 * 1024, &params), 1);
+}
+
+// The tail split's walk, as templates/kernels/fa3/scheduler.cuh takes it (tail_share, tail_piece,
+// tail_cut): walker w owns blocks [w * B, (w + 1) * B) of the tail's units laid end to end.
+struct TailPieceCheck {
+  int walker, unit, n_min, n_max, boundary, side;
+};
+std::vector<TailPieceCheck> tail_pieces(const fj_fa3_params &params, int walkers) {
+  std::vector<TailPieceCheck> pieces;
+  const int n = params.tail_blocks_per_unit, blocks = params.tail_units * n;
+  for (int w = 0; w < walkers; ++w) {
+    const int lo = std::min(w * params.tail_blocks_per_walker, blocks);
+    const int hi = std::min(lo + params.tail_blocks_per_walker, blocks);
+    for (int u = lo / n; hi > lo && u <= (hi - 1) / n; ++u) {
+      const int n_min = std::max(lo, u * n) - u * n, n_max = std::min(hi, u * n + n) - u * n;
+      const int boundary = n_min > 0 ? w : n_max < n ? w + 1 : -1;
+      pieces.push_back({w, u, n_min, n_max, boundary, n_min > 0 ? 1 : 0});
+    }
+  }
+  return pieces;
+}
+
+// Every key block of the tail is walked once; a unit is cut at most once, into the two sides of one
+// walker boundary, each boundary inside the workspace's slots; no walker holds more than its share.
+void expect_tail_covers(const fj_fa3_params &params, int walkers) {
+  SCOPED_TRACE("units " + std::to_string(params.num_tiles) + ", walkers " + std::to_string(walkers));
+  ASSERT_GT(params.tail_units, 0);
+  ASSERT_GE(params.tail_blocks_per_walker, params.tail_blocks_per_unit) << "shares of at least one unit";
+  EXPECT_EQ(params.tail_first_unit + params.tail_units, params.num_tiles);
+  EXPECT_EQ(params.tail_first_unit % walkers, 0) << "whole waves before the tail";
+  std::vector<std::vector<int>> blocks(params.tail_units, std::vector<int>(params.tail_blocks_per_unit, 0));
+  std::map<std::pair<int, int>, int> sides;
+  std::vector<int> per_walker(walkers, 0);
+  for (const TailPieceCheck &p : tail_pieces(params, walkers)) {
+    for (int b = p.n_min; b < p.n_max; ++b)
+      ++blocks[p.unit][b];
+    per_walker[p.walker] += p.n_max - p.n_min;
+    if (p.boundary >= 0) {
+      EXPECT_GE(p.boundary, 1);
+      EXPECT_LT(p.boundary, walkers) << "slots per walker boundary";
+      ++sides[{p.boundary, p.side}];
+      EXPECT_TRUE(p.n_min == 0 || p.n_max == params.tail_blocks_per_unit) << "cut on one side only";
+    }
+  }
+  for (const auto &unit : blocks)
+    for (int count : unit)
+      EXPECT_EQ(count, 1);
+  for (const auto &[key, count] : sides) {
+    EXPECT_EQ(count, 1) << "boundary " << key.first << " side " << key.second;
+    EXPECT_EQ(sides.count({key.first, key.second ^ 1}), 1u) << "a cut has both sides";
+  }
+  EXPECT_LE(*std::max_element(per_walker.begin(), per_walker.end()), params.tail_blocks_per_walker);
+}
+
+TEST(Fa3Schedule, TailSplitCutsTheLastWavesEvenlyByKeys) {
+  Fa3Tuning tuning;
+  tuning.tail_split = 1;
+  for (int d : {64, 128, 256}) {
+    const KernelSpec spec = fa3_spec(d, d);
+    Plan plan;
+    std::string why;
+    ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &plan, &why)) << why;
+    ASSERT_EQ(plan.constant("kTailSplit"), 1);
+    // compare.py's rows (B * S = 16384, heads * d = 2048) and an awkward one.
+    for (auto [b, s, h] : {std::tuple{4, 4096, 2048 / d}, std::tuple{16, 1024, 2048 / d}, std::tuple{3, 1000, 7}}) {
+      fj_fa3_params params;
+      std::memset(&params, 0, sizeof params);
+      params.base = batch_params(b, s, s, h, h, d, d);
+      const int grid = fa3_fill_schedule(spec, plan, 132, 50 * 1024 * 1024, &params);
+      const int walkers = grid / plan.cluster_m;
+      if (params.num_tiles % walkers == 0 || params.num_tiles < walkers) {
+        EXPECT_EQ(params.tail_units, 0) << "nothing to even out";
+        continue;
+      }
+      EXPECT_EQ(params.tail_blocks_per_unit, (s + plan.block_n - 1) / plan.block_n);
+      expect_tail_covers(params, walkers);
+      // The longest walker: today a whole extra unit; split, about the average.
+      const double average = double(params.num_tiles) * params.tail_blocks_per_unit / walkers;
+      const int full_waves = params.num_tiles / walkers;
+      const int longest = (full_waves - 1) * params.tail_blocks_per_unit + params.tail_blocks_per_walker;
+      EXPECT_LT(longest, average + 1.0) << "d" << d << " S" << s;
+      EXPECT_GT((full_waves + 1) * params.tail_blocks_per_unit, longest);
+    }
+  }
+  // d128 S4096 (compare.py's row): 1024 pair units over 66 walkers, 26 blocks each: the longest
+  // walker has 14 * 26 + 40 = 404 blocks instead of 16 * 26 = 416.
+  const KernelSpec spec = fa3_spec(128, 128);
+  Plan plan;
+  std::string why;
+  ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &plan, &why)) << why;
+  fj_fa3_params params;
+  std::memset(&params, 0, sizeof params);
+  params.base = batch_params(4, 4096, 4096, 16, 16, 128, 128);
+  fa3_fill_schedule(spec, plan, 132, 50 * 1024 * 1024, &params);
+  EXPECT_EQ(params.tail_first_unit, 14 * 66);
+  EXPECT_EQ(params.tail_units, 66 + 34);
+  EXPECT_EQ(params.tail_blocks_per_walker, 40);
+  // The workspace: a counter and two slots per walker and CTA of a pair.
+  const Fa3TailLayout layout = fa3_tail_layout(plan, 66);
+  EXPECT_EQ(layout.counter_bytes, 66u * 2 * 4);
+  EXPECT_EQ(layout.partials_offset % 256, 0u);
+  EXPECT_EQ(layout.total_bytes, layout.partials_offset + 66u * 2 * 2 * plan.constant("kTailSlotFloats") * 4);
+  EXPECT_EQ(fa3_tail_layout(fa3_plan(spec), 66).total_bytes, 0u) << "no split, no workspace";
 }
 
 TEST(Fa3Plan, EveryHeadDimFitsAndIsAligned) {

@@ -10,6 +10,7 @@
 #include "kernels/fa3/scheduler.cuh"
 #include "kernels/fa3/smem.cuh"
 #include "kernels/fa3/softmax.cuh"
+#include "kernels/fa3/tail.cuh"
 #include "prim/cluster.cuh"
 #include "prim/mbarrier.cuh"
 #include "prim/named_barrier.cuh"
@@ -232,7 +233,8 @@ template <class C> struct Consumer {
     to_fragments(s, frag);
   }
 
-  // Tile t's last PV, alone on the tensor cores, then its epilogue.
+  // Tile t's last PV, alone on the tensor cores, then its epilogue (a cut tile's piece: its part
+  // of the tail merge instead).
   __device__ __forceinline__ void last_block(float (&o)[C::kHeadDimV / 2], const u32 (&frag)[C::kBlockN / 4],
                                              RowState<C> &st, const float (&scale)[kRowsPerThread], const Logits &lg,
                                              const Tile &t, const RingSlot<C> &cur) const {
@@ -246,36 +248,53 @@ template <class C> struct Consumer {
     wgmma_wait_group<0>();
     wgmma_fence_operand(o);
     release_kv(smem.v_empty(cur.stage));
-    epilogue_of().run(t, o, st, lg.scale_log2);
+    if constexpr (C::kTailSplit)
+      if (const TailCut cut = tail_cut<C>(params, t);
+          cut.boundary >= 0 && !TailMerge<C>{params, smem, wg, tid}.finish(cut, o, st, lg.scale_log2))
+        return;                                 // the other piece of this tile writes it
+    epilogue_of().run(t, o, st, lg.scale_log2); // one call site: a second copy of the epilogue spills
   }
 
-  // One tile at a time: prologue, key loop, last PV, epilogue (the walk before kCrossTileOverlap).
+  // Prologue, key loop, last PV and epilogue of tile t (or of a piece of it, kTailSplit).
+  __device__ __forceinline__ void run_tile(const Tile &t, const Logits &lg, float (&s)[C::kBlockN / 2],
+                                           u32 (&frag)[C::kBlockN / 4], float (&o)[C::kHeadDimV / 2], int &block_index,
+                                           u32 &tile_parity) const {
+    if (!t.has_rows)
+      return;
+    if (t.n_max <= t.n_min) {
+      epilogue_of().write_empty(t);
+      return;
+    }
+    const Window w = make_window<C>(params.base, t.seqlen_q, t.seqlen_k);
+    RowState<C> st;
+    float scale[kRowsPerThread];
+    start_tile(st, o);
+    RingSlot<C> cur = RingSlot<C>::at(block_index);
+    first_block(s, frag, st, scale, lg, t, w, cur, tile_parity);
+    key_blocks(s, frag, o, st, scale, lg, t, w, cur, block_index);
+    last_block(o, frag, st, scale, lg, t, cur);
+    ++block_index;
+    tile_parity ^= 1;
+  }
+
+  // One tile at a time (the walk before kCrossTileOverlap): whole units wave by wave, then
+  // (kTailSplit) this walker's share of the tail, piece by piece.
   __device__ __forceinline__ void run_tiles(const Logits &lg, float (&s)[C::kBlockN / 2], u32 (&frag)[C::kBlockN / 4],
                                             float (&o)[C::kHeadDimV / 2]) const {
-    const fj_attention_params &p = params.base;
     int block_index = 0;
     u32 tile_parity = 0;
-    for (int wave = 0, index = snake_tile<C>(0); wave * walkers<C>() < params.num_tiles;
-         index = snake_tile<C>(++wave)) {
-      if (index >= params.num_tiles)
-        continue;
-      const Tile t = decode_tile<C>(params, index);
-      if (!t.has_rows)
-        continue;
-      if (t.n_max <= t.n_min) {
-        epilogue_of().write_empty(t);
-        continue;
+    if constexpr (C::kTailSplit) {
+      const int items = walk_items<C>(params);
+      for (int k = 0; k < items; ++k) {
+        Tile t;
+        if (walk_item<C>(params, k, &t))
+          run_tile(t, lg, s, frag, o, block_index, tile_parity);
       }
-      const Window w = make_window<C>(p, t.seqlen_q, t.seqlen_k);
-      RowState<C> st;
-      float scale[kRowsPerThread];
-      start_tile(st, o);
-      RingSlot<C> cur = RingSlot<C>::at(block_index);
-      first_block(s, frag, st, scale, lg, t, w, cur, tile_parity);
-      key_blocks(s, frag, o, st, scale, lg, t, w, cur, block_index);
-      last_block(o, frag, st, scale, lg, t, cur);
-      ++block_index;
-      tile_parity ^= 1;
+    } else {
+      for (int wave = 0, index = snake_tile<C>(0); wave * walkers<C>() < params.num_tiles;
+           index = snake_tile<C>(++wave))
+        if (index < params.num_tiles)
+          run_tile(decode_tile<C>(params, index), lg, s, frag, o, block_index, tile_parity);
     }
   }
 

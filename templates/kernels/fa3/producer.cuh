@@ -66,26 +66,37 @@ template <class C> struct Producer {
                     panel * C::kPanelCols, row + box * C::kTmaBoxRows, t.head, t.batch_coord, stream_policy);
   }
 
+  // Q and the K/V blocks [n_min, n_max) of tile t, from the last block down.
+  __device__ __forceinline__ void load_tile(const Tile &t, int &block_index, u32 &tile_parity) {
+    if (!t.has_rows || t.n_max <= t.n_min)
+      return; // the consumers write O = 0 / LSE = -inf without touching smem
+    int n = t.n_max - 1;
+    load_k(t, n, block_index);
+    load_q(t, tile_parity);
+    load_v(t, n, block_index);
+    ++block_index;
+    for (--n; n >= t.n_min; --n, ++block_index) {
+      load_k(t, n, block_index);
+      load_v(t, n, block_index);
+    }
+    tile_parity ^= 1;
+  }
+
   __device__ void run() {
     int block_index = 0; // KV blocks issued by this CTA so far (ring position)
     u32 tile_parity = 0; // flips per tile that loads Q
-    for (int wave = 0, index = snake_tile<C>(0); wave * walkers<C>() < params.num_tiles;
-         index = snake_tile<C>(++wave)) {
-      if (index >= params.num_tiles)
-        continue;
-      const Tile t = decode_tile<C>(params, index);
-      if (!t.has_rows || t.n_max <= t.n_min)
-        continue; // the consumers write O = 0 / LSE = -inf without touching smem
-      int n = t.n_max - 1;
-      load_k(t, n, block_index);
-      load_q(t, tile_parity);
-      load_v(t, n, block_index);
-      ++block_index;
-      for (--n; n >= t.n_min; --n, ++block_index) {
-        load_k(t, n, block_index);
-        load_v(t, n, block_index);
+    if constexpr (C::kTailSplit) {
+      const int items = walk_items<C>(params);
+      for (int k = 0; k < items; ++k) {
+        Tile t;
+        if (walk_item<C>(params, k, &t))
+          load_tile(t, block_index, tile_parity);
       }
-      tile_parity ^= 1;
+    } else {
+      for (int wave = 0, index = snake_tile<C>(0); wave * walkers<C>() < params.num_tiles;
+           index = snake_tile<C>(++wave))
+        if (index < params.num_tiles)
+          load_tile(decode_tile<C>(params, index), block_index, tile_parity);
     }
   }
 };

@@ -31,11 +31,24 @@ template <class C> __device__ __forceinline__ int pair_rank() {
     return static_cast<int>(cluster_ctarank());
 }
 
+// This CTA's walker: its cluster (its own index without clusters).
+template <class C> __device__ __forceinline__ int walker_index() {
+  return C::kClusterM == 1 ? static_cast<int>(blockIdx.x) : static_cast<int>(cluster_id_x());
+}
+
 // Work unit of wave `wave` for this CTA's walker (may be >= num_tiles on the last wave).
 template <class C> __device__ __forceinline__ int snake_tile(int wave) {
-  const int walker = C::kClusterM == 1 ? static_cast<int>(blockIdx.x) : static_cast<int>(cluster_id_x());
+  const int walker = walker_index<C>();
   const int lane_in_wave = (wave & 1) ? walkers<C>() - 1 - walker : walker;
   return wave * walkers<C>() + lane_in_wave;
+}
+
+// Units walked whole, wave by wave: all of them, or (kTailSplit) those before the tail.
+template <class C> __device__ __forceinline__ int whole_units(const fj_fa3_params &params) {
+  if constexpr (C::kTailSplit)
+    return params.tail_units > 0 ? params.tail_first_unit : params.num_tiles;
+  else
+    return params.num_tiles;
 }
 
 struct Tile {
@@ -112,6 +125,84 @@ template <class C> __device__ __forceinline__ Tile decode_tile(const fj_fa3_para
     t.n_min = first_col <= 0 ? 0 : first_col / C::kBlockN;
   }
   return t;
+}
+
+// Tail split (kTailSplit): the tail's units laid end to end are one run of key blocks, cut into
+// equal shares, one per walker: this walker's share is blocks [lo, hi) of that run. Producer and
+// consumers take the same pieces in the same order.
+struct TailShare {
+  int lo, hi;
+  int first_unit, last_unit; // tail units (relative to tail_first_unit) this share touches
+};
+
+template <class C> __device__ __forceinline__ TailShare tail_share(const fj_fa3_params &params) {
+  TailShare share{0, 0, 0, -1}; // no tail: no pieces
+  if (params.tail_units > 0) {
+    const int blocks = params.tail_units * params.tail_blocks_per_unit;
+    share.lo = min(walker_index<C>() * params.tail_blocks_per_walker, blocks);
+    share.hi = min(share.lo + params.tail_blocks_per_walker, blocks);
+    share.first_unit = share.lo / params.tail_blocks_per_unit;
+    share.last_unit = share.hi > share.lo ? (share.hi - 1) / params.tail_blocks_per_unit : share.first_unit - 1;
+  }
+  return share;
+}
+
+// Where a piece of a unit stops short of the whole: the walker boundary that cuts it (walker w's
+// share starts at boundary w) and the side of it this piece lies on. boundary < 0: the whole unit.
+struct TailCut {
+  int boundary;
+  int side; // 0: the piece ends at the boundary, 1: it starts there
+};
+
+// The piece of tail unit `u` in `share`: the unit's tile with its key blocks cut to the share.
+template <class C>
+__device__ __forceinline__ Tile tail_piece(const fj_fa3_params &params, const TailShare &share, int u) {
+  Tile t = decode_tile<C>(params, params.tail_first_unit + u);
+  const int unit_lo = u * params.tail_blocks_per_unit;
+  t.n_min = max(share.lo, unit_lo) - unit_lo;
+  t.n_max = min(share.hi, unit_lo + params.tail_blocks_per_unit) - unit_lo;
+  return t;
+}
+
+// The cut of tile t, from its key blocks alone: every unit of a split walk sees all
+// tail_blocks_per_unit of them (the planner allows the split only then), so a tile that starts
+// past block 0 is a piece that starts at this walker's boundary, and one that stops short of the
+// last block ends at the next walker's. Shares are at least one unit long: one side at most.
+// Deriving it keeps nothing more live across the tile.
+template <class C> __device__ __forceinline__ TailCut tail_cut(const fj_fa3_params &params, const Tile &t) {
+  if (t.n_min > 0)
+    return TailCut{walker_index<C>(), 1};
+  if (t.n_max < params.tail_blocks_per_unit)
+    return TailCut{walker_index<C>() + 1, 0};
+  return TailCut{-1, 0};
+}
+
+// kTailSplit: the whole walk as one sequence of items, the waves over whole units and then this
+// walker's tail pieces, so that producer and consumers each inline their tile code once (two
+// copies of the consumer's key loop spill). Each item is decoded from the parameters alone: no
+// walk state stays live across a tile.
+template <class C> __device__ __forceinline__ int whole_waves(const fj_fa3_params &params) {
+  return (whole_units<C>(params) + walkers<C>() - 1) / walkers<C>();
+}
+
+template <class C> __device__ __forceinline__ int walk_items(const fj_fa3_params &params) {
+  const TailShare share = tail_share<C>(params);
+  return whole_waves<C>(params) + share.last_unit - share.first_unit + 1;
+}
+
+// Item k: a whole unit's tile (false when that wave has none for this walker) or a tail piece.
+template <class C> __device__ __forceinline__ bool walk_item(const fj_fa3_params &params, int k, Tile *t) {
+  const int waves = whole_waves<C>(params);
+  if (k < waves) {
+    const int index = snake_tile<C>(k);
+    if (index >= whole_units<C>(params))
+      return false;
+    *t = decode_tile<C>(params, index);
+    return true;
+  }
+  const TailShare share = tail_share<C>(params);
+  *t = tail_piece<C>(params, share, share.first_unit + k - waves);
+  return true;
 }
 
 // True when some element of block n may be invisible to some row of the tile: the seqlen_k
