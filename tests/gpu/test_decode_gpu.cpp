@@ -72,39 +72,33 @@ TEST_F(DecodeGpu, SplitKMatchesReference) {
   }
 }
 
-TEST_F(DecodeGpu, PagedEqualsContiguousBitwise) {
+// Runs `c`, then `c` with `change` applied to its options: both pass the float64 check and give the
+// same bits.
+template <class Change> void expect_same_bits(const DecodeCase &c, Change change) {
   Runtime runtime;
-  DecodeCase c{"paged_vs_contiguous", 2, 1, 5000, 32, 8, 128, 0, false, -1, 0, ref::Dtype::bf16};
-  const harness::CaseResult contiguous = harness::run_case(runtime, to_options(c));
-  c.page_size = 16;
-  const harness::CaseResult paged = harness::run_case(runtime, to_options(c));
-  ASSERT_TRUE(contiguous.pass() && paged.pass()) << contiguous.summary() << "\n" << paged.summary();
-  EXPECT_EQ(contiguous.o_values, paged.o_values);
+  harness::CaseOptions o = to_options(c);
+  const harness::CaseResult first = harness::run_case(runtime, o);
+  change(o);
+  const harness::CaseResult second = harness::run_case(runtime, o);
+  ASSERT_TRUE(first.pass() && second.pass()) << first.summary() << "\n" << second.summary();
+  EXPECT_EQ(first.o_values, second.o_values) << c.name;
+}
+
+TEST_F(DecodeGpu, PagedEqualsContiguousBitwise) {
+  expect_same_bits(DecodeCase{"paged_vs_contiguous", 2, 1, 5000, 32, 8, 128, 0, false, -1, 0, ref::Dtype::bf16},
+                   [](harness::CaseOptions &o) { o.page_size = 16; });
 }
 
 // The same values stored head-major ([B, Hkv, L, D], PyTorch's layout): the same kernel and schedule,
 // so the same bits.
 TEST_F(DecodeGpu, HeadMajorEqualsTokenMajorBitwise) {
-  Runtime runtime;
-  DecodeCase c{"head_major", 2, 4, 5000, 32, 8, 128, 0, true, -1, 0, ref::Dtype::bf16};
-  harness::CaseOptions o = to_options(c);
-  const harness::CaseResult token_major = harness::run_case(runtime, o);
-  o.head_major = true;
-  const harness::CaseResult head_major = harness::run_case(runtime, o);
-  ASSERT_TRUE(token_major.pass() && head_major.pass()) << token_major.summary() << "\n" << head_major.summary();
-  EXPECT_EQ(token_major.kernel, head_major.kernel);
-  EXPECT_EQ(token_major.o_values, head_major.o_values);
+  expect_same_bits(DecodeCase{"head_major", 2, 4, 5000, 32, 8, 128, 0, true, -1, 0, ref::Dtype::bf16},
+                   [](harness::CaseOptions &o) { o.head_major = true; });
 }
 
 TEST_F(DecodeGpu, GraphReplayEqualsDirectLaunch) {
-  Runtime runtime;
-  DecodeCase c{"graph", 4, 1, 9000, 32, 8, 128, 16, false, -1, 0, ref::Dtype::bf16};
-  harness::CaseOptions o = to_options(c);
-  const harness::CaseResult direct = harness::run_case(runtime, o);
-  o.graph_capture = true;
-  const harness::CaseResult replay = harness::run_case(runtime, o);
-  ASSERT_TRUE(direct.pass() && replay.pass()) << direct.summary() << "\n" << replay.summary();
-  EXPECT_EQ(direct.o_values, replay.o_values);
+  expect_same_bits(DecodeCase{"graph", 4, 1, 9000, 32, 8, 128, 16, false, -1, 0, ref::Dtype::bf16},
+                   [](harness::CaseOptions &o) { o.graph_capture = true; });
 }
 
 TEST_F(DecodeGpu, TooSmallWorkspaceIsAnErrorNotAnOverflow) {
