@@ -182,19 +182,22 @@ INSTANTIATE_TEST_SUITE_P(Prefill, PrefillGpu,
                          case_name);
 
 // The fa3 tail split (FLASHJIT_FA3_TUNING=tail_split=1, with the workspace flashjit_workspace_size
-// asks for): shapes whose units leave a partial last wave (d64: 288 units over 132 CTAs; d128 GQA 5:
-// 320 pair units over 66 clusters; d256: 108 pair units, all in the tail), so tiles are cut between
-// two walkers and merged by the second; every element against the float64 reference, twice (the
-// merge order must not move the result), and without the workspace the same kernel walks whole tiles.
+// asks for): shapes whose units leave a partial last wave (d64: 288 units over 132 CTAs; d80: 160,
+// all in the tail; d128 GQA 5: 320 pair units over 66 clusters; d192 with more keys than queries:
+// 180; d256: 108, all in the tail), so tiles are cut between two walkers and merged by the second;
+// every element against the float64 reference, twice (which CTA merges must not move the result),
+// and without the workspace the same kernel walks whole tiles.
 TEST_F(PrefillTailSplitGpu, CutTilesMergeToTheReference) {
   struct Case {
     const char *name;
-    int batch, seqlen, heads_q, heads_kv, d;
+    int batch, seqlen_q, seqlen_k, heads_q, heads_kv, d;
     ref::Dtype dtype;
   };
-  const Case cases[] = {{"d64", 2, 1000, 24, 24, 64, ref::Dtype::bf16},
-                        {"d128_gqa5", 2, 1000, 40, 8, 128, ref::Dtype::fp16},
-                        {"d256", 1, 700, 36, 36, 256, ref::Dtype::bf16}};
+  const Case cases[] = {{"d64", 2, 1000, 1000, 24, 24, 64, ref::Dtype::bf16},
+                        {"d80_lazy_3wg", 2, 900, 900, 16, 16, 80, ref::Dtype::fp16},
+                        {"d128_gqa5", 2, 1000, 1000, 40, 8, 128, ref::Dtype::fp16},
+                        {"d192_sq_lt_sk", 2, 600, 1500, 30, 30, 192, ref::Dtype::bf16},
+                        {"d256", 1, 700, 700, 36, 36, 256, ref::Dtype::bf16}};
   const char *previous = std::getenv("FLASHJIT_FA3_TUNING");
   const std::string saved = previous ? previous : "";
   setenv("FLASHJIT_FA3_TUNING", "tail_split=1", 1); // read when the runtime is made
@@ -203,7 +206,7 @@ TEST_F(PrefillTailSplitGpu, CutTilesMergeToTheReference) {
   Runtime runtime(options);
   previous ? setenv("FLASHJIT_FA3_TUNING", saved.c_str(), 1) : unsetenv("FLASHJIT_FA3_TUNING");
   for (const Case &c : cases) {
-    CaseOptions o = dense(c.batch, c.seqlen, c.seqlen, c.heads_q, c.heads_kv, c.d, c.d, c.dtype);
+    CaseOptions o = dense(c.batch, c.seqlen_q, c.seqlen_k, c.heads_q, c.heads_kv, c.d, c.d, c.dtype);
     o.with_workspace = true;
     o.seed = 97;
     const harness::CaseResult first = harness::run_case(runtime, o);
