@@ -19,7 +19,8 @@ void ProblemOptions::add_to(CLI::App &app) {
   app.add_option("--varlen-k", varlen_k, "varlen: key lengths per sequence (default: varlen-q)")->delimiter(',');
   app.add_option("--page-size", page_size, "paged KV with this page size (shuffled block table)");
   app.add_option("--row-padding", row_padding, "extra elements between tokens (non-contiguous strides)");
-  app.add_flag("--head-major", head_major, "Q, K, V, O stored [batch, heads, tokens, dim] (PyTorch's layout)");
+  app.add_flag("--head-major", head_major,
+               "Q, K, V, O stored [batch, heads, tokens, dim] (PyTorch's layout); pages [pages, heads, page, dim]");
   app.add_option("--seed", seed, "random seed of the inputs")->capture_default_str();
   app.add_option("--variant", variant, "kernel family: auto | fa2 | fa3 | decode_splitk")
       ->check(CLI::IsMember({"auto", "fa2", "fa3", "decode_splitk"}))
@@ -71,8 +72,8 @@ bool ProblemOptions::to_case(harness::CaseOptions *out, std::string *error) cons
   c.varlen = varlen;
   c.page_size = page_size;
   c.row_padding = row_padding;
-  if (head_major && (varlen || page_size > 0 || row_padding != 0)) {
-    *error = "--head-major takes fixed-length sequences without --page-size or --row-padding";
+  if (head_major && (varlen || row_padding != 0)) {
+    *error = "--head-major takes fixed-length sequences without --row-padding";
     return false;
   }
   c.head_major = head_major;

@@ -96,6 +96,12 @@ TEST_F(DecodeGpu, HeadMajorEqualsTokenMajorBitwise) {
                    [](harness::CaseOptions &o) { o.head_major = true; });
 }
 
+// Pages stored head-major ([pages, Hkv, page, D], FlashInfer's HND) against the usual NHD pages.
+TEST_F(DecodeGpu, HeadMajorPagesEqualTokenMajorPagesBitwise) {
+  expect_same_bits(DecodeCase{"head_major_pages", 3, 2, 1999, 24, 4, 128, 16, true, -1, 0, ref::Dtype::fp16},
+                   [](harness::CaseOptions &o) { o.head_major = true; });
+}
+
 TEST_F(DecodeGpu, GraphReplayEqualsDirectLaunch) {
   expect_same_bits(DecodeCase{"graph", 4, 1, 9000, 32, 8, 128, 16, false, -1, 0, ref::Dtype::bf16},
                    [](harness::CaseOptions &o) { o.graph_capture = true; });

@@ -132,6 +132,11 @@ std::vector<PrefillCase> cases() {
   });
   add("head_major_d80_fp16", dense(2, 333, 333, 4, 4, 80, 80, Dtype::fp16),
       [](CaseOptions &c) { c.head_major = true; });
+  add("head_major_pages16_d64_causal", dense(2, 200, 900, 8, 2, 64, 64, Dtype::bf16), [](CaseOptions &c) {
+    c.problem.causal = true;
+    c.page_size = 16;
+    c.head_major = true;
+  });
   return all;
 }
 

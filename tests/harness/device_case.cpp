@@ -121,6 +121,12 @@ Status setup(const CaseOptions &options, const std::vector<float> &q, const std:
   if (options.page_size > 0) {
     ref::PagedKv paged = ref::make_paged_kv(rp, k, v, options.page_size, options.seed * 7 + 3);
     auto k_bits = to_bits(options.dtype, paged.k_pages), v_bits = to_bits(options.dtype, paged.v_pages);
+    if (options.head_major) { // pages [num_pages, heads, page, dim] (FlashInfer's HND)
+      k_bits = permute_head_major(k_bits, paged.num_pages, paged.page_size, rp.heads_kv, rp.head_dim_qk, true);
+      v_bits = permute_head_major(v_bits, paged.num_pages, paged.page_size, rp.heads_kv, rp.head_dim_v, true);
+      p->k_strides = head_major_strides(paged.page_size, rp.heads_kv, rp.head_dim_qk);
+      p->v_strides = head_major_strides(paged.page_size, rp.heads_kv, rp.head_dim_v);
+    }
     if (Status s = upload_vector(&t->k, k_bits.data(), k_bits.size() * 2); !s)
       return s;
     if (Status s = upload_vector(&t->v, v_bits.data(), v_bits.size() * 2); !s)
@@ -155,20 +161,24 @@ Status setup(const CaseOptions &options, const std::vector<float> &q, const std:
     p->k_strides = {k_row * p->seqlen_k, k_row, rp.head_dim_qk};
     p->v_strides = {v_row * p->seqlen_k, v_row, rp.head_dim_v};
   }
-  if (options.head_major) {
-    if (options.varlen || options.page_size > 0 || pad != 0)
-      return Status::error(FLASHJIT_INVALID_ARGUMENT, "head_major: batch mode without paging or row padding");
+  if (options.head_major) { // Q and O; K and V too unless paged (above)
+    if (options.varlen || pad != 0)
+      return Status::error(FLASHJIT_INVALID_ARGUMENT, "head_major: batch mode without row padding");
     const int b = rp.batch, sq = p->seqlen_q, sk = p->seqlen_k;
     auto q_hm = permute_head_major(q_dev, b, sq, rp.heads_q, rp.head_dim_qk, true);
-    auto k_hm = permute_head_major(to_bits(options.dtype, k), b, sk, rp.heads_kv, rp.head_dim_qk, true);
-    auto v_hm = permute_head_major(to_bits(options.dtype, v), b, sk, rp.heads_kv, rp.head_dim_v, true);
-    for (auto [buffer, bits] : {std::pair{&t->q, &q_hm}, {&t->k, &k_hm}, {&t->v, &v_hm}})
-      if (Status s = buffer->upload(bits->data(), bits->size() * 2); !s)
-        return s;
+    if (Status s = t->q.upload(q_hm.data(), q_hm.size() * 2); !s)
+      return s;
     p->q_strides = head_major_strides(sq, rp.heads_q, rp.head_dim_qk);
-    p->k_strides = head_major_strides(sk, rp.heads_kv, rp.head_dim_qk);
-    p->v_strides = head_major_strides(sk, rp.heads_kv, rp.head_dim_v);
     p->o_strides = head_major_strides(sq, rp.heads_q, rp.head_dim_v);
+    if (options.page_size == 0) {
+      auto k_hm = permute_head_major(to_bits(options.dtype, k), b, sk, rp.heads_kv, rp.head_dim_qk, true);
+      auto v_hm = permute_head_major(to_bits(options.dtype, v), b, sk, rp.heads_kv, rp.head_dim_v, true);
+      for (auto [buffer, bits] : {std::pair{&t->k, &k_hm}, {&t->v, &v_hm}})
+        if (Status s = buffer->upload(bits->data(), bits->size() * 2); !s)
+          return s;
+      p->k_strides = head_major_strides(sk, rp.heads_kv, rp.head_dim_qk);
+      p->v_strides = head_major_strides(sk, rp.heads_kv, rp.head_dim_v);
+    }
   }
   if (options.varlen) {
     std::vector<int32_t> &cu_q_host = t->cu_q_host, &cu_k_host = t->cu_k_host;

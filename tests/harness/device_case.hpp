@@ -57,7 +57,8 @@ struct CaseOptions {
   bool varlen = false;     // packed rows through cu_seqlens; else batch mode (equal lengths)
   int page_size = 0;       // > 0: K/V through a shuffled block table
   int row_padding = 0;     // extra elements between tokens (non-contiguous strides; odd -> unaligned path)
-  bool head_major = false; // Q, K, V, O stored [batch, heads, tokens, dim] (PyTorch's layout; batch mode)
+  bool head_major = false; // Q, K, V, O stored [batch, heads, tokens, dim] (PyTorch's layout; batch mode),
+                           // pages [num_pages, heads, page, dim]
   bool with_lse = true;
   bool with_workspace = false;    // allocate flashjit_workspace_size bytes and plan (split-K decode, fa3 tail split)
   size_t workspace_shortfall = 0; // tests: allocate this many bytes less than asked for
