@@ -4,7 +4,8 @@
 # PyTorch's flash and cuDNN SDPA backends on the same tensors, samples alternating. One JSON and one
 # log line per row go to RESULTS_DIR.
 #   bench/fa3_ab.sh RESULTS_DIR [LIST]   (LIST: lines "rows tuning" and # comments; default: the list below)
-# Uses $FLASHJIT_BUILD_DIR (default build-device) for libflashjit.so; $DTYPES (default bf16,fp16).
+# Uses $FLASHJIT_BUILD_DIR (default build-device) for libflashjit.so; $DTYPES (default bf16,fp16). A line
+# that runs past five minutes (a kernel that hangs) is stopped, and the list goes on.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 results="${1:?results directory}"
@@ -22,7 +23,7 @@ while read -r rows tuning; do
   [ -z "$rows" ] || [ "${rows#\#}" != "$rows" ] && continue # blank lines and # comments
   i=$((i + 1))
   echo "== $rows with $tuning"
-  python3 bench/compare.py --lib "$build_dir/libflashjit.so" --ops prefill --rows "$rows" --alt-tuning "$tuning" \
+  timeout 300 python3 bench/compare.py --lib "$build_dir/libflashjit.so" --ops prefill --rows "$rows" --alt-tuning "$tuning" \
     --dtypes "${DTYPES:-bf16,fp16}" \
     --out "$results/ab$i.json" 2>&1 | grep -v "info: \(compil\|bundle\)"
 done < <(if [ -n "$list" ]; then cat "$list"; else echo "$default_list"; fi)
