@@ -8,7 +8,8 @@ TARGETS = {  # (head_dim, seqlen, causal) -> (ratio vs cuDNN, absolute TFLOP/s)
     (80, 16384, True): (1.30, None), (96, 4096, False): (1.10, None), (128, 1024, False): (1.00, None),
     (128, 4096, False): (1.10, 700), (128, 16384, True): (1.10, None), (192, 4096, False): (1.10, None),
     (256, 4096, False): (1.10, None), (256, 16384, True): (1.10, None)}
-DECODE_TARGETS = {(1, 32768): 3.6, (8, 8192): 3.6, (64, 4096): 4.1, (1, 131072): 3.8}
+DECODE_TARGETS = {(1, 32768): 3.6, (8, 8192): 3.6, (64, 4096): 4.1, (1, 131072): 3.8}  # TB/s
+DECODE_AT_LEAST_CUDNN = {(64, 4096)}  # TARGETS.md: "≥ 4.1 TB/s (at least cuDNN)"
 FA2_TARGET_HEAD_DIMS = (64, 80, 128)  # issue 2: the fa2 kernel at least as fast as PyTorch's FA-2 there
 
 
@@ -79,6 +80,18 @@ def verdict(row):
     return f"{'met' if all(ok for ok, _ in parts) else 'miss'} ({', '.join(text for _, text in parts)})"
 
 
+def decode_verdict(row):
+    """The row's TB/s target and, where TARGETS.md asks for it, cuDNN's figure measured beside it."""
+    shape = (row["batch"], row["kv_len"])
+    ours = row.get("flashjit_tbps")
+    if ours is None:
+        return "no result"
+    parts = [(ours >= DECODE_TARGETS[shape], f"≥ {DECODE_TARGETS[shape]}")]
+    if shape in DECODE_AT_LEAST_CUDNN and row.get("cudnn_tbps"):
+        parts.append((ours >= row["cudnn_tbps"], "≥ cuDNN"))
+    return f"{'met' if all(ok for ok, _ in parts) else 'miss'} ({', '.join(text for _, text in parts)})"
+
+
 def main(path):
     data = json.load(open(path))
     if is_fa2_run(data["rows"]):
@@ -99,12 +112,9 @@ def main(path):
         print("| batch × KV | page | flashjit TB/s | PyTorch flash TB/s | cuDNN TB/s | target | kernel |")
         print("|---|---|---|---|---|---|---|")
         for r in decode:
-            target = DECODE_TARGETS.get((r["batch"], r["kv_len"]))
-            ours = r.get("flashjit_tbps")
-            met = "no result" if ours is None else ("met" if ours >= target else "miss")
-            print(f"| {r['batch']} × {r['kv_len']} | {r.get('page_size', 0) or '-'} | {ours or 0:.2f} | "
+            print(f"| {r['batch']} × {r['kv_len']} | {r.get('page_size', 0) or '-'} | {r.get('flashjit_tbps') or 0:.2f} | "
                   f"{rate(r.get('flash_tbps'))} | "
-                  f"{rate(r.get('cudnn_tbps'))} | {met} (≥ {target}) | `{r['kernel']}` |")
+                  f"{rate(r.get('cudnn_tbps'))} | {decode_verdict(r)} | `{r['kernel']}` |")
     mlir_table(data["rows"])
 
 
