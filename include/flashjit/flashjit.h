@@ -104,8 +104,9 @@ typedef struct flashjit_problem {
   int32_t page_size;
   int32_t max_pages_per_seq;
   int32_t num_pages;
-  /* Scratch for split-K decode partials (device memory, 256-byte aligned); see
-   * flashjit_workspace_size. May be null: decode then runs one split per sequence. */
+  /* Scratch for split-K decode partials, or for the fa3 prefill's tail split where a tuning turns it
+   * on (device memory, 256-byte aligned); see flashjit_workspace_size, which reports 0 where the
+   * problem's kernel needs none. May be null: decode then runs one split per sequence. */
   void *workspace;
   size_t workspace_bytes;
   uint64_t flags; /* reserved, 0 */
@@ -144,7 +145,8 @@ flashjit_status flashjit_forward(flashjit_runtime runtime, const flashjit_proble
 flashjit_status flashjit_explain(flashjit_runtime runtime, const flashjit_problem *problem, char *buffer,
                                  size_t capacity, size_t *length);
 
-/* Decode: plan once, run many
+/* Decode: plan once, run many (flashjit_workspace_size also sizes the fa3 tail split's scratch, a
+ * developer tuning off by default; flashjit_plan has nothing to do for prefill problems)
  *
  * A problem with 1..16 query tokens per sequence (batch mode) runs the split-K decode kernel, which
  * needs device scratch (problem->workspace) holding a schedule made on the host from the KV lengths:
