@@ -129,7 +129,8 @@ class FlashJit:
         return p
 
     def attach_workspace(self, p, keep):
-        """Decode: allocate the split-K workspace and plan it (once per step in an engine)."""
+        """Allocate the workspace this runtime's kernel asks for and plan it (once per step in an engine):
+        the split-K decode's schedule, the fa3 tail split's scratch (planning has nothing to do there)."""
         size = ctypes.c_size_t()
         self.check(self.lib.flashjit_workspace_size(self.runtime, ctypes.byref(p), ctypes.byref(size)))
         ws = torch.empty(max(size.value, 256), dtype=torch.uint8, device="cuda")
@@ -291,19 +292,6 @@ def time_mlir(fj, mlir, result, problems, mlir_problems, iters, prepare=None):
         result["mlir_error"] = str(e).splitlines()[0][:200]
 
 
-def attach_prefill_workspace(fj, problems, keep):
-    """The workspace fj's prefill kernel asks for (the fa3 tail split's counters and partial states),
-    one per input copy; the other runtimes' kernels ignore it."""
-    size = ctypes.c_size_t()
-    fj.check(fj.lib.flashjit_workspace_size(fj.runtime, ctypes.byref(problems[0]), ctypes.byref(size)))
-    if size.value == 0:
-        return
-    for p in problems:
-        ws = torch.empty(size.value, dtype=torch.uint8, device="cuda")
-        keep.append(ws)
-        p.workspace, p.workspace_bytes = ws.data_ptr(), size.value
-
-
 def prefill_row(fj, d, s, causal, dtype, iters, mlir=None, alt=None):
     tokens, width = 16384, 2048
     b, h = tokens // s, max(1, round(width / d))
@@ -323,7 +311,8 @@ def prefill_row(fj, d, s, causal, dtype, iters, mlir=None, alt=None):
         extra = []
         if alt is not None:
             try:
-                attach_prefill_workspace(alt, problems, workspaces)
+                for p in problems:  # the tuned kernel's scratch (fa3 tail split); the others ignore it
+                    alt.attach_workspace(p, workspaces)
                 alt.check(alt.lib.flashjit_prepare(alt.runtime, ctypes.byref(problems[0])))
                 result["alt_kernel"] = alt.explain(problems[0]).splitlines()[0].split()[-1]
                 extra.append(("alt", [lambda p=p: alt.forward(p) for p in problems]))

@@ -1,6 +1,7 @@
 #include "runtime/decode.hpp"
 
 #include "runtime/driver.hpp"
+#include "runtime/launch.hpp"
 #include "runtime/params.hpp"
 
 #include "params_decode.h"
@@ -9,9 +10,7 @@
 
 namespace flashjit {
 
-namespace {
-constexpr size_t kWorkspaceAlignment = 256;
-} // namespace
+namespace {} // namespace
 
 Status decode_layout(const KernelRecord &kernel, const NormalizedProblem &n, const LaunchContext &ctx,
                      SplitKShape *shape, SplitKLayout *layout) {

@@ -10,6 +10,9 @@
 
 namespace flashjit {
 
+// problem.workspace (split-K decode, fa3 tail split) must start on this boundary (flashjit.h).
+constexpr size_t kWorkspaceAlignment = 256;
+
 struct LaunchContext {
   int sm_count = 0; // of the current device, for persistent grids and split counts
   int l2_bytes = 0;

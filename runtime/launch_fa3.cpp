@@ -28,7 +28,6 @@ struct EncodedParams {
 constexpr size_t kEncodedCacheEntries = 4;
 thread_local std::array<EncodedParams, kEncodedCacheEntries> encoded_cache;
 thread_local size_t encoded_cache_next = 0;
-constexpr uintptr_t kTailWorkspaceAlignment = 256;
 
 bool same_inputs(const EncodedParams &e, const KernelRecord &kernel, const LaunchContext &ctx, int total_k,
                  const fj_attention_params &base) {
@@ -47,7 +46,7 @@ Status attach_tail_workspace(const KernelRecord &kernel, const NormalizedProblem
     out->params.tail_units = 0;
     return Status::success();
   }
-  if (reinterpret_cast<uintptr_t>(workspace) % kTailWorkspaceAlignment != 0)
+  if (reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlignment != 0)
     return Status::error(FLASHJIT_INVALID_ARGUMENT, "workspace: expected a 256-byte aligned device pointer");
   if (problem.p.workspace_bytes < layout.total_bytes)
     return Status::error(FLASHJIT_INVALID_ARGUMENT,
