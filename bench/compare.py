@@ -130,7 +130,7 @@ class FlashJit:
 
     def attach_workspace(self, p, keep):
         """Allocate the workspace this runtime's kernel asks for and plan it (once per step in an engine):
-        the split-K decode's schedule, the fa3 tail split's scratch (planning has nothing to do there)."""
+        the split-K decode's schedule, the fa3 tail split's scratch (plan zeroes its counters)."""
         size = ctypes.c_size_t()
         self.check(self.lib.flashjit_workspace_size(self.runtime, ctypes.byref(p), ctypes.byref(size)))
         ws = torch.empty(max(size.value, 256), dtype=torch.uint8, device="cuda")
@@ -306,16 +306,19 @@ def prefill_row(fj, d, s, causal, dtype, iters, mlir=None, alt=None):
     problems = [fj.problem(q, k, v, o, causal) for q, k, v, o in sets]
     workspaces = []  # alive as long as the problems that point at them
     try:
+        for p in problems:  # the fa3 tail split's scratch, as an engine gives it (none for other kernels)
+            fj.attach_workspace(p, workspaces)
         fj.check(fj.lib.flashjit_prepare(fj.runtime, ctypes.byref(problems[0])))
         result["kernel"] = fj.explain(problems[0]).splitlines()[0].split()[-1]
         extra = []
         if alt is not None:
             try:
-                for p in problems:  # the tuned kernel's scratch (fa3 tail split); the others ignore it
+                alt_problems = [alt.problem(q, k, v, o, causal) for q, k, v, o in sets]
+                for p in alt_problems:  # the tuned kernel's own scratch
                     alt.attach_workspace(p, workspaces)
-                alt.check(alt.lib.flashjit_prepare(alt.runtime, ctypes.byref(problems[0])))
-                result["alt_kernel"] = alt.explain(problems[0]).splitlines()[0].split()[-1]
-                extra.append(("alt", [lambda p=p: alt.forward(p) for p in problems]))
+                alt.check(alt.lib.flashjit_prepare(alt.runtime, ctypes.byref(alt_problems[0])))
+                result["alt_kernel"] = alt.explain(alt_problems[0]).splitlines()[0].split()[-1]
+                extra.append(("alt", [lambda p=p: alt.forward(p) for p in alt_problems]))
             except RuntimeError as e:
                 result["alt_error"] = str(e).splitlines()[0][:200]
         time_side_by_side(result, [lambda p=p: fj.forward(p) for p in problems], sets, iters, extra,

@@ -33,27 +33,21 @@ struct Fa3Launch {
   fj_fa3_params params;
   Dim3 grid, block, cluster;
   int smem_bytes = 0;
-  // Tail split: the counters the launch zeroes first (null: no split this launch).
+  // Tail split: its arrival counters in the workspace, which must be zero when the kernel starts (it
+  // leaves them zero; Runtime zeroes them once per workspace). Null: no split this launch;
+  // tail_unused then says whether one was planned and had no workspace.
   fj_i32 *tail_counters = nullptr;
-  size_t tail_counter_words = 0;
+  size_t tail_counter_bytes = 0;
+  bool tail_unused = false;
 };
 Status fa3_launch(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
                   Fa3Launch *out);
+Status launch_fa3(const KernelRecord &kernel, Fa3Launch &launch, CUstream stream);
 
 Status launch_fa2(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
                   CUstream stream);
+// fa3_launch, then the launch (the host benchmark's launch_fa3_hot; no workspace counters zeroed).
 Status launch_fa3(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
                   CUstream stream);
-
-inline Status launch_variant(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
-                             CUstream stream) {
-  switch (kernel.choice.plan.variant) {
-  case Variant::fa2: return launch_fa2(kernel, problem, ctx, stream);
-  case Variant::fa3: return launch_fa3(kernel, problem, ctx, stream);
-  case Variant::decode_splitk:
-  case Variant::combine: break;
-  }
-  return Status::error(FLASHJIT_INTERNAL, kernel.name + ": launched through its own path (decode plan, merge_states)");
-}
 
 } // namespace flashjit

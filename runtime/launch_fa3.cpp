@@ -44,6 +44,7 @@ Status attach_tail_workspace(const KernelRecord &kernel, const NormalizedProblem
   char *workspace = static_cast<char *>(problem.p.workspace);
   if (!workspace) {
     out->params.tail_units = 0;
+    out->tail_unused = true;
     return Status::success();
   }
   if (reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlignment != 0)
@@ -53,7 +54,7 @@ Status attach_tail_workspace(const KernelRecord &kernel, const NormalizedProblem
                          "workspace_bytes = " + std::to_string(problem.p.workspace_bytes) + ": " + kernel.name +
                              " needs " + std::to_string(layout.total_bytes) + " (flashjit_workspace_size)");
   out->tail_counters = reinterpret_cast<fj_i32 *>(workspace);
-  out->tail_counter_words = layout.counter_bytes / sizeof(fj_i32);
+  out->tail_counter_bytes = layout.counter_bytes;
   out->params.tail_counters = out->tail_counters;
   out->params.tail_partials = reinterpret_cast<float *>(workspace + layout.partials_offset);
   return Status::success();
@@ -112,18 +113,17 @@ Status fa3_launch(const KernelRecord &kernel, const NormalizedProblem &problem, 
   return Status::success();
 }
 
+Status launch_fa3(const KernelRecord &kernel, Fa3Launch &launch, CUstream stream) {
+  void *args[] = {&launch.params};
+  return kernel.kernel.launch(launch.grid, launch.block, launch.smem_bytes, stream, args, launch.cluster);
+}
+
 Status launch_fa3(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
                   CUstream stream) {
   Fa3Launch launch;
   if (Status s = fa3_launch(kernel, problem, ctx, &launch); !s)
     return s;
-  if (launch.tail_counters)
-    if (CUresult r = driver::api()->cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(launch.tail_counters), 0,
-                                                     launch.tail_counter_words, stream);
-        r != CUDA_SUCCESS)
-      return driver::driver_error("zeroing the tail split's counters", r);
-  void *args[] = {&launch.params};
-  return kernel.kernel.launch(launch.grid, launch.block, launch.smem_bytes, stream, args, launch.cluster);
+  return launch_fa3(kernel, launch, stream);
 }
 
 } // namespace flashjit

@@ -7,14 +7,13 @@
 #include "runtime/log.hpp"
 #include "runtime/problem.hpp"
 #include "runtime/tma_desc.hpp"
+#include "runtime/workspace_ledger.hpp"
 
 #include <flashjit/flashjit.hpp>
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <sstream>
-#include <unordered_map>
 
 namespace flashjit {
 
@@ -75,10 +74,37 @@ struct Runtime::Impl {
     return store.get(spec, context, record);
   }
 
+  // fa3: the tail split's counters are zeroed the first time a workspace carries them (the kernel
+  // leaves them zero for the next launch); without a workspace every tile is walked whole (logged once).
+  // flashjit_plan (rezero): the workspace memory may be new or written since, so it is zeroed
+  // whatever the ledger knew, and the caller synchronizes.
+  Status zero_tail_counters(const Fa3Launch &launch, const void *workspace, CUstream stream, bool rezero) {
+    if (!launch.tail_counters || workspaces.tail_counters_zero(workspace, launch.tail_counter_bytes, rezero))
+      return Status::success();
+    if (CUresult r = driver::api()->cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(launch.tail_counters), 0,
+                                                     launch.tail_counter_bytes / sizeof(fj_i32), stream);
+        r != CUDA_SUCCESS)
+      return driver::driver_error("zeroing the tail split's counters", r);
+    return Status::success();
+  }
+
+  Status forward_fa3(const KernelRecord &record, const NormalizedProblem &problem, const LaunchContext &context,
+                     CUstream stream) {
+    Fa3Launch launch;
+    if (Status s = fa3_launch(record, problem, context, &launch); !s)
+      return s;
+    if (Status s = zero_tail_counters(launch, problem.p.workspace, stream, false); !s)
+      return s;
+    if (launch.tail_unused && !tail_without_workspace_logged.exchange(true))
+      log(LogLevel::info, record.name + ": no workspace, so the last waves run whole tiles instead of the tail "
+                                        "split (flashjit_workspace_size says how much it needs)");
+    return launch_fa3(record, launch, stream);
+  }
+
   KernelStore store;
   std::atomic<bool> decode_fallback_logged{false};
-  std::mutex schedules_mutex;
-  std::unordered_map<const void *, DecodeSchedule> schedules; // by workspace pointer
+  std::atomic<bool> tail_without_workspace_logged{false};
+  WorkspaceLedger workspaces; // decode schedules and tail counters, by workspace pointer
 };
 
 Runtime::Runtime(const Options &options) : impl_(std::make_unique<Impl>(options)) {}
@@ -100,22 +126,22 @@ Status Runtime::forward(const AttentionProblem &problem, flashjit_stream stream)
   if (normalized.empty)
     return Status::success();
   const CUstream cu_stream = reinterpret_cast<CUstream>(stream);
-  if (record->choice.plan.variant != Variant::decode_splitk)
-    return launch_variant(*record, normalized, launch, cu_stream);
-  DecodeSchedule schedule;
-  {
-    std::lock_guard lock(impl_->schedules_mutex);
-    auto it = impl_->schedules.find(normalized.p.workspace);
-    if (it == impl_->schedules.end())
-      return Status::error(FLASHJIT_INVALID_ARGUMENT,
-                           "workspace: no decode plan for this workspace; call flashjit_plan (Runtime::plan) first");
-    schedule = it->second;
+  switch (record->choice.plan.variant) {
+  case Variant::fa2: return launch_fa2(*record, normalized, launch, cu_stream);
+  case Variant::fa3: return impl_->forward_fa3(*record, normalized, launch, cu_stream);
+  case Variant::decode_splitk: break;
+  case Variant::combine:
+    return Status::error(FLASHJIT_INTERNAL, record->name + ": a merge kernel is launched by merge_states");
   }
-  if (!(schedule.spec == record->choice.spec) || schedule.batch != normalized.p.batch)
+  const std::optional<DecodeSchedule> schedule = impl_->workspaces.schedule(normalized.p.workspace);
+  if (!schedule)
+    return Status::error(FLASHJIT_INVALID_ARGUMENT, "workspace: no decode plan for this workspace (or a prefill's "
+                                                    "tail split used it since); call flashjit_plan (Runtime::plan) first");
+  if (!(schedule->spec == record->choice.spec) || schedule->batch != normalized.p.batch)
     return Status::error(FLASHJIT_INVALID_ARGUMENT, "workspace: planned for another problem (" +
-                                                        kernel_name(schedule.spec, record->choice.plan) + ", batch " +
-                                                        std::to_string(schedule.batch) + "); call flashjit_plan again");
-  return launch_decode(*record, normalized, schedule, cu_stream);
+                                                        kernel_name(schedule->spec, record->choice.plan) + ", batch " +
+                                                        std::to_string(schedule->batch) + "); call flashjit_plan again");
+  return launch_decode(*record, normalized, *schedule, cu_stream);
 }
 
 Status Runtime::workspace_size(const AttentionProblem &problem, size_t *bytes) {
@@ -156,13 +182,23 @@ Status Runtime::plan(const AttentionProblem &problem) {
   LaunchContext launch;
   if (Status s = impl_->resolve(problem, &normalized, &record, &launch); !s)
     return s;
+  if (record->choice.plan.variant == Variant::fa3) {
+    // The tail split's counters, zeroed here once for every forward that follows on this workspace.
+    Fa3Launch fa3;
+    if (Status s = fa3_launch(*record, normalized, launch, &fa3); !s)
+      return s;
+    if (Status s = impl_->zero_tail_counters(fa3, problem.workspace, nullptr, true); !s)
+      return s;
+    if (CUresult r = driver::api()->cuStreamSynchronize(nullptr); r != CUDA_SUCCESS)
+      return driver::driver_error("cuStreamSynchronize after zeroing the tail split's counters", r);
+    return Status::success();
+  }
   if (record->choice.plan.variant != Variant::decode_splitk)
     return Status::success(); // nothing to schedule
   DecodeSchedule schedule;
   if (Status s = plan_decode_schedule(*record, normalized, launch, &schedule); !s)
     return s;
-  std::lock_guard lock(impl_->schedules_mutex);
-  impl_->schedules[problem.workspace] = schedule;
+  impl_->workspaces.set_schedule(problem.workspace, schedule);
   return Status::success();
 }
 
@@ -244,7 +280,8 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
   if (choice.plan.cluster_m > 1)
     plan << ", CTA clusters of " << choice.plan.cluster_m << " (K/V multicast)";
   if (choice.plan.constant("kTailSplit", 0) != 0)
-    plan << ", last waves split by keys" << (problem.workspace ? "" : " (off: no workspace)");
+    plan << ", last waves split by keys"
+         << (problem.workspace ? " (where that shortens the longest walk by 8 blocks and 2%)" : " (off: no workspace)");
   e.plan = plan.str();
   e.backend = backend_name(resolve_backend(impl_->store.config().backend, choice.plan.variant));
   e.origin = "not loaded";

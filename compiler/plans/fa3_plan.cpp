@@ -68,8 +68,12 @@ constexpr int kColsPerGroup = 8; // accumulator columns of one wgmma n8 group (s
 // runtime A/B, bf16) 3-7% *slower* at every head dim it applies to (d128 S1024 -6.6%, S4096 -2.6%,
 // causal -6.0%, d64..d96 -3..-6%): off; a tuning for further work.
 constexpr bool kCrossTileOverlapDefault = false;
-// Tail split: off until measured on the GPU (prediction in docs/perf-notes.md, session 9).
-constexpr bool kTailSplitDefault = false;
+// Tail split, measured in session 10 (runtime A/B, bf16, S4096, against whole tiles): +5.1% d64, +2.1%
+// d80 (three consumer warpgroups); +1.3% d128, +1.4% d192, +0.1% d256 (two), where it would also
+// push the cold compile past 1.0 s (1.1-1.2 s) and spill 4-28 B at d128 N128 and d200..d256. On by
+// default with three warpgroups only; -4.4% at d128 S1024, so short walks keep whole tiles
+// (runtime/tma_desc.cpp, fa3_fill_tail).
+constexpr bool kTailSplitDefault = true;
 // Register split (setmaxnreg), per thread of each warpgroup: 2 consumer warpgroups:
 // 128 * (24 + 2 * 240) = 64,512; 3: 128 * (32 + 3 * 160) = 65,536 <= 64K registers per SM.
 constexpr int kRegsProducer2 = 24;
@@ -257,7 +261,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: tail_split walks one tile at a time (no cross_tile_overlap)");
   const bool tail_split = tuning.tail_split >= 0
                               ? tuning.tail_split != 0
-                              : kTailSplitDefault && !masked && !spec.varlen && backend != FLASHJIT_BACKEND_MLIR;
+                              : kTailSplitDefault && three_wgs && !masked && !spec.varlen && !cross_tile_overlap &&
+                                    backend != FLASHJIT_BACKEND_MLIR;
   const int column_groups = block_n / kColsPerGroup;
   int row_max_partials = three_wgs ? kRowMaxPartialsThreeWarpgroups : kRowMaxPartialsTwoWarpgroups;
   while (row_max_partials > column_groups)

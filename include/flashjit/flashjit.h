@@ -104,9 +104,10 @@ typedef struct flashjit_problem {
   int32_t page_size;
   int32_t max_pages_per_seq;
   int32_t num_pages;
-  /* Scratch for split-K decode partials, or for the fa3 prefill's tail split where a tuning turns it
-   * on (device memory, 256-byte aligned); see flashjit_workspace_size, which reports 0 where the
-   * problem's kernel needs none. May be null: decode then runs one split per sequence. */
+  /* Scratch for split-K decode partials, or for the fa3 prefill's tail split (device memory,
+   * 256-byte aligned); see flashjit_workspace_size, which reports 0 where the problem's kernel needs
+   * none, and flashjit_plan. May be null: decode then runs the prefill kernel, and the fa3 prefill
+   * walks its last waves in whole tiles (both logged). */
   void *workspace;
   size_t workspace_bytes;
   uint64_t flags; /* reserved, 0 */
@@ -145,8 +146,16 @@ flashjit_status flashjit_forward(flashjit_runtime runtime, const flashjit_proble
 flashjit_status flashjit_explain(flashjit_runtime runtime, const flashjit_problem *problem, char *buffer,
                                  size_t capacity, size_t *length);
 
-/* Decode: plan once, run many (flashjit_workspace_size also sizes the fa3 tail split's scratch, a
- * developer tuning off by default; flashjit_plan has nothing to do for prefill problems)
+/* Workspace: plan once, run many
+ *
+ * Prefill on sm_90a (fa3, no causal mask, window or varlen, head dims up to 96 by default): the
+ * last waves of tiles are cut evenly by keys across the SMs, and a tile cut in two is merged by the
+ * second CTA to finish it, through scratch in problem->workspace (flashjit_workspace_size bytes).
+ * Its arrival counters must start at zero; each launch leaves them at zero. forward zeroes them the
+ * first time it sees a workspace pointer; call flashjit_plan (which zeroes them again and
+ * synchronizes) after allocating new memory at an old address or writing the workspace yourself.
+ * A decode plan and a prefill's tail split write over each other: plan the decode again after a
+ * prefill used its workspace (forward says so otherwise).
  *
  * A problem with 1..16 query tokens per sequence (batch mode) runs the split-K decode kernel, which
  * needs device scratch (problem->workspace) holding a schedule made on the host from the KV lengths:

@@ -65,8 +65,9 @@ public:
   Status forward(const AttentionProblem &problem, flashjit_stream stream = nullptr);
   Status explain(const AttentionProblem &problem, Explanation *out);
 
-  // Decode (see "Decode: plan once, run many" in flashjit.h): workspace bytes for this problem's
-  // shape, and the schedule for its lengths, written into problem.workspace.
+  // Workspace (see "Workspace: plan once, run many" in flashjit.h): bytes for this problem's shape,
+  // and plan: a decode's schedule for its lengths, or the fa3 tail split's counters zeroed, in
+  // problem.workspace.
   Status workspace_size(const AttentionProblem &problem, size_t *bytes);
   Status plan(const AttentionProblem &problem);
 

@@ -37,6 +37,16 @@ __device__ __forceinline__ bool vote_any_sync(bool pred, u32 member_mask = kFull
   return out != 0;
 }
 
+// redux.sync.or.b32 d, a, membermask — the OR of `value` over the warp. Its SASS (REDUX) writes a
+// uniform register, so ptxas knows the result is the same on every lane: a branch on it keeps the
+// code after it on the uniform datapath (wgmma descriptors in uniform registers), where a branch on
+// a value it cannot prove uniform moves them to ordinary registers and an R2UR before every GEMM.
+__device__ __forceinline__ u32 redux_or_sync(u32 value, u32 member_mask = kFullMask) {
+  u32 out;
+  asm volatile("redux.sync.or.b32 %0, %1, %2;" : "=r"(out) : "r"(value), "r"(member_mask));
+  return out;
+}
+
 // Max / sum over the Width lanes of an aligned group (Width a power of two up to 32).
 template <int Width = kWarpSize> __device__ __forceinline__ float group_reduce_max(float value) {
 #pragma unroll

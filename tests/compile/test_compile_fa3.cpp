@@ -4,6 +4,8 @@
 #include "compiler/plans/fa3_plan.hpp"
 #include "tests/compile/compile_matrix.hpp"
 
+#include <sstream>
+
 namespace flashjit {
 namespace {
 
@@ -51,6 +53,24 @@ INSTANTIATE_TEST_SUITE_P(EveryHeadDim, Fa3Compile, ::testing::ValuesIn(fa3_cases
                                   (c.dtype == FLASHJIT_FP16 ? "fp16" : "bf16") + (c.causal ? "_causal" : "");
                          });
 
+// R2UR instructions between a warpgroup's WARPGROUP.ARRIVE and the HGMMA that closes its group
+// (gsb0): wgmma descriptors that ptxas keeps in ordinary registers and moves to uniform ones per
+// GEMM, which delays the GEMMs' issue and, under pingpong, the other warpgroup's turn.
+int r2ur_inside_gemm_groups(const std::string &sass) {
+  int moves = 0;
+  bool inside = false;
+  std::istringstream lines(sass);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("WARPGROUP.ARRIVE") != std::string::npos)
+      inside = true;
+    else if (inside && line.find("R2UR") != std::string::npos)
+      ++moves;
+    else if (line.find("HGMMA") != std::string::npos && line.find("gsb0") != std::string::npos)
+      inside = false;
+  }
+  return moves;
+}
+
 TEST(Fa3Sass, HasHgmmaAndTmaLoads) {
   for (int d : {64, 80, 128}) {
     CompiledKernel kernel =
@@ -61,6 +81,7 @@ TEST(Fa3Sass, HasHgmmaAndTmaLoads) {
     EXPECT_NE(sass.find("HGMMA"), std::string::npos) << kernel.name;
     EXPECT_NE(sass.find("UTMALDG"), std::string::npos) << kernel.name;
     EXPECT_EQ(sass.find("LDL"), std::string::npos) << kernel.name << " reads local memory";
+    EXPECT_EQ(r2ur_inside_gemm_groups(sass), 0) << kernel.name;
   }
 }
 
@@ -113,8 +134,8 @@ TEST(Fa3CompileFeatures, LazyRescaleVotesBeforeTheOFmuls) {
 
 // The tail split (a tuning, kTailSplit): a cut tile's pieces arrive on a grid-scope counter and
 // the second folds the first's state in, read through L2; one named barrier of the consumer
-// warpgroups broadcasts which CTA that is. Session 9 measured the spills below (none on the default
-// kernels; the split is off by default until the GPU measures it).
+// warpgroups broadcasts which CTA that is. Spills as session 10 measured them (none on the default
+// kernels; the split is off by default, see docs/perf-notes.md).
 TEST(Fa3CompileFeatures, TailSplitArrivesAndMergesThroughL2) {
   Fa3Tuning tuning;
   tuning.tail_split = 1;
@@ -130,7 +151,15 @@ TEST(Fa3CompileFeatures, TailSplitArrivesAndMergesThroughL2) {
     for (const char *instruction : {"atom.acq_rel.gpu.global.add.s32", "fence.acq_rel.gpu", "bar.red.or.pred",
                                     "ld.global.cg.f32", "wgmma.mma_async"})
       EXPECT_NE(kernel.ptx.find(instruction), std::string::npos) << kernel.name << " lacks " << instruction;
-    EXPECT_LE(kernel.resources.spill_store_bytes, 36) << kernel.name << ": more spills than session 9 measured";
+    EXPECT_LE(kernel.resources.spill_store_bytes, 24) << kernel.name << ": more spills than session 10 measured";
+    // Session 10: a branch on the barrier's answer that ptxas could not prove uniform moved the key
+    // loop's descriptors out of uniform registers (an R2UR before every GEMM; -2..-7.5% on the GPU).
+    if (d <= 128) {
+      std::string error;
+      const std::string sass = testing::dump_sass(kernel.cubin, &error);
+      ASSERT_TRUE(error.empty()) << error;
+      EXPECT_EQ(r2ur_inside_gemm_groups(sass), 0) << kernel.name;
+    }
   }
 }
 

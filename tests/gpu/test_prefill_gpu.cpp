@@ -186,11 +186,13 @@ INSTANTIATE_TEST_SUITE_P(Prefill, PrefillGpu,
                                             ::testing::ValuesIn(cases())),
                          case_name);
 
-// The fa3 tail split (FLASHJIT_FA3_TUNING=tail_split=1, with the workspace flashjit_workspace_size
-// asks for): shapes whose units leave a partial last wave (d64: 288 units over 132 CTAs; d80: 160,
-// all in the tail; d128 GQA 5: 320 pair units over 66 clusters; d192 with more keys than queries:
-// 180; d256: 108, all in the tail), so tiles are cut between two walkers and merged by the second;
-// every element against the float64 reference, twice (which CTA merges must not move the result),
+// The fa3 tail split (on by default at d <= 96; FLASHJIT_FA3_TUNING=tail_split=1 turns it on at
+// every head dim), with the workspace flashjit_workspace_size asks for: shapes whose last waves
+// are cut between walkers (unit test Fa3Schedule.TheTailSplitGpuTestShapesCutTiles pins that; d64:
+// 162 units over 132 CTAs, d80: 160, d128 GQA 5: 160 pair units over 66 clusters, d192 with more
+// keys than queries: 150, d256: 72), so tiles are merged by the second walker to finish; every
+// element against the float64 reference, then twice more bitwise equal (which CTA merges must not
+// move the result, and the counters, zeroed once per workspace, are left at zero by each launch),
 // and without the workspace the same kernel walks whole tiles.
 TEST_F(PrefillTailSplitGpu, CutTilesMergeToTheReference) {
   struct Case {
@@ -198,11 +200,11 @@ TEST_F(PrefillTailSplitGpu, CutTilesMergeToTheReference) {
     int batch, seqlen_q, seqlen_k, heads_q, heads_kv, d;
     ref::Dtype dtype;
   };
-  const Case cases[] = {{"d64", 2, 1000, 1000, 24, 24, 64, ref::Dtype::bf16},
-                        {"d80_lazy_3wg", 2, 900, 900, 16, 16, 80, ref::Dtype::fp16},
-                        {"d128_gqa5", 2, 1000, 1000, 40, 8, 128, ref::Dtype::fp16},
-                        {"d192_sq_lt_sk", 2, 600, 1500, 30, 30, 192, ref::Dtype::bf16},
-                        {"d256", 1, 700, 700, 36, 36, 256, ref::Dtype::bf16}};
+  const Case cases[] = {{"d64", 2, 400, 2048, 27, 27, 64, ref::Dtype::bf16},
+                        {"d80_lazy_3wg", 2, 900, 2000, 16, 16, 80, ref::Dtype::fp16},
+                        {"d128_gqa5", 1, 1000, 2600, 40, 8, 128, ref::Dtype::fp16},
+                        {"d192_sq_lt_sk", 2, 600, 2000, 25, 25, 192, ref::Dtype::bf16},
+                        {"d256", 1, 700, 1600, 24, 24, 256, ref::Dtype::bf16}};
   const char *previous = std::getenv("FLASHJIT_FA3_TUNING");
   const std::string saved = previous ? previous : "";
   setenv("FLASHJIT_FA3_TUNING", "tail_split=1", 1); // read when the runtime is made
@@ -218,8 +220,10 @@ TEST_F(PrefillTailSplitGpu, CutTilesMergeToTheReference) {
     std::cout << "tail_split_" << c.name << ": " << first.summary() << "\n";
     EXPECT_TRUE(first.pass()) << c.name << ": " << first.summary();
     EXPECT_NE(first.kernel.find(".ts"), std::string::npos) << first.kernel;
-    const harness::CaseResult again = harness::run_case(runtime, o);
-    EXPECT_EQ(again.o_values, first.o_values) << c.name << ": the merged tiles moved between runs";
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      const harness::CaseResult again = harness::run_case(runtime, o);
+      EXPECT_EQ(again.o_values, first.o_values) << c.name << ": the merged tiles moved between runs";
+    }
     o.with_workspace = false;
     const harness::CaseResult whole = harness::run_case(runtime, o);
     EXPECT_TRUE(whole.pass()) << c.name << " without a workspace: " << whole.summary();

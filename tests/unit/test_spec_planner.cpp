@@ -363,15 +363,22 @@ TEST(Fa3Tuning, CrossTileOverlapIsATuningWhereOHasItsOwnRegion) {
   EXPECT_EQ(plan.constant("kCrossTileOverlap"), 0);
 }
 
-// The tail split (session 9, not yet measured): off by default, a tuning for tiles of equal cost
-// (no causal, window or varlen), NVRTC only, not with the cross-tile walk.
+// The tail split: for tiles of equal cost only (no causal, window or varlen), NVRTC only, not with
+// the cross-tile walk; on by default where session 10 measured it worth its compile time (three
+// consumer warpgroups: d <= 96), a tuning elsewhere.
 TEST(Fa3Tuning, TailSplitIsATuningForTilesOfEqualCost) {
-  for (int d : {64, 128, 256}) {
+  for (int d : {64, 80, 96, 128, 192, 256}) {
     Plan plan;
     std::string why;
     ASSERT_TRUE(plan_fa3(prefill(d, false), &plan, &why)) << why;
-    EXPECT_EQ(plan.constant("kTailSplit"), 0) << "off until measured";
-    EXPECT_EQ(kernel_name(prefill(d, false), plan).find(".ts"), std::string::npos);
+    const bool expected = plan.consumer_warpgroups == 3;
+    EXPECT_EQ(expected, d <= 96) << "d" << d;
+    EXPECT_EQ(plan.constant("kTailSplit"), expected ? 1 : 0) << "d" << d;
+    EXPECT_EQ(kernel_name(prefill(d, false), plan).find(".ts") != std::string::npos, expected) << "d" << d;
+    ASSERT_TRUE(plan_fa3(prefill(d, true), &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kTailSplit"), 0) << "causal d" << d;
+    ASSERT_TRUE(plan_fa3(prefill(d, false), &plan, &why, FLASHJIT_BACKEND_MLIR)) << why;
+    EXPECT_EQ(plan.constant("kTailSplit"), 0) << "MLIR d" << d;
   }
   Fa3Tuning on;
   on.tail_split = 1;

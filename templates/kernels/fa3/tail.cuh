@@ -4,7 +4,8 @@
 // whose piece completes the count folds the other state into its registers and runs the ordinary
 // epilogue on the result, so O and LSE are written as for a whole tile. Arrival as in the decode's fused
 // merge (prim/atomic.cuh): every thread's stores, a release fence, a barrier of the consumer
-// warpgroups, one atomic; the completing side acquires and reads the other side's state through L2.
+// warpgroups, one atomic; the completing side acquires and reads the other side's state through L2,
+// and resets the count, so the counters need zeroing only once per workspace (runtime/workspace_ledger).
 #pragma once
 
 #include "kernels/fa3/epilogue.cuh"
@@ -16,6 +17,7 @@
 #include "prim/mbarrier.cuh"
 #include "prim/named_barrier.cuh"
 #include "prim/types.cuh"
+#include "prim/warp.cuh"
 
 namespace fj::fa3 {
 
@@ -63,8 +65,12 @@ template <class C> struct TailMerge {
     if (wg == 0 && tid == 0) {
       i32 *counter = params.tail_counters + cut.boundary * C::kClusterM + pair_rank<C>();
       completes = atom_add_acq_rel_gpu_s32(counter, 1) == kTailPieces - 1;
+      if (completes)
+        st_relaxed_gpu_s32(counter, 0); // both pieces are in: the next launch finds the count at zero
     }
-    return named_barrier_red_or(C::kBarrierTail, kConsumerThreads, completes);
+    // The barrier's answer is the same on every thread, but only the warp reduction makes that
+    // visible to ptxas (prim/warp.cuh): the tile walk's early return then stays uniform.
+    return redux_or_sync(named_barrier_red_or(C::kBarrierTail, kConsumerThreads, completes)) != 0;
   }
 
   // The two pieces' states folded into o and st, as the online softmax folds a key block: both
