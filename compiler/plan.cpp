@@ -64,6 +64,8 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 splitting the last waves' tiles by keys (NVRTC builds only).
   if (plan.constant("kTailSplit", 0) != 0)
     name += ".ts";
+  if (plan.variant == Variant::fa3 && plan.constant("kQDescPerStep", 1) == 0)
+    name += ".qh";
   name += ".al" + std::to_string(spec.align_bytes);
   return name;
 }

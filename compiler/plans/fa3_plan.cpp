@@ -74,6 +74,11 @@ constexpr bool kCrossTileOverlapDefault = false;
 // default with three warpgroups only; -4.4% at d128 S1024, so short walks keep whole tiles
 // (runtime/tma_desc.cpp, fa3_fill_tail).
 constexpr bool kTailSplitDefault = true;
+// Q's wgmma descriptors, one per k-step of the QK GEMM, are the same for every key block; hoisted
+// out of the key loop (the compiler's choice) they outnumber the uniform registers from d ~192 on,
+// so ptxas parks them in ordinary registers and moves each back (R2UR) before its GEMM. kQDescPerStep
+// rebuilds them per step from one base the compiler cannot hoist (consumer.cuh issue_qk): no R2UR
+// in any GEMM group, and d192/d256 compile in 0.85 s instead of ~1.0 s (session 10).
 // Register split (setmaxnreg), per thread of each warpgroup: 2 consumer warpgroups:
 // 128 * (24 + 2 * 240) = 64,512; 3: 128 * (32 + 3 * 160) = 65,536 <= 64K registers per SM.
 constexpr int kRegsProducer2 = 24;
@@ -350,6 +355,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add("kRowMaxPartials", row_max_partials);
   plan->add_bool("kCrossTileOverlap", cross_tile_overlap);
   plan->add_bool("kTailSplit", tail_split);
+  plan->add_bool("kQDescPerStep", tuning.q_desc_per_step != 0);
   plan->add("kBarrierTail", kBarrierPingpong + 2 * consumer_wgs); // all consumer warpgroups
   // One piece's partial state per consumer thread: its O accumulators, its rows' max and sum share.
   plan->add("kTailSlotFloats", consumer_wgs * kWarpgroupThreads * (spec.head_dim_v / 2 + 2 * kRowsPerThread));
@@ -374,6 +380,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"row_max_partials", &Fa3Tuning::row_max_partials},
       {"cross_tile_overlap", &Fa3Tuning::cross_tile_overlap},
       {"tail_split", &Fa3Tuning::tail_split},
+      {"q_desc_per_step", &Fa3Tuning::q_desc_per_step},
   };
   size_t begin = 0;
   while (begin <= text.size()) {

@@ -20,6 +20,7 @@ struct Fa3Tuning {
   int row_max_partials = 0;    // 0: the planner's choice; else 1, 2, 4 or 8 running maxima per row
   int cross_tile_overlap = -1; // -1: the planner's choice; 1: next tile's first QK with this tile's last PV
   int tail_split = -1;         // -1: the planner's choice; 1: the last waves' tiles split by keys (a workspace)
+  int q_desc_per_step = -1;    // -1: the planner's choice; 0: Q's wgmma descriptors hoisted out of the key loop
 };
 
 bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not,
@@ -27,7 +28,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
 
 // "key=value,..." with the keys block_n, pingpong, exp2_poly_every, consumer_warpgroups,
 // separate_o, rescale_before_pv, cluster_m, lazy_rescale, row_max_partials, cross_tile_overlap,
-// tail_split (the fields above; unnamed fields keep the planner's choice), e.g.
+// tail_split, q_desc_per_step (the fields above; unnamed fields keep the planner's choice), e.g.
 // "consumer_warpgroups=2,block_n=128": the developer override FLASHJIT_FA3_TUNING. False, naming
 // the bad item, on an unknown key or a value that is not an integer; whether the values fit a spec
 // is the planner's answer (plan_fa3_tuned).

@@ -28,6 +28,12 @@ __device__ __forceinline__ u64 wgmma_desc(u32 smem_addr, u32 lead_bytes,
   return (static_cast<u64>(hi) << 32) | lo;
 }
 
+// mov.b32 d, d (volatile): an opaque copy. What is computed from `value` after it cannot be hoisted
+// out of the enclosing loop or folded with the same computation elsewhere.
+__device__ __forceinline__ void opaque_u32(u32 &value) {
+  asm volatile("mov.b32 %0, %0;" : "+r"(value));
+}
+
 // Advances a descriptor's start address by a byte offset (must stay inside the 14-bit field).
 __device__ __forceinline__ u64 wgmma_desc_advance(u64 desc, u32 bytes) {
   constexpr u32 kUnitShift = 4;

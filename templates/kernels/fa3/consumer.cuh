@@ -67,11 +67,16 @@ template <class C> struct Consumer {
   }
 
   __device__ __forceinline__ void issue_qk(float (&s)[C::kBlockN / 2], int stage) const {
+    // kQDescPerStep: an opaque copy of Q's base keeps the descriptors in the loop, rebuilt per step
+    // on the uniform datapath (compiler/plans/fa3_plan.cpp says why).
+    u32 q_base = smem.q_panel(0) + wg * kWgmmaM * C::kSwizzleBytes;
+    if constexpr (C::kQDescPerStep)
+      opaque_u32(q_base);
 #pragma unroll
     for (int k = 0; k < C::kKStepsQK; ++k) {
       const int panel = k / kKStepsPerPanel;
       const u32 step = (k % kKStepsPerPanel) * kKStepBytes;
-      const u64 a = wgmma_desc(smem.q_panel(panel) + wg * kWgmmaM * C::kSwizzleBytes + step, kChunkBytes,
+      const u64 a = wgmma_desc(q_base + (smem.q_panel(panel) - smem.q_panel(0)) + step, kChunkBytes,
                                kSwizzleAtomBytes, C::kWgmmaSwizzle);
       const u64 b = wgmma_desc(smem.k_panel(stage, panel) + step, kChunkBytes, kSwizzleAtomBytes, C::kWgmmaSwizzle);
       MmaQK::ss(s, a, b, k > 0);
