@@ -64,8 +64,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 splitting the last waves' tiles by keys (NVRTC builds only).
   if (plan.constant("kTailSplit", 0) != 0)
     name += ".ts";
-  if (plan.variant == Variant::fa3 && plan.constant("kQDescPerStep", 1) == 0)
-    name += ".qh";
+  // fa3 rebuilding Q's descriptors per k-step (two consumer warpgroups by default).
+  if (plan.constant("kQDescPerStep", 0) != 0)
+    name += ".qs";
   name += ".al" + std::to_string(spec.align_bytes);
   return name;
 }

@@ -78,7 +78,10 @@ constexpr bool kTailSplitDefault = true;
 // out of the key loop (the compiler's choice) they outnumber the uniform registers from d ~192 on,
 // so ptxas parks them in ordinary registers and moves each back (R2UR) before its GEMM. kQDescPerStep
 // rebuilds them per step from one base the compiler cannot hoist (consumer.cuh issue_qk): no R2UR
-// in any GEMM group, and d192/d256 compile in 0.85 s instead of ~1.0 s (session 10).
+// in any GEMM group, and d128 N160 / d192 / d256 compile in 0.82-0.86 s instead of 0.96-1.0 s. The
+// runtime A/B (session 10, bf16, against the hoisted form) is within its noise: d128 S4096 +1.6%,
+// d192 -0.1%, d256 -0.5%, d256 causal -1.1%, d64 -1.9% (no R2UR there either way). Used with two
+// consumer warpgroups, where it buys the compile time; three keep the hoisted form.
 // Register split (setmaxnreg), per thread of each warpgroup: 2 consumer warpgroups:
 // 128 * (24 + 2 * 240) = 64,512; 3: 128 * (32 + 3 * 160) = 65,536 <= 64K registers per SM.
 constexpr int kRegsProducer2 = 24;
@@ -355,7 +358,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add("kRowMaxPartials", row_max_partials);
   plan->add_bool("kCrossTileOverlap", cross_tile_overlap);
   plan->add_bool("kTailSplit", tail_split);
-  plan->add_bool("kQDescPerStep", tuning.q_desc_per_step != 0);
+  plan->add_bool("kQDescPerStep", tuning.q_desc_per_step >= 0 ? tuning.q_desc_per_step != 0 : !three_wgs);
   plan->add("kBarrierTail", kBarrierPingpong + 2 * consumer_wgs); // all consumer warpgroups
   // One piece's partial state per consumer thread: its O accumulators, its rows' max and sum share.
   plan->add("kTailSlotFloats", consumer_wgs * kWarpgroupThreads * (spec.head_dim_v / 2 + 2 * kRowsPerThread));

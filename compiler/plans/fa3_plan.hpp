@@ -20,7 +20,7 @@ struct Fa3Tuning {
   int row_max_partials = 0;    // 0: the planner's choice; else 1, 2, 4 or 8 running maxima per row
   int cross_tile_overlap = -1; // -1: the planner's choice; 1: next tile's first QK with this tile's last PV
   int tail_split = -1;         // -1: the planner's choice; 1: the last waves' tiles split by keys (a workspace)
-  int q_desc_per_step = -1;    // -1: the planner's choice; 0: Q's wgmma descriptors hoisted out of the key loop
+  int q_desc_per_step = -1;    // -1: the planner's choice; 1: Q's wgmma descriptors rebuilt per k-step, 0: hoisted
 };
 
 bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not,
