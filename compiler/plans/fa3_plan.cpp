@@ -271,6 +271,10 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
                               ? tuning.tail_split != 0
                               : kTailSplitDefault && three_wgs && !masked && !spec.varlen && !cross_tile_overlap &&
                                     backend != FLASHJIT_BACKEND_MLIR;
+  if (tuning.q_desc_per_step > 0 && backend == FLASHJIT_BACKEND_MLIR)
+    return refuse("fa3: q_desc_per_step has a template form only (NVRTC)");
+  const bool q_desc_per_step = tuning.q_desc_per_step >= 0 ? tuning.q_desc_per_step != 0
+                                                           : !three_wgs && backend != FLASHJIT_BACKEND_MLIR;
   const int column_groups = block_n / kColsPerGroup;
   int row_max_partials = three_wgs ? kRowMaxPartialsThreeWarpgroups : kRowMaxPartialsTwoWarpgroups;
   while (row_max_partials > column_groups)
@@ -358,7 +362,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add("kRowMaxPartials", row_max_partials);
   plan->add_bool("kCrossTileOverlap", cross_tile_overlap);
   plan->add_bool("kTailSplit", tail_split);
-  plan->add_bool("kQDescPerStep", tuning.q_desc_per_step >= 0 ? tuning.q_desc_per_step != 0 : !three_wgs);
+  plan->add_bool("kQDescPerStep", q_desc_per_step);
   plan->add("kBarrierTail", kBarrierPingpong + 2 * consumer_wgs); // all consumer warpgroups
   // One piece's partial state per consumer thread: its O accumulators, its rows' max and sum share.
   plan->add("kTailSlotFloats", consumer_wgs * kWarpgroupThreads * (spec.head_dim_v / 2 + 2 * kRowsPerThread));

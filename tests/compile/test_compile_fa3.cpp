@@ -55,7 +55,8 @@ INSTANTIATE_TEST_SUITE_P(EveryHeadDim, Fa3Compile, ::testing::ValuesIn(fa3_cases
 
 // R2UR instructions between a warpgroup's WARPGROUP.ARRIVE and the HGMMA that closes its group
 // (gsb0): wgmma descriptors that ptxas keeps in ordinary registers and moves to uniform ones per
-// GEMM, which delays the GEMMs' issue and, under pingpong, the other warpgroup's turn.
+// GEMM. Session 10: in the tail split's key loop (a branch ptxas could not prove uniform) that
+// came with a 2-7.5% loss; hoisted Q descriptors at d192/d256 alone measured within noise.
 int r2ur_inside_gemm_groups(const std::string &sass) {
   int moves = 0;
   bool inside = false;
@@ -72,9 +73,10 @@ int r2ur_inside_gemm_groups(const std::string &sass) {
 }
 
 TEST(Fa3Sass, HasHgmmaAndTmaLoads) {
-  for (int d : {64, 80, 128}) {
+  for (auto [d, causal] : {std::pair{64, false}, std::pair{80, false}, std::pair{128, false}, std::pair{192, false},
+                           std::pair{256, false}, std::pair{256, true}}) {
     CompiledKernel kernel =
-        testing::compile_or_fail(testing::prefill_spec(Arch{90, true}, d, d, FLASHJIT_BF16, false), Variant::fa3);
+        testing::compile_or_fail(testing::prefill_spec(Arch{90, true}, d, d, FLASHJIT_BF16, causal), Variant::fa3);
     std::string error;
     const std::string sass = testing::dump_sass(kernel.cubin, &error);
     ASSERT_TRUE(error.empty()) << error;
@@ -151,15 +153,13 @@ TEST(Fa3CompileFeatures, TailSplitArrivesAndMergesThroughL2) {
     for (const char *instruction : {"atom.acq_rel.gpu.global.add.s32", "fence.acq_rel.gpu", "bar.red.or.pred",
                                     "ld.global.cg.f32", "wgmma.mma_async"})
       EXPECT_NE(kernel.ptx.find(instruction), std::string::npos) << kernel.name << " lacks " << instruction;
-    EXPECT_LE(kernel.resources.spill_store_bytes, 24) << kernel.name << ": more spills than session 10 measured";
+    EXPECT_LE(kernel.resources.spill_store_bytes, 4) << kernel.name << ": more spills than session 10 measured";
     // Session 10: a branch on the barrier's answer that ptxas could not prove uniform moved the key
     // loop's descriptors out of uniform registers (an R2UR before every GEMM; -2..-7.5% on the GPU).
-    if (d <= 128) {
-      std::string error;
-      const std::string sass = testing::dump_sass(kernel.cubin, &error);
-      ASSERT_TRUE(error.empty()) << error;
-      EXPECT_EQ(r2ur_inside_gemm_groups(sass), 0) << kernel.name;
-    }
+    std::string error;
+    const std::string sass = testing::dump_sass(kernel.cubin, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    EXPECT_EQ(r2ur_inside_gemm_groups(sass), 0) << kernel.name;
   }
 }
 

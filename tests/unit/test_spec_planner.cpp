@@ -403,6 +403,32 @@ TEST(Fa3Tuning, TailSplitIsATuningForTilesOfEqualCost) {
   EXPECT_EQ(parsed.tail_split, 1);
 }
 
+// Q's wgmma descriptors rebuilt per k-step (kQDescPerStep): two consumer warpgroups (d > 96), NVRTC
+// only; three keep the hoisted form; the tuning q_desc_per_step picks either (session 10's A/B).
+TEST(Fa3Tuning, QDescriptorsPerStepWithTwoWarpgroups) {
+  for (int d : {64, 96, 128, 192, 256})
+    for (bool causal : {false, true}) {
+      Plan plan;
+      std::string why;
+      ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why)) << why;
+      const bool expected = plan.consumer_warpgroups == 2;
+      EXPECT_EQ(plan.constant("kQDescPerStep"), expected ? 1 : 0) << "d" << d << (causal ? " causal" : "");
+      EXPECT_EQ(kernel_name(prefill(d, causal), plan).find(".qs") != std::string::npos, expected) << "d" << d;
+      ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why, FLASHJIT_BACKEND_MLIR)) << why;
+      EXPECT_EQ(plan.constant("kQDescPerStep"), 0) << "MLIR renders the hoisted form";
+    }
+  Fa3Tuning hoisted;
+  std::string why;
+  ASSERT_TRUE(parse_fa3_tuning("q_desc_per_step=0", &hoisted, &why)) << why;
+  Plan plan;
+  ASSERT_TRUE(plan_fa3_tuned(prefill(256, false), hoisted, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kQDescPerStep"), 0);
+  Fa3Tuning per_step;
+  per_step.q_desc_per_step = 1;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), per_step, &plan, &why, FLASHJIT_BACKEND_MLIR));
+  EXPECT_NE(why.find("q_desc_per_step"), std::string::npos) << why;
+}
+
 TEST(Planner, PrefersFa3OnHopperAndFa2Elsewhere) {
   PlanChoice hopper = choose_plan(prefill(128, false));
   ASSERT_TRUE(hopper.ok) << hopper.error;
