@@ -74,26 +74,33 @@ struct Runtime::Impl {
     return store.get(spec, context, record);
   }
 
-  // fa3: the tail split's counters are zeroed the first time a workspace carries them (the kernel
-  // leaves them zero for the next launch); without a workspace every tile is walked whole (logged once).
-  // flashjit_plan (rezero): the workspace memory may be new or written since, so it is zeroed
-  // whatever the ledger knew, and the caller synchronizes.
-  Status zero_tail_counters(const Fa3Launch &launch, const void *workspace, CUstream stream, bool rezero) {
+  // The fa3 tail split's arrival counters must be zero when its kernel starts; each launch leaves
+  // them so. Zeroed (on `stream`) the first time a workspace carries them, or whatever the ledger
+  // knew when `rezero` (flashjit_plan: the memory may be new or written since). *zeroed says
+  // whether a memset was issued.
+  Status zero_tail_counters(const Fa3Launch &launch, const void *workspace, CUstream stream, bool rezero,
+                            bool *zeroed) {
+    *zeroed = false;
     if (!launch.tail_counters || workspaces.tail_counters_zero(workspace, launch.tail_counter_bytes, rezero))
       return Status::success();
     if (CUresult r = driver::api()->cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(launch.tail_counters), 0,
                                                      launch.tail_counter_bytes / sizeof(fj_i32), stream);
-        r != CUDA_SUCCESS)
+        r != CUDA_SUCCESS) {
+      workspaces.forget(workspace);
       return driver::driver_error("zeroing the tail split's counters", r);
+    }
+    *zeroed = true;
     return Status::success();
   }
 
+  // Without a workspace the planned tail split is off and every tile is walked whole (logged once).
   Status forward_fa3(const KernelRecord &record, const NormalizedProblem &problem, const LaunchContext &context,
                      CUstream stream) {
     Fa3Launch launch;
     if (Status s = fa3_launch(record, problem, context, &launch); !s)
       return s;
-    if (Status s = zero_tail_counters(launch, problem.p.workspace, stream, false); !s)
+    bool zeroed = false;
+    if (Status s = zero_tail_counters(launch, problem.p.workspace, stream, false, &zeroed); !s)
       return s;
     if (launch.tail_unused && !tail_without_workspace_logged.exchange(true))
       log(LogLevel::info, record.name + ": no workspace, so the last waves run whole tiles instead of the tail "
@@ -183,13 +190,14 @@ Status Runtime::plan(const AttentionProblem &problem) {
   if (Status s = impl_->resolve(problem, &normalized, &record, &launch); !s)
     return s;
   if (record->choice.plan.variant == Variant::fa3) {
-    // The tail split's counters, zeroed here once for every forward that follows on this workspace.
+    // The tail split's counters, zeroed here for every forward that follows on this workspace.
     Fa3Launch fa3;
     if (Status s = fa3_launch(*record, normalized, launch, &fa3); !s)
       return s;
-    if (Status s = impl_->zero_tail_counters(fa3, problem.workspace, nullptr, true); !s)
+    bool zeroed = false;
+    if (Status s = impl_->zero_tail_counters(fa3, problem.workspace, nullptr, true, &zeroed); !s)
       return s;
-    if (CUresult r = driver::api()->cuStreamSynchronize(nullptr); r != CUDA_SUCCESS)
+    if (CUresult r = zeroed ? driver::api()->cuStreamSynchronize(nullptr) : CUDA_SUCCESS; r != CUDA_SUCCESS)
       return driver::driver_error("cuStreamSynchronize after zeroing the tail split's counters", r);
     return Status::success();
   }

@@ -22,4 +22,9 @@ bool WorkspaceLedger::tail_counters_zero(const void *workspace, size_t bytes, bo
   return false;
 }
 
+void WorkspaceLedger::forget(const void *workspace) {
+  std::lock_guard lock(mutex_);
+  entries_.erase(workspace);
+}
+
 } // namespace flashjit

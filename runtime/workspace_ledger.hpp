@@ -23,6 +23,8 @@ public:
   // forgets any decode schedule there. `rezero` (flashjit_plan: the memory may have been written
   // since) records them and returns false whatever was known.
   bool tail_counters_zero(const void *workspace, size_t bytes, bool rezero = false);
+  // Nothing known about `workspace` (the zeroing that tail_counters_zero asked for failed).
+  void forget(const void *workspace);
 
 private:
   struct Entry {
