@@ -10,8 +10,6 @@
 
 namespace flashjit {
 
-namespace {} // namespace
-
 Status decode_layout(const KernelRecord &kernel, const NormalizedProblem &n, const LaunchContext &ctx,
                      SplitKShape *shape, SplitKLayout *layout) {
   const Plan &plan = kernel.choice.plan;

@@ -33,10 +33,9 @@ struct Fa3Launch {
   fj_fa3_params params;
   Dim3 grid, block, cluster;
   int smem_bytes = 0;
-  // Tail split: its arrival counters in the workspace, which must be zero when the kernel starts (it
-  // leaves them zero; Runtime zeroes them once per workspace). Null: no split this launch;
-  // tail_unused then says whether one was planned and had no workspace.
-  fj_i32 *tail_counters = nullptr;
+  // Tail split: the bytes of arrival counters at params.tail_counters, which must be zero when the
+  // kernel starts (it leaves them zero; Runtime zeroes them once per workspace). 0: no split this
+  // launch; tail_unused then says whether one was planned and had no workspace.
   size_t tail_counter_bytes = 0;
   bool tail_unused = false;
 };

@@ -53,9 +53,8 @@ Status attach_tail_workspace(const KernelRecord &kernel, const NormalizedProblem
     return Status::error(FLASHJIT_INVALID_ARGUMENT,
                          "workspace_bytes = " + std::to_string(problem.p.workspace_bytes) + ": " + kernel.name +
                              " needs " + std::to_string(layout.total_bytes) + " (flashjit_workspace_size)");
-  out->tail_counters = reinterpret_cast<fj_i32 *>(workspace);
   out->tail_counter_bytes = layout.counter_bytes;
-  out->params.tail_counters = out->tail_counters;
+  out->params.tail_counters = reinterpret_cast<fj_i32 *>(workspace);
   out->params.tail_partials = reinterpret_cast<float *>(workspace + layout.partials_offset);
   return Status::success();
 }

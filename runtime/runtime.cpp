@@ -81,9 +81,9 @@ struct Runtime::Impl {
   Status zero_tail_counters(const Fa3Launch &launch, const void *workspace, CUstream stream, bool rezero,
                             bool *zeroed) {
     *zeroed = false;
-    if (!launch.tail_counters || workspaces.tail_counters_zero(workspace, launch.tail_counter_bytes, rezero))
+    if (launch.tail_counter_bytes == 0 || workspaces.tail_counters_zero(workspace, launch.tail_counter_bytes, rezero))
       return Status::success();
-    if (CUresult r = driver::api()->cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(launch.tail_counters), 0,
+    if (CUresult r = driver::api()->cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(launch.params.tail_counters), 0,
                                                      launch.tail_counter_bytes / sizeof(fj_i32), stream);
         r != CUDA_SUCCESS) {
       workspaces.forget(workspace);
@@ -142,12 +142,13 @@ Status Runtime::forward(const AttentionProblem &problem, flashjit_stream stream)
   }
   const std::optional<DecodeSchedule> schedule = impl_->workspaces.schedule(normalized.p.workspace);
   if (!schedule)
-    return Status::error(FLASHJIT_INVALID_ARGUMENT, "workspace: no decode plan for this workspace (or a prefill's "
-                                                    "tail split used it since); call flashjit_plan (Runtime::plan) first");
+    return Status::error(FLASHJIT_INVALID_ARGUMENT,
+                         "workspace: no decode plan for this workspace (or a prefill's "
+                         "tail split used it since); call flashjit_plan (Runtime::plan) first");
   if (!(schedule->spec == record->choice.spec) || schedule->batch != normalized.p.batch)
-    return Status::error(FLASHJIT_INVALID_ARGUMENT, "workspace: planned for another problem (" +
-                                                        kernel_name(schedule->spec, record->choice.plan) + ", batch " +
-                                                        std::to_string(schedule->batch) + "); call flashjit_plan again");
+    return Status::error(FLASHJIT_INVALID_ARGUMENT,
+                         "workspace: planned for another problem (" + kernel_name(schedule->spec, record->choice.plan) +
+                             ", batch " + std::to_string(schedule->batch) + "); call flashjit_plan again");
   return launch_decode(*record, normalized, *schedule, cu_stream);
 }
 

@@ -160,14 +160,13 @@ Fa3TailLayout fa3_tail_layout(const Plan &plan, int walkers) {
   if (plan.constant("kTailSplit", 0) == 0)
     return layout;
   constexpr size_t kAlign = 256;
-  constexpr size_t kPiecesPerCut = 2; // a slot per side of a walker boundary (tail.cuh's kTailPieces)
   const size_t cluster = std::max(plan.cluster_m, 1);
   const size_t counter_bytes = static_cast<size_t>(walkers) * cluster * sizeof(fj_i32);
   layout.partials_offset = (counter_bytes + kAlign - 1) / kAlign * kAlign;
   layout.counter_bytes = counter_bytes;
-  layout.total_bytes = layout.partials_offset + static_cast<size_t>(walkers) * kPiecesPerCut * cluster *
-                                                    static_cast<size_t>(plan.constant("kTailSlotFloats")) *
-                                                    sizeof(float);
+  layout.total_bytes =
+      layout.partials_offset + static_cast<size_t>(walkers) * static_cast<size_t>(plan.constant("kTailPieces")) *
+                                   cluster * static_cast<size_t>(plan.constant("kTailSlotFloats")) * sizeof(float);
   return layout;
 }
 

@@ -69,7 +69,7 @@ void fa3_fill_tail(const Plan &plan, int walkers, fj_fa3_params *params);
 // Where the tail split's counters and partial states lie in the caller's workspace, for `walkers`
 // walkers (total_bytes 0: the plan has no split).
 struct Fa3TailLayout {
-  size_t counter_bytes = 0;   // at offset 0, zeroed before each launch
+  size_t counter_bytes = 0;   // at offset 0; zero when a launch starts, and left so by it
   size_t partials_offset = 0; // 256-byte aligned
   size_t total_bytes = 0;
 };

@@ -36,5 +36,5 @@ typedef struct fj_fa3_params {
   fj_i32 tail_blocks_per_walker;
   fj_i32 tail_blocks_per_unit;
   float *tail_partials;  // [walker boundary][side][CTA of the pair][kTailSlotFloats]: partial O, LSE
-  fj_i32 *tail_counters; // [walker boundary][CTA of the pair]: pieces written (zeroed before each launch)
+  fj_i32 *tail_counters; // [walker boundary][CTA of the pair]: pieces written (zero at launch, left zero)
 } fj_fa3_params;

@@ -31,6 +31,7 @@ constexpr int kMaxHeadDimThreeWarpgroups = 96;
 // (harness, session 7, two rounds), where the unmasked d128 tile gains nothing (670 vs 670).
 constexpr int kMaxHeadDimThreeWarpgroupsCausal = 128;
 constexpr int kWarpgroupThreads = 128;
+constexpr int kTailPieces = 2;     // a tile cut at a walker boundary has a piece on each side of it
 constexpr int kRowsPerThread = 2;  // accumulator rows per thread of a wgmma m64 tile (softmax.cuh)
 constexpr int kStages = 2;         // FA-3 uses 2 on sm_90 for every head dim
 constexpr int kElemBytes = 2;      // fp16 / bf16
@@ -267,14 +268,13 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: tail_split has a template form only (NVRTC)");
   if (tuning.tail_split > 0 && cross_tile_overlap)
     return refuse("fa3: tail_split walks one tile at a time (no cross_tile_overlap)");
-  const bool tail_split = tuning.tail_split >= 0
-                              ? tuning.tail_split != 0
-                              : kTailSplitDefault && three_wgs && !masked && !spec.varlen && !cross_tile_overlap &&
-                                    backend != FLASHJIT_BACKEND_MLIR;
+  const bool tail_split = tuning.tail_split >= 0 ? tuning.tail_split != 0
+                                                 : kTailSplitDefault && three_wgs && !masked && !spec.varlen &&
+                                                       !cross_tile_overlap && backend != FLASHJIT_BACKEND_MLIR;
   if (tuning.q_desc_per_step > 0 && backend == FLASHJIT_BACKEND_MLIR)
     return refuse("fa3: q_desc_per_step has a template form only (NVRTC)");
-  const bool q_desc_per_step = tuning.q_desc_per_step >= 0 ? tuning.q_desc_per_step != 0
-                                                           : !three_wgs && backend != FLASHJIT_BACKEND_MLIR;
+  const bool q_desc_per_step =
+      tuning.q_desc_per_step >= 0 ? tuning.q_desc_per_step != 0 : !three_wgs && backend != FLASHJIT_BACKEND_MLIR;
   const int column_groups = block_n / kColsPerGroup;
   int row_max_partials = three_wgs ? kRowMaxPartialsThreeWarpgroups : kRowMaxPartialsTwoWarpgroups;
   while (row_max_partials > column_groups)
@@ -364,6 +364,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add_bool("kTailSplit", tail_split);
   plan->add_bool("kQDescPerStep", q_desc_per_step);
   plan->add("kBarrierTail", kBarrierPingpong + 2 * consumer_wgs); // all consumer warpgroups
+  plan->add("kTailPieces", kTailPieces);
   // One piece's partial state per consumer thread: its O accumulators, its rows' max and sum share.
   plan->add("kTailSlotFloats", consumer_wgs * kWarpgroupThreads * (spec.head_dim_v / 2 + 2 * kRowsPerThread));
   return true;

@@ -21,8 +21,6 @@
 
 namespace fj::fa3 {
 
-constexpr int kTailPieces = 2; // a cut tile has two pieces, one per side of the boundary
-
 template <class C> struct TailMerge {
   // Per consumer thread: its O accumulators, then its rows' running max and row-sum share.
   static constexpr int kFloatsPerThread = C::kHeadDimV / 2 + 2 * kRowsPerThread;
@@ -41,7 +39,7 @@ template <class C> struct TailMerge {
   // (thread-minor: a warp's stores and loads of one value are contiguous, and the offsets fold
   // into the instructions).
   __device__ __forceinline__ float *state(const TailCut &cut, int side) const {
-    const int slot = (cut.boundary * kTailPieces + side) * C::kClusterM + pair_rank<C>();
+    const int slot = (cut.boundary * C::kTailPieces + side) * C::kClusterM + pair_rank<C>();
     return params.tail_partials + static_cast<fj_i64>(slot) * C::kTailSlotFloats +
            wg * kFloatsPerThread * kWarpgroupThreads + tid;
   }
@@ -64,7 +62,7 @@ template <class C> struct TailMerge {
     bool completes = false;
     if (wg == 0 && tid == 0) {
       i32 *counter = params.tail_counters + cut.boundary * C::kClusterM + pair_rank<C>();
-      completes = atom_add_acq_rel_gpu_s32(counter, 1) == kTailPieces - 1;
+      completes = atom_add_acq_rel_gpu_s32(counter, 1) == C::kTailPieces - 1;
       if (completes)
         st_relaxed_gpu_s32(counter, 0); // both pieces are in: the next launch finds the count at zero
     }
