@@ -141,6 +141,67 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
   // The merge counters stay zero (the memset): every launch counts from zero.
   auto *state_merge = reinterpret_cast<int32_t *>(bytes + layout.state_merge_offset);
 
+  // Whole units (shape.whole_units_max_excess_pct): next-fit of whole units into runs of at most
+  // `tile_limit` tile iterations, in unit order. Nothing is split, so no CTA stores a partial state
+  // or merges: at 64 x 4096 (512 units, 264 CTAs) the split schedule cuts about half the units.
+  // Next-fit needs no more runs for a larger limit, so the smallest limit that fits is bisected.
+  int num_work = 0, num_states = 0, num_merges = 0;
+  int64_t largest_keys = 0, largest_tiles = 0;
+  auto build_whole = [&](int64_t tile_limit) -> bool {
+    int cta = 0;
+    int64_t run_tiles = 0, run_keys = 0;
+    num_work = num_states = num_merges = 0;
+    largest_keys = largest_tiles = 0;
+    slot_begin[0] = 0;
+    for (int u = 0; u < units; ++u) {
+      const int64_t tiles = ceil_div(unit_hi[u] - unit_lo[u], block_n);
+      if (run_tiles + tiles > tile_limit && slot_begin[cta] < num_work) {
+        if (++cta >= layout.grid)
+          return false;
+        slot_begin[cta] = num_work;
+        run_tiles = run_keys = 0;
+      }
+      if (tiles > tile_limit || num_work >= layout.max_work)
+        return false;
+      work[num_work++] = fj_decode_work{u, unit_lo[u], unit_hi[u], -1};
+      run_tiles += tiles;
+      run_keys += unit_hi[u] - unit_lo[u];
+      largest_tiles = std::max(largest_tiles, run_tiles);
+      largest_keys = std::max(largest_keys, run_keys);
+    }
+    for (int c = cta + 1; c <= layout.grid; ++c)
+      slot_begin[c] = num_work;
+    return true;
+  };
+  const int64_t balanced_tiles = std::max<int64_t>(ceil_div(total_tiles, layout.grid), 1);
+  if (shape.whole_units_max_excess_pct >= 0 && units >= layout.grid) {
+    const int64_t most = balanced_tiles * (100 + shape.whole_units_max_excess_pct) / 100;
+    if (build_whole(most)) {
+      int64_t fits = most, too_small = balanced_tiles - 1;
+      while (fits - too_small > 1) {
+        const int64_t mid = too_small + (fits - too_small) / 2;
+        (build_whole(mid) ? fits : too_small) = mid;
+      }
+      build_whole(fits); // the buffer holds the last partition built: make it the one that fits
+      std::fill(state_merge, state_merge + layout.max_states, -1);
+      header->num_work = num_work;
+      header->num_merges = 0;
+      header->num_states = 0;
+      if (out != nullptr) {
+        *out = SplitKSchedule{};
+        out->num_work = num_work;
+        out->total_keys = total_keys;
+        out->total_tiles = total_tiles;
+        out->keys_per_cta = largest_keys;
+        out->tiles_per_cta = largest_tiles;
+        out->run_limit = largest_keys;
+        out->run_tile_limit = fits;
+        out->whole_units = true;
+      }
+      return true;
+    }
+  }
+
   // Greedy fill of CTA runs of at most `limit` keys and `tile_limit` tile iterations. A
   // unit that does not fit what is left of the current run is cut there, at the longest multiple of
   // the granule both budgets allow, unless that piece would be shorter than min_tiles_per_cta tiles
@@ -167,8 +228,6 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
   // bytes and no extra page lookups, and the tile iterations of a run are bounded by the tile budget
   // for any granule. A granule of g keys only adds up to g - 1 keys to the longest run (16 keys: 1008
   // instead of 993 keys per CTA at 1 x 32768).
-  int num_work = 0, num_states = 0, num_merges = 0;
-  int64_t largest_keys = 0, largest_tiles = 0;
   int64_t unplaced = 0; // keys a failed build left without a run
   auto build = [&](int64_t limit, int64_t tile_limit) -> bool {
     const int64_t min_piece = int64_t{shape.min_tiles_per_cta} * block_n;

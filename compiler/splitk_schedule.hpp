@@ -59,6 +59,11 @@ struct SplitKShape {
   // at least this many tiles; shorter runs use whole tiles and no charge (splitk_schedule.cpp says
   // why). 0: always by keys.
   int key_balance_min_run_tiles = 48;
+  // Whole units: when there are at least as many units as CTAs, runs take whole units (no piece,
+  // no partial state, no merge) if the longest such run holds at most this many percent more tile
+  // iterations than the balanced share, ceil(total tiles / grid). < 0: never (splitk_schedule.cpp
+  // says what was measured).
+  int whole_units_max_excess_pct = -1;
 };
 
 // piece_cost_keys for 16-bit K/V of these head dims: the keys that move 32 KB per CTA.
@@ -110,6 +115,7 @@ struct SplitKSchedule {
   int64_t run_limit = 0;      // the key budget of a run the partition was built with (keys + piece charges)
   int64_t run_tile_limit = 0; // the tile budget of a run (>= tiles_per_cta)
   bool by_keys = false;       // runs balanced by keys (else by whole tiles, see key_balance_min_run_tiles)
+  bool whole_units = false;   // runs of whole units (whole_units_max_excess_pct): nothing split
 };
 
 // Keys [*lo, *hi) that some query row of a sequence of `kv_len` keys can see.

@@ -191,13 +191,25 @@ Runs check_schedule(const SplitKShape &shape, const std::vector<int32_t> &lens, 
       tiles += (n + shape.block_n - 1) / shape.block_n;
     }
     EXPECT_LE(states, fj_decode_states_per_cta) << "CTA " << c;
-    EXPECT_LE(keys + charged, schedule.run_limit) << "CTA " << c;
+    if (schedule.whole_units)
+      EXPECT_LE(keys, schedule.run_limit) << "CTA " << c; // whole units are not charged per piece
+    else
+      EXPECT_LE(keys + charged, schedule.run_limit) << "CTA " << c;
     EXPECT_LE(tiles, schedule.run_tile_limit) << "CTA " << c;
     largest.keys = std::max(largest.keys, keys);
     largest.tiles = std::max(largest.tiles, tiles);
   }
   EXPECT_EQ(largest.keys, schedule.keys_per_cta);
   EXPECT_EQ(largest.tiles, schedule.tiles_per_cta);
+  if (schedule.whole_units) {
+    // Nothing split, and the longest run within the excess the shape allows over the balanced share.
+    EXPECT_EQ(split_units, 0);
+    EXPECT_EQ(d.header.num_states, 0);
+    EXPECT_GE(units, layout.grid) << "whole units only when every CTA can hold one";
+    const int64_t balanced = std::max<int64_t>((total_tiles + layout.grid - 1) / layout.grid, 1);
+    EXPECT_LE(schedule.run_tile_limit, balanced * (100 + shape.whole_units_max_excess_pct) / 100);
+    return largest;
+  }
   // The budgets start at the shares and grow only a little past them.
   const int64_t tile_share = std::max<int64_t>((total_tiles + layout.grid - 1) / layout.grid, shape.min_tiles_per_cta);
   // (+1: a cut on a granule that does not divide block_n may leave part of a tile unused.)
@@ -511,6 +523,57 @@ TEST(SplitKSchedule, RefusesWhatItCannotHold) {
   SplitKShape bad = shape;
   bad.num_sms = 0;
   EXPECT_FALSE(splitk_layout(bad, &layout, &error));
+}
+
+// Whole units: at 64 x 4096 (512 units of 64 tiles, 264 CTAs) two units per run, 128 tiles against a
+// balanced share of 125 (+2.4%): nothing split, nothing merged, 256 CTAs with work.
+TEST(SplitKSchedule, WholeUnitsWhenEveryCtaHoldsOne) {
+  SplitKShape shape = h200_shape(64);
+  shape.whole_units_max_excess_pct = 5;
+  SplitKSchedule schedule;
+  const Runs runs = check_schedule(shape, std::vector<int32_t>(64, 4096), 1, -1, &schedule);
+  EXPECT_TRUE(schedule.whole_units);
+  EXPECT_EQ(schedule.num_merges, 0);
+  EXPECT_EQ(schedule.num_work, 512);
+  EXPECT_EQ(runs.tiles, 128);
+  EXPECT_EQ(runs.keys, 2 * 4096);
+
+  // A tighter allowance than the 2.4% it needs: the split schedule.
+  shape.whole_units_max_excess_pct = 2;
+  check_schedule(shape, std::vector<int32_t>(64, 4096), 1, -1, &schedule);
+  EXPECT_FALSE(schedule.whole_units);
+  EXPECT_GT(schedule.num_merges, 0);
+}
+
+// Fewer units than CTAs (1 x 32768: 8 units), or whole units that would leave the runs uneven
+// (38 sequences: 304 units on 264 CTAs, two units in some runs against a share of 1.15), split.
+TEST(SplitKSchedule, WholeUnitsOnlyWhenTheRunsStayEven) {
+  SplitKShape shape = h200_shape(38);
+  shape.whole_units_max_excess_pct = 10;
+  SplitKSchedule schedule;
+  check_schedule(shape, std::vector<int32_t>(1, 32768), 1, -1, &schedule);
+  EXPECT_FALSE(schedule.whole_units);
+  check_schedule(shape, std::vector<int32_t>(38, 4096), 1, -1, &schedule);
+  EXPECT_FALSE(schedule.whole_units);
+}
+
+// Varlen batches with empty and one-key sequences, windows and q_len 4: every key exactly once, each
+// unit in one piece, the longest run within the allowance.
+TEST(SplitKSchedule, WholeUnitsCoverVarlenBatches) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int batch = 40 + static_cast<int>(rng() % 60);
+    std::vector<int32_t> lens(batch);
+    for (int32_t &len : lens)
+      len = rng() % 7 == 0 ? static_cast<int32_t>(rng() % 2) : static_cast<int32_t>(1 + rng() % 5000);
+    SplitKShape shape = h200_shape(batch);
+    shape.whole_units_max_excess_pct = 100;
+    const int q_len = trial % 2 == 0 ? 1 : 4;
+    const int window = trial % 3 == 0 ? 700 : -1;
+    SplitKSchedule schedule;
+    check_schedule(shape, lens, q_len, window, &schedule);
+    EXPECT_EQ(schedule.whole_units, batch * 8 >= 264) << "trial " << trial;
+  }
 }
 
 } // namespace

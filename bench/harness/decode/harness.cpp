@@ -370,11 +370,14 @@ struct Gpu {
 // Schedules compared by `ab` (compiler/splitk_schedule.hpp): the default, balanced by keys with a
 // charge per extra piece of a run; the same without the charge; the tile-balanced one of runs 1-9.
 // runtime: what runtime/decode.cpp plans (SplitKShape defaults: by keys only for long runs).
-enum class Sched { keys, keys_no_charge, tiles, runtime };
+// whole: the runtime's schedule with whole units allowed up to kWholeUnitsExcessPct more tiles per run.
+enum class Sched { keys, keys_no_charge, tiles, runtime, whole };
+constexpr int kWholeUnitsExcessPct = 10;
 static const char *sched_name(Sched s) {
   return s == Sched::keys             ? "keys"
          : s == Sched::keys_no_charge ? "keys-nocharge"
          : s == Sched::tiles          ? "tiles"
+         : s == Sched::whole          ? "whole"
                                       : "runtime";
 }
 
@@ -419,7 +422,9 @@ static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0
   g.shape.heads_kv = c.heads_kv;
   g.shape.max_batch = P.batch + max_batch_pad;
   g.shape.piece_cost_keys = splitk_piece_cost_keys(c.dqk, c.dv); // as runtime/decode.cpp
-  if (sched != Sched::runtime) {
+  if (sched == Sched::whole)
+    g.shape.whole_units_max_excess_pct = kWholeUnitsExcessPct;
+  else if (sched != Sched::runtime) {
     if (sched != Sched::keys)
       g.shape.piece_cost_keys = 0;
     if (sched == Sched::tiles)
@@ -871,6 +876,10 @@ static int tag_page(const std::string &tag) {
 // one counter rotates the copies over all launches, so no launch finds its KV in L2.
 static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> kernels, int batch, int len,
                    const Reference &ref) {
+  // "TAG:whole": kernel TAG with the whole-unit schedule (Sched::whole).
+  auto sched_of = [&](int v) {
+    return tags[v].find(":whole") != std::string::npos ? Sched::whole : Sched::runtime;
+  };
   Case c;
   c.name = "ab";
   c.tag = tags[0];
@@ -888,7 +897,7 @@ static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> k
   int fails = 0;
   for (int i = 0; i < copies; ++i)
     for (int v = 0; v < V; ++v)
-      setup_gpu(gs[v][i], P, *kernels[v], 0, Sched::runtime, v == 0 ? nullptr : &gs[0][i]);
+      setup_gpu(gs[v][i], P, *kernels[v], 0, sched_of(v), v == 0 ? nullptr : &gs[0][i]);
   for (int v = 0; v < V; ++v) {
     char label[96];
     snprintf(label, sizeof label, "kab %dx%d page%d %s", batch, len, c.page, tags[v].c_str());
@@ -902,9 +911,9 @@ static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> k
   for (int v = 0; v < V; ++v) {
     const SplitKSchedule &sc = gs[v][0].sched;
     printf("KAB %3d x %-6d page=%-2d %-12s %7.2f us %.3f TB/s %+6.2f%% vs %s | min %.2f max %.2f | work %d merges %d "
-           "states %d by_keys %d | regs/smem see gen.log\n",
+           "states %d by_keys %d whole %d | regs/smem see gen.log\n",
            batch, len, c.page, tags[v].c_str(), med[v], kv_bytes / (med[v] * 1e-6) / 1e12, (med[0] / med[v] - 1) * 100,
-           tags[0].c_str(), us[v].front(), us[v].back(), sc.num_work, sc.num_merges, sc.num_states, (int)sc.by_keys);
+           tags[0].c_str(), us[v].front(), us[v].back(), sc.num_work, sc.num_merges, sc.num_states, (int)sc.by_keys, (int)sc.whole_units);
   }
   fflush(stdout);
   for (int v = V - 1; v >= 0; --v)
@@ -1302,7 +1311,7 @@ int main(int argc, char **argv) {
         const std::vector<std::string> tags = split(argv[gi]);
         std::vector<Kernel *> ks;
         for (const std::string &t : tags)
-          ks.push_back(&K(t));
+          ks.push_back(&K(t.substr(0, t.find(':'))));
         fails += run_kab(tags, ks, b, l, ref);
       }
     }
