@@ -76,6 +76,10 @@ Fixture *gpu_fixture(benchmark::State &state) {
 // bursts, outside the timing: an untimed loop of back-to-back launches fills the launch queue and then
 // measures how fast the GPU retires the kernels, not what a call costs the caller (runs 1-8 did that).
 constexpr int kBurst = 32;
+// Bursts per benchmark. Fixed, not Google Benchmark's minimum time: that counts the manual (host)
+// time only, ~4 us a call, while each burst also waits for its kernels, so a 0.5 s minimum took
+// ~20 s of wall time per benchmark and the suite ran past the GPU machine's limits (runs 13-14).
+constexpr int kHotBursts = 4000;
 
 // Runs `call` kBurst times per iteration; false (benchmark marked failed) on the first error.
 template <class Call> bool host_time_loop(benchmark::State &state, Call call) {
@@ -113,7 +117,7 @@ void forward_hot(benchmark::State &state) {
   if (forward_loop(state, runtime, f.p))
     state.SetLabel(runtime_kernel(runtime, f.p));
 }
-BENCHMARK(forward_hot)->Unit(benchmark::kMicrosecond)->UseManualTime();
+BENCHMARK(forward_hot)->Unit(benchmark::kMicrosecond)->UseManualTime()->Iterations(kHotBursts);
 
 // The same kernel as forward_fa2_hot, launched straight through the driver with parameters made
 // once: the floor that flashjit's own per-call work (validation, spec, lookup, params) adds to.
@@ -138,7 +142,7 @@ void raw_launch_fa2(benchmark::State &state) {
   host_time_loop(state,
                  [&] { return record->kernel.launch(launch.grid, launch.block, launch.smem_bytes, nullptr, args); });
 }
-BENCHMARK(raw_launch_fa2)->Unit(benchmark::kMicrosecond)->UseManualTime();
+BENCHMARK(raw_launch_fa2)->Unit(benchmark::kMicrosecond)->UseManualTime()->Iterations(kHotBursts);
 
 // forward_hot's fa3 kernel, resolved once through a kernel store of its own.
 struct Fa3Resolved {
@@ -186,14 +190,14 @@ void raw_launch_fa3(benchmark::State &state) {
     state.SetLabel(r.record->name + ", params " + std::to_string(sizeof(launch.params)) + " B, cluster " +
                    std::to_string(launch.cluster.x));
 }
-BENCHMARK(raw_launch_fa3)->Unit(benchmark::kMicrosecond)->UseManualTime();
+BENCHMARK(raw_launch_fa3)->Unit(benchmark::kMicrosecond)->UseManualTime()->Iterations(kHotBursts);
 
 void launch_fa3_hot(benchmark::State &state) {
   Fa3Resolved r;
   if (r.resolve(state))
     host_time_loop(state, [&] { return launch_fa3(*r.record, r.problem, r.context, nullptr); });
 }
-BENCHMARK(launch_fa3_hot)->Unit(benchmark::kMicrosecond)->UseManualTime();
+BENCHMARK(launch_fa3_hot)->Unit(benchmark::kMicrosecond)->UseManualTime()->Iterations(kHotBursts);
 
 void forward_fa2_hot(benchmark::State &state) {
   Fixture *fp = gpu_fixture(state);
@@ -205,7 +209,7 @@ void forward_fa2_hot(benchmark::State &state) {
   Runtime runtime(options);
   forward_loop(state, runtime, f.p);
 }
-BENCHMARK(forward_fa2_hot)->Unit(benchmark::kMicrosecond)->UseManualTime();
+BENCHMARK(forward_fa2_hot)->Unit(benchmark::kMicrosecond)->UseManualTime()->Iterations(kHotBursts);
 
 void decode_forward_hot(benchmark::State &state) {
   Fixture *fp = gpu_fixture(state);
@@ -230,7 +234,7 @@ void decode_forward_hot(benchmark::State &state) {
   if (forward_loop(state, runtime, p))
     state.SetLabel(runtime_kernel(runtime, p));
 }
-BENCHMARK(decode_forward_hot)->Unit(benchmark::kMicrosecond)->UseManualTime();
+BENCHMARK(decode_forward_hot)->Unit(benchmark::kMicrosecond)->UseManualTime()->Iterations(kHotBursts);
 
 void prepare_disk_hit(benchmark::State &state) {
   Fixture *fp = gpu_fixture(state);

@@ -61,9 +61,11 @@ struct SplitKShape {
   int key_balance_min_run_tiles = 48;
   // Whole units: when there are at least as many units as CTAs, runs take whole units (no piece,
   // no partial state, no merge) if the longest such run holds at most this many percent more tile
-  // iterations than the balanced share, ceil(total tiles / grid). < 0: never (splitk_schedule.cpp
-  // says what was measured).
-  int whole_units_max_excess_pct = -1;
+  // iterations than the balanced share, ceil(total tiles / grid). < 0: never. Measured on the H200
+  // at 64 x 4096 (+2.4% tiles per run): whole units +0.4% contiguous, +1.0% page 16, +1.3% page 64
+  // (docs/perf-notes.md, session 11); a larger allowance would let the longest run cost more than
+  // the merges it saves.
+  int whole_units_max_excess_pct = 3;
 };
 
 // piece_cost_keys for 16-bit K/V of these head dims: the keys that move 32 KB per CTA.

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace flashjit {
 namespace {
@@ -21,6 +22,7 @@ constexpr int kMmaK = 16;
 constexpr int kElemBytes = 2;
 constexpr int kChunkElems = 8; // one 16-byte copy
 constexpr int kWarpKeys = 16;  // keys per warp per tile: one P.V k step
+constexpr int kMaxWarpKeys = 64;
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxQLen = 16;
 constexpr int kMaxPageSize = 512;
@@ -105,6 +107,11 @@ bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan 
     return fail(why_not, "page size must be 0 (contiguous) or 1..512");
   if (tuning.fused_merge < -1 || tuning.fused_merge > 1)
     return fail(why_not, "fused_merge must be -1 (the planner's choice), 0 or 1");
+  if (tuning.warps != 0 && tuning.warps != 2 && tuning.warps != 4 && tuning.warps != 8)
+    return fail(why_not, "warps must be 0 (the planner's choice), 2, 4 or 8");
+  if (tuning.warp_keys < 0 || tuning.warp_keys % kMmaK != 0 || tuning.warp_keys > kMaxWarpKeys)
+    return fail(why_not, "warp_keys must be 0 (the planner's choice) or a multiple of 16 up to 64");
+  const int warp_keys = tuning.warp_keys > 0 ? tuning.warp_keys : kWarpKeys;
 
   const int rows = spec.gqa_group * spec.q_len;
   const int qk_mma = align_up(spec.head_dim_qk, kMmaK);
@@ -125,8 +132,9 @@ bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan 
     int offset_kv = 0, stage_bytes = 0, v_in_stage = 0, offset_stats = 0, merge_row = 0, offset_pages = 0;
   } best;
   bool found_target = false;
-  for (int warps : {4, 2}) {
-    const int block_n = warps * kWarpKeys;
+  const std::vector<int> warp_counts = tuning.warps > 0 ? std::vector<int>{tuning.warps} : std::vector<int>{4, 2};
+  for (int warps : warp_counts) {
+    const int block_n = warps * warp_keys;
     const int q_bytes = align_up(block_m * row_qk * kElemBytes, kSmemAlign);
     const int k_bytes = align_up(block_n * row_qk * kElemBytes, kSmemAlign);
     const int v_bytes = align_up(block_n * row_v * kElemBytes, kSmemAlign);
@@ -168,14 +176,14 @@ bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan 
   p.variant = Variant::decode_splitk;
   p.entry = "fj_decode_splitk";
   p.block_m = block_m;
-  p.block_n = best.warps * kWarpKeys;
+  p.block_n = best.warps * warp_keys;
   p.stages = best.stages;
   p.threads = best.warps * kWarpSize;
   p.smem_bytes = best.smem;
   p.persistent = true; // grid = SMs x kCtasPerSm, fixed; the work list says what each CTA does
   p.add("kBlockM", block_m);
   p.add("kBlockN", p.block_n);
-  p.add("kWarpN", kWarpKeys);
+  p.add("kWarpN", warp_keys);
   p.add("kStages", best.stages);
   p.add("kMTiles", mtiles);
   p.add("kMBlocks", m_blocks);

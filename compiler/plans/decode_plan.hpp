@@ -12,6 +12,11 @@ struct DecodeTuning {
   // Plan constant kFusedMerge. -1: the planner's choice (1); 0: the split units are merged by
   // fj_decode_combine in a second launch; 1: inside fj_decode_splitk, one launch per step.
   int fused_merge = -1;
+  // Warps per CTA (each owns warp_keys keys of a tile, so block_n = warps * warp_keys). 0: the
+  // planner's choice (4, else 2 where shared memory is small).
+  int warps = 0;
+  // Keys per warp per tile (a multiple of 16: whole P.V k steps). 0: the planner's 16.
+  int warp_keys = 0;
 };
 
 bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan *plan, std::string *why_not);

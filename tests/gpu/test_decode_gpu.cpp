@@ -53,6 +53,10 @@ TEST_F(DecodeGpu, SplitKMatchesReference) {
       // Long enough (1601 tiles x 8 heads over 264 CTAs: 48.5 per run) for the runtime's default to
       // balance the runs by keys (SplitKShape::key_balance_min_run_tiles); the rows above take whole tiles.
       {"long_by_keys_page16", 1, 1, 102401, 32, 8, 128, 16, false, -1, 0, ref::Dtype::bf16},
+      // Whole units (SplitKShape::whole_units_max_excess_pct): 528 equal units on the H200's 264 CTAs,
+      // two per run and nothing split; 777 keys end mid-tile and mid-page.
+      {"whole_units_page16", 66, 1, 777, 32, 8, 128, 16, false, -1, 0, ref::Dtype::bf16},
+      {"whole_units_q4_causal_gqa7_page1", 66, 4, 301, 28, 4, 64, 1, true, -1, 0, ref::Dtype::fp16},
       // Element-aligned rows: each 16-byte chunk is loaded through registers.
       {"element_aligned_gqa4", 2, 1, 3001, 32, 8, 128, 0, false, -1, 0, ref::Dtype::bf16, 3},
       {"element_aligned_q4_causal_gqa7", 1, 4, 777, 14, 2, 64, 0, true, -1, 0, ref::Dtype::fp16, 5},

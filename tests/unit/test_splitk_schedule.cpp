@@ -240,6 +240,7 @@ SplitKShape h200_shape(int batch, int heads_kv = 8) {
   shape.heads_kv = heads_kv;
   shape.max_batch = batch;
   shape.key_balance_min_run_tiles = 0; // the tests below pin the key-balanced partition itself
+  shape.whole_units_max_excess_pct = -1;
   return shape;
 }
 
@@ -543,6 +544,22 @@ TEST(SplitKSchedule, WholeUnitsWhenEveryCtaHoldsOne) {
   check_schedule(shape, std::vector<int32_t>(64, 4096), 1, -1, &schedule);
   EXPECT_FALSE(schedule.whole_units);
   EXPECT_GT(schedule.num_merges, 0);
+}
+
+// The runtime's default shape takes whole units at 64 x 4096 and splits at the other TARGETS shapes.
+TEST(SplitKSchedule, DefaultShapeTakesWholeUnitsOnlyAt64x4096) {
+  const struct {
+    int batch, len;
+    bool whole;
+  } shapes[] = {{1, 32768, false}, {8, 8192, false}, {64, 4096, true}, {1, 131072, false}};
+  for (const auto &s : shapes) {
+    SplitKShape shape = h200_shape(s.batch);
+    shape.whole_units_max_excess_pct = SplitKShape{}.whole_units_max_excess_pct;
+    shape.key_balance_min_run_tiles = SplitKShape{}.key_balance_min_run_tiles;
+    SplitKSchedule schedule;
+    check_schedule(shape, std::vector<int32_t>(s.batch, s.len), 1, -1, &schedule);
+    EXPECT_EQ(schedule.whole_units, s.whole) << s.batch << "x" << s.len;
+  }
 }
 
 // Fewer units than CTAs (1 x 32768: 8 units), or whole units that would leave the runs uneven

@@ -3,6 +3,7 @@
 //   gen <outdir> <matrix|harness>
 #include "compiler/codegen.hpp"
 #include "compiler/planner.hpp"
+#include "compiler/plans/decode_plan.hpp"
 
 #include <nvrtc.h>
 
@@ -165,7 +166,22 @@ int main(int argc, char **argv) {
     const KernelSpec &s = specs[si];
     Plan plan;
     std::string why;
-    if (!plan_decode(s, &plan, &why)) {
+    // Planner tunings among the extras: WARPS=n, WARPKEYS=n (DecodeTuning); the rest are plan constants.
+    DecodeTuning tuning;
+    if (si < extras.size()) {
+      std::istringstream items(extras[si]);
+      std::string item;
+      while (std::getline(items, item, ',')) {
+        const size_t eq = item.find('=');
+        if (eq == std::string::npos)
+          continue;
+        if (item.substr(0, eq) == "WARPS")
+          tuning.warps = std::stoi(item.substr(eq + 1));
+        if (item.substr(0, eq) == "WARPKEYS")
+          tuning.warp_keys = std::stoi(item.substr(eq + 1));
+      }
+    }
+    if (!plan_decode_tuned(s, tuning, &plan, &why)) {
       std::cout << "NOPLAN " << why << "\n";
       ++failures;
       continue;
@@ -200,6 +216,8 @@ int main(int argc, char **argv) {
         const size_t eq = item.find('=');
         const std::string key = item.substr(0, eq);
         const int64_t value = eq == std::string::npos ? 1 : std::stoll(item.substr(eq + 1));
+        if (key == "WARPS" || key == "WARPKEYS")
+          continue; // planned above
         if (key == "TL") {
           prefix += "#define FJ_DECODE_TIMELINE 1\n";
           continue;

@@ -370,14 +370,16 @@ struct Gpu {
 // Schedules compared by `ab` (compiler/splitk_schedule.hpp): the default, balanced by keys with a
 // charge per extra piece of a run; the same without the charge; the tile-balanced one of runs 1-9.
 // runtime: what runtime/decode.cpp plans (SplitKShape defaults: by keys only for long runs).
-// whole: the runtime's schedule with whole units allowed up to kWholeUnitsExcessPct more tiles per run.
-enum class Sched { keys, keys_no_charge, tiles, runtime, whole };
+// whole / split: the runtime's schedule with whole units allowed up to kWholeUnitsExcessPct more
+// tiles per run, or never.
+enum class Sched { keys, keys_no_charge, tiles, runtime, whole, split };
 constexpr int kWholeUnitsExcessPct = 10;
 static const char *sched_name(Sched s) {
   return s == Sched::keys             ? "keys"
          : s == Sched::keys_no_charge ? "keys-nocharge"
          : s == Sched::tiles          ? "tiles"
          : s == Sched::whole          ? "whole"
+         : s == Sched::split          ? "split"
                                       : "runtime";
 }
 
@@ -422,8 +424,8 @@ static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0
   g.shape.heads_kv = c.heads_kv;
   g.shape.max_batch = P.batch + max_batch_pad;
   g.shape.piece_cost_keys = splitk_piece_cost_keys(c.dqk, c.dv); // as runtime/decode.cpp
-  if (sched == Sched::whole)
-    g.shape.whole_units_max_excess_pct = kWholeUnitsExcessPct;
+  if (sched == Sched::whole || sched == Sched::split)
+    g.shape.whole_units_max_excess_pct = sched == Sched::whole ? kWholeUnitsExcessPct : -1;
   else if (sched != Sched::runtime) {
     if (sched != Sched::keys)
       g.shape.piece_cost_keys = 0;
@@ -876,9 +878,11 @@ static int tag_page(const std::string &tag) {
 // one counter rotates the copies over all launches, so no launch finds its KV in L2.
 static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> kernels, int batch, int len,
                    const Reference &ref) {
-  // "TAG:whole": kernel TAG with the whole-unit schedule (Sched::whole).
+  // "TAG:whole" / "TAG:split": kernel TAG with Sched::whole / Sched::split.
   auto sched_of = [&](int v) {
-    return tags[v].find(":whole") != std::string::npos ? Sched::whole : Sched::runtime;
+    return tags[v].find(":whole") != std::string::npos   ? Sched::whole
+           : tags[v].find(":split") != std::string::npos ? Sched::split
+                                                         : Sched::runtime;
   };
   Case c;
   c.name = "ab";
