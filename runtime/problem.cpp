@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <string>
+#include <utility>
 
 namespace flashjit {
 namespace {
@@ -50,26 +52,33 @@ Status resolve_strides(const char *name, flashjit_strides *s, int rows_per_batch
     s->token = static_cast<int64_t>(heads) * dim;
     s->batch = static_cast<int64_t>(rows_per_batch) * s->token;
   }
-  const std::string n(name);
   if (s->head < 0 || s->token < 0 || s->batch < 0)
-    return invalid(n + ": strides must be non-negative (elements), got batch " + std::to_string(s->batch) + ", token " +
-                   std::to_string(s->token) + ", head " + std::to_string(s->head));
+    return invalid(std::string(name) + ": strides must be non-negative (elements), got batch " +
+                   std::to_string(s->batch) + ", token " + std::to_string(s->token) + ", head " +
+                   std::to_string(s->head));
+  // Ordered by stride, ties kept in this order (an insertion sort: three items, and no allocation on
+  // the per-call path, unlike std::stable_sort's buffer).
   StridedDim dims[] = {{"head", "heads", s->head, heads},
                        {"token", "tokens", s->token, rows_per_batch},
                        {"batch", batch_items, s->batch, batches}};
-  std::stable_sort(std::begin(dims), std::end(dims),
-                   [](const StridedDim &a, const StridedDim &b) { return a.stride < b.stride; });
+  for (size_t i = 1; i < std::size(dims); ++i)
+    for (size_t j = i; j > 0 && dims[j].stride < dims[j - 1].stride; --j)
+      std::swap(dims[j], dims[j - 1]);
   int64_t span = dim; // elements the dimensions checked so far reach, from one row's start
-  std::string inside = "head_dim";
-  for (const StridedDim &d : dims) {
+  for (size_t i = 0; i < std::size(dims); ++i) {
+    const StridedDim &d = dims[i];
     if (d.count <= 1)
       continue;
-    if (d.stride < span)
-      return invalid(n + "." + d.field + " = " + std::to_string(d.stride) + ": " + d.items +
+    if (d.stride < span) {
+      std::string inside = "head_dim"; // what the smaller dimensions span, for the message
+      for (size_t k = 0; k < i; ++k)
+        if (dims[k].count > 1)
+          inside += std::string(" x ") + dims[k].items;
+      return invalid(std::string(name) + "." + d.field + " = " + std::to_string(d.stride) + ": " + d.items +
                      " would overlap; expected >= " + std::to_string(span) + " (the extent of " + inside +
                      " inside it), or strides that nest in another order");
+    }
     span += (d.count - 1) * d.stride;
-    inside += std::string(" x ") + d.items;
   }
   return Status::success();
 }

@@ -97,6 +97,7 @@ TEST(ValidationGood, HeadMajorOverlapNamesTheHeadStride) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message.find("k_strides.head = 9599: heads would overlap; expected >= 9600"), std::string::npos)
       << s.message;
+  EXPECT_NE(s.message.find("(the extent of head_dim x tokens inside it)"), std::string::npos) << s.message;
 }
 
 // One sequence: its batch stride is never used, so any value is accepted.
