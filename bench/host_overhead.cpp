@@ -1,5 +1,7 @@
 // Host-side costs of the runtime (Google Benchmark), on a GPU machine:
 //   forward_hot:      problem -> launched, kernel already in memory (the per-call cost an engine pays)
+//   resolve_hot:      forward_hot without the launch (validation, spec, driver queries, store hit)
+//   context_queries:  the current context and its cached device, as each call asks for them
 //   raw_launch_fa2:   one cuLaunchKernelEx of the same kernel, parameters made once (the floor)
 //   raw_launch_fa3:   the same for forward_hot's fa3 kernel (its 896-byte parameter block, its cluster)
 //   launch_fa3_hot:   launch_fa3 alone (parameter-cache lookup + launch), the problem resolved once
@@ -118,6 +120,40 @@ void forward_hot(benchmark::State &state) {
     state.SetLabel(runtime_kernel(runtime, f.p));
 }
 BENCHMARK(forward_hot)->Unit(benchmark::kMicrosecond)->UseManualTime()->Iterations(kHotBursts);
+
+// forward_hot without the launch: validation, spec, the driver queries and the kernel-store hit
+// (Runtime::prepare). No GPU work, so Google Benchmark's own timing.
+void resolve_hot(benchmark::State &state) {
+  Fixture *fp = gpu_fixture(state);
+  if (!fp)
+    return;
+  Runtime runtime;
+  if (Status s = runtime.prepare(fp->p); !s) {
+    state.SkipWithError(s.message.c_str());
+    return;
+  }
+  for (auto _ : state)
+    if (Status s = runtime.prepare(fp->p); !s) {
+      state.SkipWithError(s.message.c_str());
+      return;
+    }
+}
+BENCHMARK(resolve_hot)->Unit(benchmark::kNanosecond);
+
+// The driver queries of each call: the current context and its (cached) device.
+void context_queries(benchmark::State &state) {
+  if (!gpu_fixture(state))
+    return;
+  for (auto _ : state) {
+    CUcontext context = nullptr;
+    driver::api()->cuCtxGetCurrent(&context);
+    driver::DeviceInfo device;
+    Status s = driver::current_device(&device);
+    benchmark::DoNotOptimize(context);
+    benchmark::DoNotOptimize(s.code);
+  }
+}
+BENCHMARK(context_queries)->Unit(benchmark::kNanosecond);
 
 // The same kernel as forward_fa2_hot, launched straight through the driver with parameters made
 // once: the floor that flashjit's own per-call work (validation, spec, lookup, params) adds to.

@@ -173,6 +173,28 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
       slot_begin[c] = num_work;
     return true;
   };
+  // The header, the unused state slots and the summary, for the partition the buffer holds.
+  auto finish = [&](int64_t run_limit, int64_t run_tile_limit, bool balanced_by_keys, bool whole_units) {
+    std::fill(state_merge + num_states, state_merge + layout.max_states, -1);
+    header->num_work = num_work;
+    header->num_merges = num_merges;
+    header->num_states = num_states;
+    if (out != nullptr) {
+      *out = SplitKSchedule{};
+      out->num_work = num_work;
+      out->num_merges = num_merges;
+      out->num_states = num_states;
+      out->total_keys = total_keys;
+      out->total_tiles = total_tiles;
+      out->keys_per_cta = largest_keys;
+      out->tiles_per_cta = largest_tiles;
+      out->run_limit = run_limit;
+      out->run_tile_limit = run_tile_limit;
+      out->by_keys = balanced_by_keys;
+      out->whole_units = whole_units;
+    }
+    return true;
+  };
   const int64_t balanced_tiles = std::max<int64_t>(ceil_div(total_tiles, layout.grid), 1);
   if (shape.whole_units_max_excess_pct >= 0 && units >= layout.grid) {
     const int64_t most = balanced_tiles * (100 + shape.whole_units_max_excess_pct) / 100;
@@ -183,22 +205,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
         (build_whole(mid) ? fits : too_small) = mid;
       }
       build_whole(fits); // the buffer holds the last partition built: make it the one that fits
-      std::fill(state_merge, state_merge + layout.max_states, -1);
-      header->num_work = num_work;
-      header->num_merges = 0;
-      header->num_states = 0;
-      if (out != nullptr) {
-        *out = SplitKSchedule{};
-        out->num_work = num_work;
-        out->total_keys = total_keys;
-        out->total_tiles = total_tiles;
-        out->keys_per_cta = largest_keys;
-        out->tiles_per_cta = largest_tiles;
-        out->run_limit = largest_keys;
-        out->run_tile_limit = fits;
-        out->whole_units = true;
-      }
-      return true;
+      return finish(largest_keys, fits, false, true);
     }
   }
 
@@ -338,23 +345,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
     break;
   }
 
-  std::fill(state_merge + num_states, state_merge + layout.max_states, -1);
-  header->num_work = num_work;
-  header->num_merges = num_merges;
-  header->num_states = num_states;
-  if (out != nullptr) {
-    out->num_work = num_work;
-    out->num_merges = num_merges;
-    out->num_states = num_states;
-    out->total_keys = total_keys;
-    out->total_tiles = total_tiles;
-    out->keys_per_cta = largest_keys;
-    out->tiles_per_cta = largest_tiles;
-    out->run_limit = limit;
-    out->run_tile_limit = tile_limit;
-    out->by_keys = by_keys;
-  }
-  return true;
+  return finish(limit, tile_limit, by_keys, false);
 }
 
 } // namespace flashjit
