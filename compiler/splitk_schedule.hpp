@@ -26,6 +26,10 @@
 // holds at most fj_decode_states_per_cta split pieces (its first and its last), so at most
 // 2 * grid states exist. split_granule = block_n with piece_cost_keys = 0 gives the tile-balanced
 // schedule of runs 1-9.
+//
+// Whole units instead (SplitKShape::whole_units_max_excess_pct): with at least as many units as CTAs,
+// runs of whole units in unit order, when the longest of them stays within the allowance over the
+// balanced share of tiles. Nothing is split, so nothing is merged.
 #pragma once
 
 #include <cstddef>
