@@ -147,9 +147,9 @@ void context_queries(benchmark::State &state) {
   for (auto _ : state) {
     CUcontext context = nullptr;
     driver::api()->cuCtxGetCurrent(&context);
-    driver::DeviceInfo device;
-    Status s = driver::current_device(&device);
-    benchmark::DoNotOptimize(context);
+    const driver::DeviceInfo *device = nullptr;
+    Status s = driver::context_device(context, &device);
+    benchmark::DoNotOptimize(device);
     benchmark::DoNotOptimize(s.code);
   }
 }

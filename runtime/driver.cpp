@@ -174,35 +174,10 @@ Status driver_error(const std::string &what, CUresult result) {
   return Status::error(FLASHJIT_DRIVER_ERROR, what + ": " + error_text(result));
 }
 
-Status current_device(DeviceInfo *out) {
-  std::string why;
-  const Api *cu = api(&why);
-  if (cu == nullptr) {
-    return Status::error(FLASHJIT_DRIVER_ERROR, why);
-  }
-  CUcontext context = nullptr;
-  if (CUresult r = cu->cuCtxGetCurrent(&context); r != CUDA_SUCCESS) {
-    return driver_error("cuCtxGetCurrent", r);
-  }
-  if (context == nullptr) {
-    return Status::error(FLASHJIT_DRIVER_ERROR,
-                         "no current CUDA context on this thread: make a context current (e.g. cudaSetDevice, or "
-                         "cuDevicePrimaryCtxRetain + cuCtxSetCurrent) before calling flashjit");
-  }
+namespace {
 
-  // Attribute queries cost microseconds each; forward() asks on every call, so remember the
-  // answer per context. A context handle reused after cuCtxDestroy names the same device in
-  // practice (primary contexts are per device), so a stale entry is harmless.
-  static std::mutex mutex;
-  static auto *cache = new std::unordered_map<CUcontext, DeviceInfo>();
-  {
-    std::lock_guard lock(mutex);
-    if (auto it = cache->find(context); it != cache->end()) {
-      *out = it->second;
-      return Status::success();
-    }
-  }
-
+// The device of `context`, queried from the driver (its attribute queries cost microseconds each).
+Status query_device(const Api *cu, DeviceInfo *out) {
   DeviceInfo info;
   CUdevice device = 0;
   if (CUresult r = cu->cuCtxGetDevice(&device); r != CUDA_SUCCESS) {
@@ -233,10 +208,71 @@ Status current_device(DeviceInfo *out) {
   if (CUresult r = cu->cuDriverGetVersion(&info.driver_version); r != CUDA_SUCCESS) {
     return driver_error("cuDriverGetVersion", r);
   }
-
-  std::lock_guard lock(mutex);
-  cache->emplace(context, info);
   *out = std::move(info);
+  return Status::success();
+}
+
+} // namespace
+
+Status context_device(CUcontext context, const DeviceInfo **out) {
+  // forward() asks on every call, so the answer is remembered per context: entries are never
+  // removed (unordered_map keeps their addresses), and each thread keeps its last one, which needs
+  // no lock. A context handle reused after cuCtxDestroy names the same device in practice (primary
+  // contexts are per device), so a stale entry is harmless.
+  thread_local CUcontext last_context = nullptr;
+  thread_local const DeviceInfo *last_info = nullptr;
+  if (context != nullptr && context == last_context) {
+    *out = last_info;
+    return Status::success();
+  }
+  std::string why;
+  const Api *cu = api(&why);
+  if (cu == nullptr) {
+    return Status::error(FLASHJIT_DRIVER_ERROR, why);
+  }
+  if (context == nullptr) {
+    return Status::error(FLASHJIT_DRIVER_ERROR,
+                         "no current CUDA context on this thread: make a context current (e.g. cudaSetDevice, or "
+                         "cuDevicePrimaryCtxRetain + cuCtxSetCurrent) before calling flashjit");
+  }
+  static std::mutex mutex;
+  static auto *cache = new std::unordered_map<CUcontext, DeviceInfo>();
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = cache->find(context); it != cache->end()) {
+      last_context = context;
+      last_info = &it->second;
+      *out = last_info;
+      return Status::success();
+    }
+  }
+  DeviceInfo info;
+  if (Status s = query_device(cu, &info); !s) {
+    return s;
+  }
+  std::lock_guard lock(mutex);
+  const DeviceInfo *cached = &cache->try_emplace(context, std::move(info)).first->second;
+  last_context = context;
+  last_info = cached;
+  *out = cached;
+  return Status::success();
+}
+
+Status current_device(DeviceInfo *out) {
+  std::string why;
+  const Api *cu = api(&why);
+  if (cu == nullptr) {
+    return Status::error(FLASHJIT_DRIVER_ERROR, why);
+  }
+  CUcontext context = nullptr;
+  if (CUresult r = cu->cuCtxGetCurrent(&context); r != CUDA_SUCCESS) {
+    return driver_error("cuCtxGetCurrent", r);
+  }
+  const DeviceInfo *info = nullptr;
+  if (Status s = context_device(context, &info); !s) {
+    return s;
+  }
+  *out = *info;
   return Status::success();
 }
 

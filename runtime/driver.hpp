@@ -101,4 +101,8 @@ struct DeviceInfo {
 // FLASHJIT_DRIVER_ERROR when there is no driver or no current context.
 Status current_device(DeviceInfo *out);
 
+// The same for a context the caller already has (null: the no-context error); *out stays valid for
+// the life of the process.
+Status context_device(CUcontext context, const DeviceInfo **out);
+
 } // namespace flashjit::driver

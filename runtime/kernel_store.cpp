@@ -376,8 +376,13 @@ Status KernelStore::get(const KernelSpec &spec, CUcontext context, std::shared_p
   {
     std::shared_lock lock(slots_mutex_);
     auto it = slots_.find(slot_key);
-    if (it != slots_.end())
+    if (it != slots_.end()) {
+      if (it->second->built.load(std::memory_order_acquire)) { // the hot path: no slot copy, no slot lock
+        *out = it->second->record;
+        return Status::success();
+      }
       slot = it->second;
+    }
   }
   if (!slot) {
     std::unique_lock lock(slots_mutex_);
@@ -410,6 +415,7 @@ Status KernelStore::get(const KernelSpec &spec, CUcontext context, std::shared_p
     log(LogLevel::info, "fallback: " + record->name + " runs instead of " + variant_name(record->choice.preferred) +
                             " because " + record->choice.fallback_reason);
   slot->record = record;
+  slot->built.store(true, std::memory_order_release);
   *out = record;
   return Status::success();
 }

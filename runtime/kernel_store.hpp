@@ -12,6 +12,7 @@
 
 #include <flashjit/flashjit.hpp>
 
+#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -86,6 +87,9 @@ private:
   struct Slot {
     std::mutex mutex;
     std::shared_ptr<const KernelRecord> record;
+    // Set (release) once `record` is built; `record` is never written after that, so a hit reads it
+    // under the map's shared lock alone.
+    std::atomic<bool> built{false};
   };
   struct SlotKey {
     KernelSpec spec;

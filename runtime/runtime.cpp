@@ -33,12 +33,12 @@ struct Runtime::Impl {
     if (!*context)
       return Status::error(FLASHJIT_DRIVER_ERROR, "no current CUDA context on this thread: make one current first "
                                                   "(cudaSetDevice + any runtime call, or cuCtxSetCurrent)");
-    driver::DeviceInfo device;
-    if (Status s = driver::current_device(&device); !s)
+    const driver::DeviceInfo *device = nullptr;
+    if (Status s = driver::context_device(*context, &device); !s)
       return s;
-    *arch = Arch::from_compute_capability(device.cc_major, device.cc_minor);
-    launch->sm_count = device.sm_count;
-    launch->l2_bytes = device.l2_bytes;
+    *arch = Arch::from_compute_capability(device->cc_major, device->cc_minor);
+    launch->sm_count = device->sm_count;
+    launch->l2_bytes = device->l2_bytes;
     return Status::success();
   }
 

@@ -917,7 +917,8 @@ static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> k
     printf("KAB %3d x %-6d page=%-2d %-12s %7.2f us %.3f TB/s %+6.2f%% vs %s | min %.2f max %.2f | work %d merges %d "
            "states %d by_keys %d whole %d | regs/smem see gen.log\n",
            batch, len, c.page, tags[v].c_str(), med[v], kv_bytes / (med[v] * 1e-6) / 1e12, (med[0] / med[v] - 1) * 100,
-           tags[0].c_str(), us[v].front(), us[v].back(), sc.num_work, sc.num_merges, sc.num_states, (int)sc.by_keys, (int)sc.whole_units);
+           tags[0].c_str(), us[v].front(), us[v].back(), sc.num_work, sc.num_merges, sc.num_states, (int)sc.by_keys,
+           (int)sc.whole_units);
   }
   fflush(stdout);
   for (int v = V - 1; v >= 0; --v)
