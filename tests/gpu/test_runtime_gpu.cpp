@@ -19,6 +19,29 @@ harness::CaseOptions small_case(int d, bool causal, int seqlen_q) {
   return c;
 }
 
+// The hot path's device lookup: the same cached record on every call and on every thread, with the
+// fields current_device reports.
+TEST_F(RuntimeGpu, ContextDeviceIsCachedPerContext) {
+  CUcontext context = nullptr;
+  ASSERT_EQ(driver::api()->cuCtxGetCurrent(&context), CUDA_SUCCESS);
+  const driver::DeviceInfo *first = nullptr, *again = nullptr, *other_thread = nullptr;
+  ASSERT_TRUE(driver::context_device(context, &first).ok());
+  ASSERT_TRUE(driver::context_device(context, &again).ok());
+  std::thread([&] { ASSERT_TRUE(driver::context_device(context, &other_thread).ok()); }).join();
+  EXPECT_EQ(first, again);
+  EXPECT_EQ(first, other_thread);
+  driver::DeviceInfo queried;
+  ASSERT_TRUE(driver::current_device(&queried).ok());
+  EXPECT_EQ(first->sm_count, queried.sm_count);
+  EXPECT_EQ(first->cc_major, queried.cc_major);
+  EXPECT_EQ(first->name, queried.name);
+  EXPECT_GT(first->sm_count, 0);
+  const driver::DeviceInfo *none = nullptr;
+  const Status no_context = driver::context_device(nullptr, &none);
+  EXPECT_EQ(no_context.code, FLASHJIT_DRIVER_ERROR);
+  EXPECT_NE(no_context.message.find("no current CUDA context"), std::string::npos) << no_context.message;
+}
+
 TEST_F(RuntimeGpu, GraphReplayEqualsDirectLaunch) {
   for (int seqlen_q : {1, 4, 200}) { // decode-shaped and prefill-shaped
     Runtime runtime;

@@ -53,6 +53,11 @@ TEST(Driver, EverythingAboveTheDriverFailsCleanlyWithoutIt) {
   flashjit::Status status = flashjit::driver::current_device(&info);
   EXPECT_EQ(status.code, FLASHJIT_DRIVER_ERROR);
   EXPECT_NE(status.message.find("no NVIDIA driver"), std::string::npos) << status.message;
+  const flashjit::driver::DeviceInfo *cached = nullptr;
+  status = flashjit::driver::context_device(nullptr, &cached);
+  EXPECT_EQ(status.code, FLASHJIT_DRIVER_ERROR);
+  EXPECT_NE(status.message.find("no NVIDIA driver"), std::string::npos) << status.message;
+  EXPECT_EQ(cached, nullptr);
 
   const std::vector<char> cubin(128, 0);
   flashjit::LoadedKernel kernel;
