@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace flashjit {
@@ -84,6 +85,38 @@ TEST(DecodePlan, FusedMergeIsTheDefault) {
   EXPECT_EQ(plan.constants.size(), defaults.constants.size());
   EXPECT_EQ(plan.smem_bytes, defaults.smem_bytes);
   EXPECT_EQ(plan.threads, defaults.threads);
+}
+
+// The A/B tunings of the tile shape (DecodeTuning::warps / warp_keys): 128-key tiles either way, one
+// CTA per SM, compiled without spills; out-of-range values are refused with the knob's name.
+TEST(DecodePlan, TileShapeTunings) {
+  const KernelSpec spec = testing::decode_spec(kSm90a, 128, FLASHJIT_BF16, 4, 1);
+  for (const auto &[warps, warp_keys] : {std::pair{8, 0}, std::pair{0, 32}}) {
+    DecodeTuning tuning;
+    tuning.warps = warps;
+    tuning.warp_keys = warp_keys;
+    Plan plan;
+    std::string why;
+    ASSERT_TRUE(plan_decode_tuned(spec, tuning, &plan, &why)) << why;
+    EXPECT_EQ(plan.block_n, 128);
+    EXPECT_EQ(plan.constant("kWarpN"), warp_keys > 0 ? warp_keys : 16);
+    EXPECT_EQ(plan.threads, (warps > 0 ? warps : 4) * 32);
+    EXPECT_EQ(plan.constant("kCtasPerSm"), 1);
+    CompiledKernel kernel;
+    ASSERT_TRUE(build_kernel(spec, plan, FLASHJIT_BACKEND_NVRTC, &kernel).ok());
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name << "\n" << kernel.log;
+    EXPECT_EQ(kernel.resources.spill_load_bytes, 0) << kernel.name;
+  }
+  Plan plan;
+  std::string why;
+  DecodeTuning bad_warps;
+  bad_warps.warps = 3;
+  EXPECT_FALSE(plan_decode_tuned(spec, bad_warps, &plan, &why));
+  EXPECT_NE(why.find("warps"), std::string::npos) << why;
+  DecodeTuning bad_keys;
+  bad_keys.warp_keys = 24;
+  EXPECT_FALSE(plan_decode_tuned(spec, bad_keys, &plan, &why));
+  EXPECT_NE(why.find("warp_keys"), std::string::npos) << why;
 }
 
 struct FusedCase {
