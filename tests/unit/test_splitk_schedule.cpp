@@ -585,11 +585,12 @@ TEST(SplitKSchedule, WholeUnitsCoverVarlenBatches) {
       len = rng() % 7 == 0 ? static_cast<int32_t>(rng() % 2) : static_cast<int32_t>(1 + rng() % 5000);
     SplitKShape shape = h200_shape(batch);
     shape.whole_units_max_excess_pct = 100;
+    shape.m_blocks = 1 + trial % 2; // units are (sequence, kv head, m block)
     const int q_len = trial % 2 == 0 ? 1 : 4;
     const int window = trial % 3 == 0 ? 700 : -1;
     SplitKSchedule schedule;
     check_schedule(shape, lens, q_len, window, &schedule);
-    EXPECT_EQ(schedule.whole_units, batch * 8 >= 264) << "trial " << trial;
+    EXPECT_EQ(schedule.whole_units, batch * 8 * shape.m_blocks >= 264) << "trial " << trial;
   }
 }
 
