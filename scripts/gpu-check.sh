@@ -117,7 +117,7 @@ fi
 if [ "$bench" = 1 ] && [ -x "$build_dir/flashjit_host_bench" ]; then
   echo "== host overhead"
   "$build_dir/flashjit_host_bench" --benchmark_out="$results/host.json" --benchmark_out_format=json 2>&1 |
-    grep -E "forward|launch|prepare_disk|validate|decode"
+    grep -E "forward|launch|resolve|context|prepare_disk|validate|decode"
 fi
 
 if [ "$bench" = 1 ]; then
