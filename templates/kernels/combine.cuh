@@ -133,6 +133,70 @@ __device__ __forceinline__ void merge_states_row(const float *o_states, i64 o_st
     st_global_f32(maybe_out_lse, empty ? neg_inf() : max_lse + lg2_approx(sum) * kLn2);
 }
 
+// Diagnostic variant (bench/harness/decode, FJ_DECODE_MERGE_ONE_PASS; not in any plan): the same
+// merge in one pass over the states. Each batch loads its LSEs and O rows together, the running
+// max moves by the batch's largest LSE and rescales the sum and the accumulator, so a merge of n
+// states waits for n / kBatch loads instead of two more for the LSE max and sum passes. Rounds
+// differently from merge_states_row (the weights are relative to a moving max).
+template <int DType, int HeadDimV, bool Aligned16, bool Coherent = false>
+__device__ __forceinline__ void merge_states_row_one_pass(const float *o_states, i64 o_stride, const float *lse_states,
+                                                          i64 lse_stride, int count, void *out_row,
+                                                          float *maybe_out_lse) {
+  using Shape = MergeShape<HeadDimV>;
+  float run_max = neg_inf(), run_sum = 0.f;
+  float acc[Shape::kVecsPerLane][kF32PerVec] = {};
+  for (int first = 0; first < count; first += Shape::kBatch) {
+    float lse[Shape::kBatch];
+    float v[Shape::kBatch][Shape::kVecsPerLane][kF32PerVec];
+#pragma unroll
+    for (int b = 0; b < Shape::kBatch; ++b) {
+      lse[b] = ld_state_f32<Coherent>(lse_states + min(first + b, count - 1) * lse_stride);
+#pragma unroll
+      for (int c = 0; c < Shape::kVecsPerLane; ++c) {
+        const int vec = min(lane_id() + c * kWarpSize, Shape::kVecs - 1);
+        ld_state_v4_f32<Coherent>(v[b][c], o_states + min(first + b, count - 1) * o_stride + vec * kF32PerVec);
+      }
+    }
+    float batch_max = run_max;
+#pragma unroll
+    for (int b = 0; b < Shape::kBatch; ++b)
+      batch_max = first + b < count ? max_f32(batch_max, lse[b]) : batch_max;
+    if (batch_max == neg_inf())
+      continue; // no state so far saw a key
+    const float old_scale = run_max == batch_max ? 1.f : ex2_approx((run_max - batch_max) * kLog2e);
+    run_sum *= old_scale;
+#pragma unroll
+    for (int c = 0; c < Shape::kVecsPerLane; ++c)
+#pragma unroll
+      for (int i = 0; i < kF32PerVec; ++i)
+        acc[c][i] *= old_scale;
+#pragma unroll
+    for (int b = 0; b < Shape::kBatch; ++b) {
+      const float weight = first + b < count ? ex2_approx((lse[b] - batch_max) * kLog2e) : 0.f;
+      run_sum += weight;
+#pragma unroll
+      for (int c = 0; c < Shape::kVecsPerLane; ++c)
+#pragma unroll
+        for (int i = 0; i < kF32PerVec; ++i) // an empty state weighs 0 and its O may be anything
+          acc[c][i] += weight > 0.f ? weight * v[b][c][i] : 0.f;
+    }
+    run_max = batch_max;
+  }
+  const bool empty = run_max == neg_inf();
+  const float inv_sum = empty ? 0.f : rcp_approx(run_sum);
+#pragma unroll
+  for (int c = 0; c < Shape::kVecsPerLane; ++c) {
+    const int vec = lane_id() + c * kWarpSize;
+#pragma unroll
+    for (int i = 0; i < kF32PerVec; ++i)
+      acc[c][i] *= inv_sum;
+    if (vec < Shape::kVecs)
+      store_16bit<DType, Aligned16>(static_cast<u16 *>(out_row) + vec * kF32PerVec, acc[c]);
+  }
+  if (maybe_out_lse != nullptr && lane_id() == 0)
+    st_global_f32(maybe_out_lse, empty ? neg_inf() : run_max + lg2_approx(run_sum) * kLn2);
+}
+
 } // namespace fj
 
 // Standalone merge: rows x num_states states, one warp per row, grid-stride over the rows.

@@ -594,7 +594,11 @@ __device__ __forceinline__ void merge_unit(const fj_decode_params &p, const fj_d
   for (int row = warp_id(); row < u.rows_here; row += Warps) {
     float *lse;
     u16 *dst = merge_out_row(a, u, row, &lse);
+#ifdef FJ_DECODE_MERGE_ONE_PASS // diagnostic builds only (bench/harness/decode gen's ONEPASS=1)
+    merge_states_row_one_pass<Cfg::kDType, Cfg::kHeadDimV, Cfg::kAligned16, Coherent>(
+#else
     merge_states_row<Cfg::kDType, Cfg::kHeadDimV, Cfg::kAligned16, Coherent>(
+#endif
         a.maybe_partial_o + merge.first_state * kStateO + (i64)row * Cfg::kHeadDimV, kStateO,
         a.maybe_partial_lse + (i64)merge.first_state * Cfg::kBlockM + row, Cfg::kBlockM, merge.count, dst, lse);
   }

@@ -94,7 +94,7 @@ int main(int argc, char **argv) {
   auto tpl = load_templates(fs::path(FLASHJIT_SOURCE_DIR) / "templates");
   std::vector<KernelSpec> specs;
   std::vector<std::string> tags;
-  std::vector<std::string> extras; // per harness spec: "NAME=VALUE,..." plan constants to set; TL=1: timeline build
+  std::vector<std::string> extras; // per harness spec: "NAME=VALUE,..." plan constants to set; TL=1: timeline build; ONEPASS=1: one-pass merge build; WARPS / WARPKEYS: DecodeTuning
   auto base = [](int sm, flashjit_dtype dt, int dqk, int dv, int group, int qlen, int page) {
     KernelSpec s;
     s.op = Op::decode;
@@ -220,6 +220,10 @@ int main(int argc, char **argv) {
           continue; // planned above
         if (key == "TL") {
           prefix += "#define FJ_DECODE_TIMELINE 1\n";
+          continue;
+        }
+        if (key == "ONEPASS") {
+          prefix += "#define FJ_DECODE_MERGE_ONE_PASS 1\n";
           continue;
         }
         bool found = false;
