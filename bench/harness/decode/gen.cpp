@@ -14,6 +14,7 @@
 #include <iostream>
 #include <regex>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -94,7 +95,8 @@ int main(int argc, char **argv) {
   auto tpl = load_templates(fs::path(FLASHJIT_SOURCE_DIR) / "templates");
   std::vector<KernelSpec> specs;
   std::vector<std::string> tags;
-  std::vector<std::string> extras; // per harness spec: "NAME=VALUE,..." plan constants to set; TL=1: timeline build; ONEPASS=1: one-pass merge build; WARPS / WARPKEYS: DecodeTuning
+  std::vector<std::string> extras; // per harness spec: "NAME=VALUE,..." plan constants to set; TL=1: timeline build;
+                                   // ONEPASS=1: one-pass merge build; WARPS / WARPKEYS: DecodeTuning
   auto base = [](int sm, flashjit_dtype dt, int dqk, int dv, int group, int qlen, int page) {
     KernelSpec s;
     s.op = Op::decode;
@@ -166,20 +168,23 @@ int main(int argc, char **argv) {
     const KernelSpec &s = specs[si];
     Plan plan;
     std::string why;
-    // Planner tunings among the extras: WARPS=n, WARPKEYS=n (DecodeTuning); the rest are plan constants.
-    DecodeTuning tuning;
+    // The spec's extras, "NAME=VALUE,..." (a bare NAME means 1), parsed once: planner tunings
+    // (WARPS, WARPKEYS: DecodeTuning), build switches (TL, ONEPASS) and plan constants.
+    std::vector<std::pair<std::string, int64_t>> items;
     if (si < extras.size()) {
-      std::istringstream items(extras[si]);
+      std::istringstream list(extras[si]);
       std::string item;
-      while (std::getline(items, item, ',')) {
+      while (std::getline(list, item, ',')) {
         const size_t eq = item.find('=');
-        if (eq == std::string::npos)
-          continue;
-        if (item.substr(0, eq) == "WARPS")
-          tuning.warps = std::stoi(item.substr(eq + 1));
-        if (item.substr(0, eq) == "WARPKEYS")
-          tuning.warp_keys = std::stoi(item.substr(eq + 1));
+        items.emplace_back(item.substr(0, eq), eq == std::string::npos ? 1 : std::stoll(item.substr(eq + 1)));
       }
+    }
+    DecodeTuning tuning;
+    for (const auto &[key, value] : items) {
+      if (key == "WARPS")
+        tuning.warps = static_cast<int>(value);
+      if (key == "WARPKEYS")
+        tuning.warp_keys = static_cast<int>(value);
     }
     if (!plan_decode_tuned(s, tuning, &plan, &why)) {
       std::cout << "NOPLAN " << why << "\n";
@@ -209,32 +214,25 @@ int main(int argc, char **argv) {
       plan.smem_bytes = off_stats + stats_bytes + (s.page_size > 0 ? stages * 2 * plan.block_n * 8 : 0);
     }
     std::string prefix;
-    if (si < extras.size() && !extras[si].empty()) {
-      std::istringstream items(extras[si]);
-      std::string item;
-      while (std::getline(items, item, ',')) {
-        const size_t eq = item.find('=');
-        const std::string key = item.substr(0, eq);
-        const int64_t value = eq == std::string::npos ? 1 : std::stoll(item.substr(eq + 1));
-        if (key == "WARPS" || key == "WARPKEYS")
-          continue; // planned above
-        if (key == "TL") {
-          prefix += "#define FJ_DECODE_TIMELINE 1\n";
-          continue;
-        }
-        if (key == "ONEPASS") {
-          prefix += "#define FJ_DECODE_MERGE_ONE_PASS 1\n";
-          continue;
-        }
-        bool found = false;
-        for (auto &c : plan.constants)
-          if (c.name == key) {
-            c.value = value;
-            found = true;
-          }
-        if (!found)
-          plan.add(key, value);
+    for (const auto &[key, value] : items) {
+      if (key == "WARPS" || key == "WARPKEYS")
+        continue; // planned above
+      if (key == "TL") {
+        prefix += "#define FJ_DECODE_TIMELINE 1\n";
+        continue;
       }
+      if (key == "ONEPASS") {
+        prefix += "#define FJ_DECODE_MERGE_ONE_PASS 1\n";
+        continue;
+      }
+      bool found = false;
+      for (auto &c : plan.constants)
+        if (c.name == key) {
+          c.value = value;
+          found = true;
+        }
+      if (!found)
+        plan.add(key, value);
     }
     // Every harness cubin carries its tag: variants of one spec must not share a file.
     std::string name = kernel_name(s, plan) + (si < tags.size() ? "." + tags[si] : "");
