@@ -85,6 +85,47 @@ __device__ __forceinline__ void store_16bit(void *out, const float (&v)[N]) {
   }
 }
 
+// One batch of states (kBatch from `first`): their LSEs, then their O rows. Loads are unconditional
+// (indices clamped to the last state / column, their weight or store dropped) so that a batch
+// issues as one burst without branches.
+template <class Shape, bool Coherent>
+__device__ __forceinline__ void
+load_state_batch(float (&lse)[Shape::kBatch], float (&v)[Shape::kBatch][Shape::kVecsPerLane][kF32PerVec],
+                 const float *o_states, i64 o_stride, const float *lse_states, i64 lse_stride, int first, int count) {
+#pragma unroll
+  for (int b = 0; b < Shape::kBatch; ++b)
+    lse[b] = ld_state_f32<Coherent>(lse_states + min(first + b, count - 1) * lse_stride);
+#pragma unroll
+  for (int b = 0; b < Shape::kBatch; ++b)
+#pragma unroll
+    for (int c = 0; c < Shape::kVecsPerLane; ++c) {
+      const int vec = min(lane_id() + c * kWarpSize, Shape::kVecs - 1);
+      ld_state_v4_f32<Coherent>(v[b][c], o_states + min(first + b, count - 1) * o_stride + vec * kF32PerVec);
+    }
+}
+
+// acc += weight * state (an empty state weighs 0 and its O may be anything).
+template <class Shape>
+__device__ __forceinline__ void accumulate_state(float (&acc)[Shape::kVecsPerLane][kF32PerVec], float weight,
+                                                 const float (&v)[Shape::kVecsPerLane][kF32PerVec]) {
+#pragma unroll
+  for (int c = 0; c < Shape::kVecsPerLane; ++c)
+#pragma unroll
+    for (int i = 0; i < kF32PerVec; ++i)
+      acc[c][i] += weight > 0.f ? weight * v[c][i] : 0.f;
+}
+
+// The lane's columns of the merged row, as 16-bit values.
+template <int DType, bool Aligned16, class Shape>
+__device__ __forceinline__ void store_merged_row(float (&acc)[Shape::kVecsPerLane][kF32PerVec], void *out_row) {
+#pragma unroll
+  for (int c = 0; c < Shape::kVecsPerLane; ++c) {
+    const int vec = lane_id() + c * kWarpSize;
+    if (vec < Shape::kVecs)
+      store_16bit<DType, Aligned16>(static_cast<u16 *>(out_row) + vec * kF32PerVec, acc[c]);
+  }
+}
+
 // Merges `count` states of one row (warp-wide). `o_states` points at state 0's row (16-byte
 // aligned, fp32), `o_stride` / `lse_stride` step between states; `out_row` receives 16-bit values.
 // `Coherent`: see ld_state_f32.
@@ -97,40 +138,28 @@ __device__ __forceinline__ void merge_states_row(const float *o_states, i64 o_st
   const float sum = empty ? 0.f : states_sum_exp<Coherent>(lse_states, lse_stride, count, max_lse);
   const float inv_sum = empty ? 0.f : rcp_approx(sum);
 
-  // Loads are unconditional (indices clamped to the last state / column, their weight or store
-  // dropped) so that a batch issues as one burst without branches.
   float acc[Shape::kVecsPerLane][kF32PerVec] = {};
   for (int first = 0; !empty && first < count; first += Shape::kBatch) {
     float lse[Shape::kBatch];
-#pragma unroll
-    for (int b = 0; b < Shape::kBatch; ++b)
-      lse[b] = ld_state_f32<Coherent>(lse_states + min(first + b, count - 1) * lse_stride);
     float v[Shape::kBatch][Shape::kVecsPerLane][kF32PerVec];
+    load_state_batch<Shape, Coherent>(lse, v, o_states, o_stride, lse_states, lse_stride, first, count);
 #pragma unroll
     for (int b = 0; b < Shape::kBatch; ++b)
-#pragma unroll
-      for (int c = 0; c < Shape::kVecsPerLane; ++c) {
-        const int vec = min(lane_id() + c * kWarpSize, Shape::kVecs - 1);
-        ld_state_v4_f32<Coherent>(v[b][c], o_states + min(first + b, count - 1) * o_stride + vec * kF32PerVec);
-      }
-#pragma unroll
-    for (int b = 0; b < Shape::kBatch; ++b) {
-      const float weight = first + b < count ? ex2_approx((lse[b] - max_lse) * kLog2e) * inv_sum : 0.f;
-#pragma unroll
-      for (int c = 0; c < Shape::kVecsPerLane; ++c)
-#pragma unroll
-        for (int i = 0; i < kF32PerVec; ++i) // an empty state weighs 0 and its O may be anything
-          acc[c][i] += weight > 0.f ? weight * v[b][c][i] : 0.f;
-    }
+      accumulate_state<Shape>(acc, first + b < count ? ex2_approx((lse[b] - max_lse) * kLog2e) * inv_sum : 0.f, v[b]);
   }
-#pragma unroll
-  for (int c = 0; c < Shape::kVecsPerLane; ++c) {
-    const int vec = lane_id() + c * kWarpSize;
-    if (vec < Shape::kVecs)
-      store_16bit<DType, Aligned16>(static_cast<u16 *>(out_row) + vec * kF32PerVec, acc[c]);
-  }
+  store_merged_row<DType, Aligned16, Shape>(acc, out_row);
   if (maybe_out_lse != nullptr && lane_id() == 0)
     st_global_f32(maybe_out_lse, empty ? neg_inf() : max_lse + lg2_approx(sum) * kLn2);
+}
+
+// acc *= factor.
+template <class Shape>
+__device__ __forceinline__ void scale_accumulator(float (&acc)[Shape::kVecsPerLane][kF32PerVec], float factor) {
+#pragma unroll
+  for (int c = 0; c < Shape::kVecsPerLane; ++c)
+#pragma unroll
+    for (int i = 0; i < kF32PerVec; ++i)
+      acc[c][i] *= factor;
 }
 
 // Diagnostic variant (bench/harness/decode, FJ_DECODE_MERGE_ONE_PASS; not in any plan): the same
@@ -148,15 +177,7 @@ __device__ __forceinline__ void merge_states_row_one_pass(const float *o_states,
   for (int first = 0; first < count; first += Shape::kBatch) {
     float lse[Shape::kBatch];
     float v[Shape::kBatch][Shape::kVecsPerLane][kF32PerVec];
-#pragma unroll
-    for (int b = 0; b < Shape::kBatch; ++b) {
-      lse[b] = ld_state_f32<Coherent>(lse_states + min(first + b, count - 1) * lse_stride);
-#pragma unroll
-      for (int c = 0; c < Shape::kVecsPerLane; ++c) {
-        const int vec = min(lane_id() + c * kWarpSize, Shape::kVecs - 1);
-        ld_state_v4_f32<Coherent>(v[b][c], o_states + min(first + b, count - 1) * o_stride + vec * kF32PerVec);
-      }
-    }
+    load_state_batch<Shape, Coherent>(lse, v, o_states, o_stride, lse_states, lse_stride, first, count);
     float batch_max = run_max;
 #pragma unroll
     for (int b = 0; b < Shape::kBatch; ++b)
@@ -165,34 +186,19 @@ __device__ __forceinline__ void merge_states_row_one_pass(const float *o_states,
       continue; // no state so far saw a key
     const float old_scale = run_max == batch_max ? 1.f : ex2_approx((run_max - batch_max) * kLog2e);
     run_sum *= old_scale;
-#pragma unroll
-    for (int c = 0; c < Shape::kVecsPerLane; ++c)
-#pragma unroll
-      for (int i = 0; i < kF32PerVec; ++i)
-        acc[c][i] *= old_scale;
+    scale_accumulator<Shape>(acc, old_scale);
 #pragma unroll
     for (int b = 0; b < Shape::kBatch; ++b) {
       const float weight = first + b < count ? ex2_approx((lse[b] - batch_max) * kLog2e) : 0.f;
       run_sum += weight;
-#pragma unroll
-      for (int c = 0; c < Shape::kVecsPerLane; ++c)
-#pragma unroll
-        for (int i = 0; i < kF32PerVec; ++i) // an empty state weighs 0 and its O may be anything
-          acc[c][i] += weight > 0.f ? weight * v[b][c][i] : 0.f;
+      accumulate_state<Shape>(acc, weight, v[b]);
     }
     run_max = batch_max;
   }
   const bool empty = run_max == neg_inf();
   const float inv_sum = empty ? 0.f : rcp_approx(run_sum);
-#pragma unroll
-  for (int c = 0; c < Shape::kVecsPerLane; ++c) {
-    const int vec = lane_id() + c * kWarpSize;
-#pragma unroll
-    for (int i = 0; i < kF32PerVec; ++i)
-      acc[c][i] *= inv_sum;
-    if (vec < Shape::kVecs)
-      store_16bit<DType, Aligned16>(static_cast<u16 *>(out_row) + vec * kF32PerVec, acc[c]);
-  }
+  scale_accumulator<Shape>(acc, inv_sum);
+  store_merged_row<DType, Aligned16, Shape>(acc, out_row);
   if (maybe_out_lse != nullptr && lane_id() == 0)
     st_global_f32(maybe_out_lse, empty ? neg_inf() : run_max + lg2_approx(run_sum) * kLn2);
 }
