@@ -125,7 +125,8 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
   // at 16 and 32 tiles per run it was 2% and 5-7% slower than whole tiles (the same tile iterations
   // per run, and 8-64 more pieces whose gaps and merge states cost more than the keys they even
   // out), at 63 it was 2-4% faster, at 125 the same. Shorter runs keep the tile-balanced schedule.
-  const bool by_keys = ceil_div(total_tiles, layout.grid) >= shape.key_balance_min_run_tiles;
+  const int64_t tile_share = ceil_div(total_tiles, layout.grid); // tile iterations of a balanced run
+  const bool by_keys = tile_share >= shape.key_balance_min_run_tiles;
   const int64_t granule = by_keys ? shape.split_granule : block_n;
   const int64_t piece_cost_keys = by_keys ? shape.piece_cost_keys : 0;
   int64_t total_granules = 0;
@@ -195,7 +196,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
     }
     return true;
   };
-  const int64_t balanced_tiles = std::max<int64_t>(ceil_div(total_tiles, layout.grid), 1);
+  const int64_t balanced_tiles = std::max<int64_t>(tile_share, 1);
   if (shape.whole_units_max_excess_pct >= 0 && units >= layout.grid) {
     const int64_t most = balanced_tiles * (100 + shape.whole_units_max_excess_pct) / 100;
     if (build_whole(most)) {
@@ -322,7 +323,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
     built = build(keys, tiles) ? keys : -1;
     return built >= 0;
   };
-  for (int64_t tiles = std::max<int64_t>({ceil_div(total_tiles, layout.grid), shape.min_tiles_per_cta, 1});; ++tiles) {
+  for (int64_t tiles = std::max<int64_t>({tile_share, shape.min_tiles_per_cta, 1});; ++tiles) {
     tile_limit = tiles;
     const int64_t cap = round_up(tiles * block_n + (tiles - 1) * piece_cost_keys);
     limit = std::min(cap, round_up(std::max({share, min_piece, (tiles - 1) * block_n + 1})));
