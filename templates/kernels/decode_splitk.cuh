@@ -195,7 +195,11 @@ __device__ __forceinline__ void copy_chunk(u16 *dst, const u16 *src, bool valid)
 // prefetch when the plan asks for them (kKvL2Hints).
 __device__ __forceinline__ void copy_kv_chunk(u16 *dst, const u16 *src, bool valid, u64 policy) {
   if constexpr (Cfg::kAligned16 && Cfg::kKvL2Hints != 0)
+#ifdef FJ_DECODE_L2_PREFETCH_256 // diagnostic builds only (bench/harness/decode gen's L2PF256=1)
+    cp_async_cg_16_l2_hint_256b(cvta_to_shared_u32(dst), src, valid ? kCpAsyncBytes : 0, policy);
+#else
     cp_async_cg_16_l2_hint_128b(cvta_to_shared_u32(dst), src, valid ? kCpAsyncBytes : 0, policy);
+#endif
   else
     copy_chunk(dst, src, valid);
 }

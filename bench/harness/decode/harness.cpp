@@ -1029,6 +1029,97 @@ static void run_tl(const std::string &tag, Kernel &K, int batch, int len) {
     free_gpu(gs[i]);
 }
 
+// Time of fj_combine on the 1x32768 merge shape (session 11's open question: is the fused merge's
+// ~3 us the merge's own dependent loads, or the states being fresh from 32 other SMs?). 8 CTAs of 4
+// warps merge 32 rows (8 units x 4 packed rows) of `states` states each, as the fused merge's 8
+// last arrivals do. Each figure is the per-node time of a graph of kNodes launches; the combine's
+// own time is that less the per-node time of the same graph with 0 rows. "fresh": every combine
+// follows a device copy that rewrites all of its states (copy engine / copy kernel writes through
+// L2), and the copy-alone graph is subtracted instead.
+static void run_ctime(Kernel &K) {
+  constexpr int kNodes = 200, kRowsPerUnit = 4, kUnits = 8, kDv = 128;
+  constexpr int kRows = kUnits * kRowsPerUnit;
+  const int max_states = 32;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> U(-1.f, 1.f);
+  std::vector<float> po((size_t)max_states * kRows * kDv), pl((size_t)max_states * kRows);
+  for (auto &x : po)
+    x = U(rng);
+  for (auto &x : pl)
+    x = U(rng) * 10.f;
+  Dev dpo, dsrc, dpl, dout, dlse;
+  dpo.alloc(po.size() * 4);
+  dpo.up(po.data(), po.size() * 4);
+  dsrc.alloc(po.size() * 4);
+  dsrc.up(po.data(), po.size() * 4);
+  dpl.alloc(pl.size() * 4);
+  dpl.up(pl.data(), pl.size() * 4);
+  dout.alloc((size_t)kRows * kDv * 2);
+  dlse.alloc(kRows * 4);
+  CUstream st;
+  CK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+  CUevent e0, e1;
+  CK(cuEventCreate(&e0, CU_EVENT_DEFAULT));
+  CK(cuEventCreate(&e1, CU_EVENT_DEFAULT));
+  // Per-node µs of a graph of kNodes x (optional copy, optional combine of `states` states).
+  auto per_node = [&](int states, int rows, bool copy, bool combine) {
+    fj_combine_params p{};
+    p.partial_o = (const float *)dpo.p;
+    p.partial_lse = (const float *)dpl.p;
+    p.state_stride_o = (long)kRows * kDv;
+    p.state_stride_lse = kRows;
+    p.o = (void *)dout.p;
+    p.o_row_stride = kDv;
+    p.maybe_lse = (float *)dlse.p;
+    p.num_states = states;
+    p.rows = rows;
+    p.head_dim_v = kDv;
+    void *args[] = {&p};
+    CK(cuStreamBeginCapture(st, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    for (int i = 0; i < kNodes; ++i) {
+      if (copy)
+        CK(cuMemcpyDtoDAsync(dpo.p, dsrc.p, (size_t)states * kRows * kDv * 4, st));
+      if (combine)
+        CK(cuLaunchKernel(K.merge, kUnits, 1, 1, (unsigned)K.c["kCombineThreads"], 1, 1, 0, st, args, nullptr));
+    }
+    CUgraph graph;
+    CK(cuStreamEndCapture(st, &graph));
+    CUgraphExec exec;
+    CK(cuGraphInstantiate(&exec, graph, 0));
+    std::vector<float> samples;
+    for (int r = 0; r < 12; ++r) {
+      CK(cuEventRecord(e0, st));
+      CK(cuGraphLaunch(exec, st));
+      CK(cuEventRecord(e1, st));
+      CK(cuEventSynchronize(e1));
+      float ms = 0;
+      CK(cuEventElapsedTime(&ms, e0, e1));
+      if (r >= 2)
+        samples.push_back(ms * 1000.f / kNodes);
+    }
+    CK(cuGraphExecDestroy(exec));
+    CK(cuGraphDestroy(graph));
+    std::sort(samples.begin(), samples.end());
+    return median_of_sorted(samples);
+  };
+  const double empty = per_node(1, 0, false, true);
+  printf("CTIME per-node us: combine with 0 rows %.2f\n", empty);
+  for (int states : {1, 8, 16, 32}) {
+    const double warm = per_node(states, kRows, false, true);
+    const double copy_alone = per_node(states, kRows, true, false);
+    const double fresh = per_node(states, kRows, true, true);
+    printf("CTIME states %2d: combine %.2f us (less empty: %.2f) | copy %.2f, copy+combine %.2f (combine fresh, "
+           "less copy and empty: %.2f)\n",
+           states, warm, warm - empty, copy_alone, fresh, fresh - copy_alone - empty);
+  }
+  fflush(stdout);
+  CK(cuEventDestroy(e0));
+  CK(cuEventDestroy(e1));
+  CK(cuStreamDestroy(st));
+  for (Dev *d : {&dpo, &dsrc, &dpl, &dout, &dlse})
+    d->free();
+}
+
 int main(int argc, char **argv) {
   g_dir = argc > 1 ? argv[1] : "cubins";
   std::string what = argc > 2 ? argv[2] : "all";
@@ -1322,6 +1413,8 @@ int main(int argc, char **argv) {
     }
     printf("KAB check failures: %d\n", fails);
   }
+  if (what == "ctime" && argc > 3)
+    run_ctime(K(argv[3]));
   if (what == "tl" && argc > 4) {
     for (auto [b, l] : shapes_of(argv[3]))
       for (int ti = 4; ti < argc; ++ti)
