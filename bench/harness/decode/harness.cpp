@@ -878,10 +878,12 @@ static int tag_page(const std::string &tag) {
 // one counter rotates the copies over all launches, so no launch finds its KV in L2.
 static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> kernels, int batch, int len,
                    const Reference &ref) {
-  // "TAG:whole" / "TAG:split": kernel TAG with Sched::whole / Sched::split.
+  // "TAG:whole" / "TAG:split" / "TAG:keys" / "TAG:tiles": kernel TAG with that Sched.
   auto sched_of = [&](int v) {
     return tags[v].find(":whole") != std::string::npos   ? Sched::whole
            : tags[v].find(":split") != std::string::npos ? Sched::split
+           : tags[v].find(":keys") != std::string::npos  ? Sched::keys
+           : tags[v].find(":tiles") != std::string::npos ? Sched::tiles
                                                          : Sched::runtime;
   };
   Case c;
