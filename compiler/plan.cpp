@@ -67,6 +67,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 rebuilding Q's descriptors per k-step (two consumer warpgroups by default).
   if (plan.constant("kQDescPerStep", 0) != 0)
     name += ".qs";
+  // fa3 with Q's A fragments in registers (RS QK; NVRTC builds only).
+  if (plan.constant("kQInRegisters", 0) != 0)
+    name += ".qr";
   name += ".al" + std::to_string(spec.align_bytes);
   return name;
 }

@@ -275,6 +275,14 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: q_desc_per_step has a template form only (NVRTC)");
   const bool q_desc_per_step =
       tuning.q_desc_per_step >= 0 ? tuning.q_desc_per_step != 0 : !three_wgs && backend != FLASHJIT_BACKEND_MLIR;
+  // Q in registers (kQInRegisters): each consumer thread holds Q's A fragments for the tile and
+  // every QK is an RS wgmma, so the tensor cores read only K from shared memory. Template form only;
+  // not with the cross-tile stream (its next tile's first QK would need the next tile's fragments).
+  if (tuning.q_in_registers > 0 && backend == FLASHJIT_BACKEND_MLIR)
+    return refuse("fa3: q_in_registers has a template form only (NVRTC)");
+  if (tuning.q_in_registers > 0 && cross_tile_overlap)
+    return refuse("fa3: q_in_registers loads Q per tile (no cross_tile_overlap)");
+  const bool q_in_registers = tuning.q_in_registers > 0;
   const int column_groups = block_n / kColsPerGroup;
   int row_max_partials = three_wgs ? kRowMaxPartialsThreeWarpgroups : kRowMaxPartialsTwoWarpgroups;
   while (row_max_partials > column_groups)
@@ -363,6 +371,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add_bool("kCrossTileOverlap", cross_tile_overlap);
   plan->add_bool("kTailSplit", tail_split);
   plan->add_bool("kQDescPerStep", q_desc_per_step);
+  plan->add_bool("kQInRegisters", q_in_registers);
   plan->add("kBarrierTail", kBarrierPingpong + 2 * consumer_wgs); // all consumer warpgroups
   plan->add("kTailPieces", kTailPieces);
   // One piece's partial state per consumer thread: its O accumulators, its rows' max and sum share.
@@ -389,6 +398,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"cross_tile_overlap", &Fa3Tuning::cross_tile_overlap},
       {"tail_split", &Fa3Tuning::tail_split},
       {"q_desc_per_step", &Fa3Tuning::q_desc_per_step},
+      {"q_in_registers", &Fa3Tuning::q_in_registers},
   };
   size_t begin = 0;
   while (begin <= text.size()) {

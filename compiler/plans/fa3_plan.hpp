@@ -21,6 +21,7 @@ struct Fa3Tuning {
   int cross_tile_overlap = -1; // -1: the planner's choice; 1: next tile's first QK with this tile's last PV
   int tail_split = -1;         // -1: the planner's choice; 1: the last waves' tiles split by keys (a workspace)
   int q_desc_per_step = -1;    // -1: the planner's choice; 1: Q's wgmma descriptors rebuilt per k-step, 0: hoisted
+  int q_in_registers = -1;     // -1: the planner's choice; 1: Q's A fragments in registers (RS QK), 0: from smem
 };
 
 bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not,
@@ -28,7 +29,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
 
 // "key=value,..." with the keys block_n, pingpong, exp2_poly_every, consumer_warpgroups,
 // separate_o, rescale_before_pv, cluster_m, lazy_rescale, row_max_partials, cross_tile_overlap,
-// tail_split, q_desc_per_step (the fields above; unnamed fields keep the planner's choice), e.g.
+// tail_split, q_desc_per_step, q_in_registers (the fields above; unnamed fields keep the planner's choice), e.g.
 // "consumer_warpgroups=2,block_n=128": the developer override FLASHJIT_FA3_TUNING. False, naming
 // the bad item, on an unknown key or a value that is not an integer; whether the values fit a spec
 // is the planner's answer (plan_fa3_tuned).

@@ -12,6 +12,7 @@
 #include "kernels/fa3/softmax.cuh"
 #include "kernels/fa3/tail.cuh"
 #include "prim/cluster.cuh"
+#include "prim/ldmatrix.cuh"
 #include "prim/mbarrier.cuh"
 #include "prim/named_barrier.cuh"
 #include "prim/wgmma.cuh"
@@ -33,6 +34,9 @@ template <class C> struct Consumer {
   const Smem<C> &smem;
   int wg;  // consumer warpgroup index (0-based)
   int tid; // thread index inside the warpgroup
+  // kQInRegisters: this thread's A fragments of Q, per k-step, loaded once per tile (first_block),
+  // so every QK is an RS wgmma that reads only K from shared memory.
+  mutable u32 q_frag[C::kQInRegisters ? C::kKStepsQK * kFragsPerKStep : 1];
 
   // Pingpong: wait for this warpgroup's turn on the tensor cores / hand the turn on.
   __device__ __forceinline__ void turn_wait() const {
@@ -59,11 +63,35 @@ template <class C> struct Consumer {
   }
 
   // With a separate O region, Q is free once the tile's last QK (block n_min) has completed, so
-  // the next tile's Q loads under the last PV and the epilogue.
+  // the next tile's Q loads under the last PV and the epilogue; with Q in registers, once the
+  // first QK (block n_max - 1) has read the fragments of every warp.
   __device__ __forceinline__ void release_q_after_qk(const Tile &t, int n) const {
     if constexpr (C::kSeparateO)
-      if (n == t.n_min)
+      if (n == (C::kQInRegisters ? t.n_max - 1 : t.n_min))
         release(smem.q_empty());
+  }
+
+  // Q's A fragments of this thread (kQInRegisters): ldmatrix from the 128-byte swizzled Q panels,
+  // matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) of the warp's 16 rows, row-half first.
+  __device__ __forceinline__ void load_q_fragments() const {
+    if constexpr (C::kQInRegisters) {
+      constexpr int kRowsPerLaneGroup = 8;                           // lanes that address one 8x8 matrix
+      constexpr int kSwizzleRowMask = C::kSwizzleBytes / kChunkBytes - 1; // chunk index ^= row % 8
+      const int lane = tid % kWarpSize;
+      const int matrix = lane / kRowsPerLaneGroup;
+      const int row = wg * kWgmmaM + (tid / kWarpSize) * kRowsPerWarp + (matrix % 2) * kRowsPerLaneGroup +
+                      lane % kRowsPerLaneGroup;
+#pragma unroll
+      for (int k = 0; k < C::kKStepsQK; ++k) {
+        const int chunk = (k % kKStepsPerPanel) * (kKStepBytes / kChunkBytes) + matrix / 2;
+        const u32 offset = row * C::kSwizzleBytes + (chunk ^ (row & kSwizzleRowMask)) * kChunkBytes;
+        u32 out[kFragsPerKStep];
+        ldmatrix_x4(out, smem.q_panel(k / kKStepsPerPanel) + offset);
+#pragma unroll
+        for (int i = 0; i < kFragsPerKStep; ++i)
+          q_frag[k * kFragsPerKStep + i] = out[i];
+      }
+    }
   }
 
   __device__ __forceinline__ void issue_qk(float (&s)[C::kBlockN / 2], int stage) const {
@@ -76,10 +104,15 @@ template <class C> struct Consumer {
     for (int k = 0; k < C::kKStepsQK; ++k) {
       const int panel = k / kKStepsPerPanel;
       const u32 step = (k % kKStepsPerPanel) * kKStepBytes;
-      const u64 a = wgmma_desc(q_base + (smem.q_panel(panel) - smem.q_panel(0)) + step, kChunkBytes,
-                               kSwizzleAtomBytes, C::kWgmmaSwizzle);
       const u64 b = wgmma_desc(smem.k_panel(stage, panel) + step, kChunkBytes, kSwizzleAtomBytes, C::kWgmmaSwizzle);
-      MmaQK::ss(s, a, b, k > 0);
+      if constexpr (C::kQInRegisters) {
+        const u32 *a = q_frag + k * kFragsPerKStep;
+        MmaQK::rs(s, a[0], a[1], a[2], a[3], b, k > 0);
+      } else {
+        const u64 a = wgmma_desc(q_base + (smem.q_panel(panel) - smem.q_panel(0)) + step, kChunkBytes,
+                                 kSwizzleAtomBytes, C::kWgmmaSwizzle);
+        MmaQK::ss(s, a, b, k > 0);
+      }
     }
     wgmma_commit_group();
   }
@@ -225,6 +258,7 @@ template <class C> struct Consumer {
                                               const Window &w, const RingSlot<C> &cur, u32 tile_parity) const {
     const int n = t.n_max - 1;
     mbarrier_wait_parity(smem.q_full(), tile_parity);
+    load_q_fragments();
     mbarrier_wait_parity(smem.k_full(cur.stage), cur.phase);
     turn_wait();
     wgmma_fence();
