@@ -4,6 +4,7 @@
 #include "compiler/plans/fa3_plan.hpp"
 #include "tests/compile/compile_matrix.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 namespace flashjit {
@@ -162,6 +163,39 @@ TEST(Fa3CompileFeatures, TailSplitArrivesAndMergesThroughL2) {
     ASSERT_TRUE(error.empty()) << error;
     EXPECT_EQ(r2ur_inside_gemm_groups(sass), 0) << kernel.name;
   }
+}
+
+// Q in registers (a tuning, kQInRegisters): the QK wgmmas take Q's A fragments from registers
+// (RS), loaded once per tile with ldmatrix; only K comes from shared memory. At d128 with the 128-key
+// block it compiles clean (session 12); N160 spills and serializes, which is why it stays a tuning.
+TEST(Fa3CompileFeatures, QInRegistersTakesQkAFromRegisters) {
+  Fa3Tuning tuning;
+  tuning.q_in_registers = 1;
+  tuning.block_n = 128;
+  const KernelSpec spec = testing::prefill_spec(Arch{90, true}, 128, 128, FLASHJIT_BF16, false);
+  Plan plan;
+  std::string why;
+  ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &plan, &why)) << why;
+  CompiledKernel kernel;
+  Status s = build_kernel(spec, plan, FLASHJIT_BACKEND_NVRTC, &kernel);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_NE(kernel.name.find(".qr"), std::string::npos) << kernel.name;
+  EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name << "\n" << kernel.log;
+  for (const std::string &warning : kernel.resources.warnings)
+    ADD_FAILURE() << kernel.name << ": ptxas warning: " << warning;
+  // Every QK wgmma (B = K not transposed: the last immediate 0) has its A operand in braces, i.e. in
+  // registers: 8 k-steps at d128, in the first block and in the key loop.
+  size_t rs_qk = 0, ss_qk = 0;
+  for (size_t at = kernel.ptx.find("wgmma.mma_async"); at != std::string::npos;
+       at = kernel.ptx.find("wgmma.mma_async", at + 1)) {
+    const std::string instruction = kernel.ptx.substr(at, kernel.ptx.find(';', at) - at);
+    if (instruction.substr(instruction.size() - 2) != " 0")
+      continue; // P.V (B = V, transposed)
+    (std::count(instruction.begin(), instruction.end(), '{') == 2 ? rs_qk : ss_qk) += 1;
+  }
+  EXPECT_EQ(rs_qk, 2u * 8u) << kernel.name;
+  EXPECT_EQ(ss_qk, 0u) << kernel.name;
+  EXPECT_NE(kernel.ptx.find("ldmatrix.sync.aligned.m8n8.x4.shared.b16"), std::string::npos) << kernel.name;
 }
 
 TEST(Fa3CompileFeatures, VarlenWindowSoftcapGqaCompile) {

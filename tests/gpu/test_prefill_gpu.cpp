@@ -230,5 +230,35 @@ TEST_F(PrefillTailSplitGpu, CutTilesMergeToTheReference) {
   }
 }
 
+class PrefillQInRegistersGpu : public GpuTest {};
+
+// Q's A fragments in registers (FLASHJIT_FA3_TUNING=q_in_registers=1 with the 128-key block, the
+// shape session 12 measured): lengths that are not multiples of the tile, seqlen_q != seqlen_k,
+// GQA 6, varlen with a length-1 sequence, both dtypes; every element against the float64 reference.
+TEST_F(PrefillQInRegistersGpu, RegisterQMatchesTheReference) {
+  const char *previous = std::getenv("FLASHJIT_FA3_TUNING");
+  const std::string saved = previous ? previous : "";
+  setenv("FLASHJIT_FA3_TUNING", "q_in_registers=1,block_n=128,consumer_warpgroups=2", 1); // read when made
+  Options options;
+  options.strict = 1; // the tuned fa3 kernel itself, no fallback
+  Runtime runtime(options);
+  previous ? setenv("FLASHJIT_FA3_TUNING", saved.c_str(), 1) : unsetenv("FLASHJIT_FA3_TUNING");
+  std::vector<std::pair<std::string, CaseOptions>> cases = {
+      {"d128_s1000", dense(2, 1000, 1000, 16, 8, 128, 128, ref::Dtype::bf16)},
+      {"d128_gqa6_sq_lt_sk", dense(1, 700, 1300, 12, 2, 128, 128, ref::Dtype::fp16)},
+      {"d128_varlen", varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::bf16)},
+  };
+  CaseOptions causal = dense(1, 900, 1200, 8, 8, 128, 128, ref::Dtype::bf16);
+  causal.problem.causal = true;
+  cases.push_back({"d128_causal_sq_lt_sk", causal});
+  for (auto &[name, o] : cases) {
+    o.seed = 31;
+    const harness::CaseResult result = harness::run_case(runtime, o);
+    std::cout << "q_in_registers_" << name << ": " << result.summary() << "\n";
+    EXPECT_TRUE(result.pass()) << name << ": " << result.summary();
+    EXPECT_NE(result.kernel.find(".qr"), std::string::npos) << result.kernel;
+  }
+}
+
 } // namespace
 } // namespace flashjit

@@ -429,6 +429,30 @@ TEST(Fa3Tuning, QDescriptorsPerStepWithTwoWarpgroups) {
   EXPECT_NE(why.find("q_desc_per_step"), std::string::npos) << why;
 }
 
+// Q in registers (kQInRegisters): off unless tuned (session 12 measures it), NVRTC only, and not
+// with the cross-tile stream; the kernel name says `.qr`.
+TEST(Fa3Tuning, QInRegistersIsATuning) {
+  for (int d : {64, 128, 256}) {
+    Plan plan;
+    std::string why;
+    ASSERT_TRUE(plan_fa3(prefill(d, false), &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kQInRegisters"), 0) << "d" << d;
+  }
+  Fa3Tuning tuning;
+  std::string why;
+  ASSERT_TRUE(parse_fa3_tuning("q_in_registers=1,block_n=128", &tuning, &why)) << why;
+  EXPECT_EQ(tuning.q_in_registers, 1);
+  Plan plan;
+  ASSERT_TRUE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kQInRegisters"), 1);
+  EXPECT_NE(kernel_name(prefill(128, false), plan).find(".qr"), std::string::npos);
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why, FLASHJIT_BACKEND_MLIR));
+  EXPECT_NE(why.find("q_in_registers"), std::string::npos) << why;
+  tuning.cross_tile_overlap = 1;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why));
+  EXPECT_NE(why.find("cross_tile_overlap"), std::string::npos) << why;
+}
+
 TEST(Planner, PrefersFa3OnHopperAndFa2Elsewhere) {
   PlanChoice hopper = choose_plan(prefill(128, false));
   ASSERT_TRUE(hopper.ok) << hopper.error;
