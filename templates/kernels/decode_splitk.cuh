@@ -219,6 +219,27 @@ template <int Dim, int SmemRow> struct TileCopy {
 
   template <class RowOffset>
   __device__ static void issue(u16 *smem, const u16 *base, int rows_valid, const RowOffset &row_offset, u64 policy) {
+#ifdef FJ_DECODE_FAST_COPY // diagnostic builds only (bench/harness/decode gen's FASTCOPY=1)
+    // Rows a fixed stride apart: each thread keeps one column and steps kRowsPerIter rows per
+    // iteration, so a tile costs one multiply and each copy a 64-bit add and a constant smem offset.
+    constexpr int kRowsPerIter = Cfg::kThreads / kChunksPerRow;
+    if constexpr (Cfg::kAligned16 && Cfg::kKvL2Hints != 0 && Cfg::kThreads % kChunksPerRow == 0 &&
+                  kChunks % Cfg::kThreads == 0) {
+      const int row0 = (int)threadIdx.x / kChunksPerRow;
+      const int col = ((int)threadIdx.x % kChunksPerRow) * kChunkElems;
+      const u32 dst0 = cvta_to_shared_u32(smem + row0 * SmemRow + col);
+      const i64 stride = row_offset(1);
+      const u16 *src = base + row0 * stride + col;
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        const bool valid = row0 + it * kRowsPerIter < rows_valid;
+        cp_async_cg_16_l2_hint_128b(dst0 + it * kRowsPerIter * SmemRow * kElemBytes, valid ? src : base,
+                                    valid ? kCpAsyncBytes : 0, policy);
+        src += kRowsPerIter * stride;
+      }
+      return;
+    }
+#endif
 #pragma unroll kUnroll
     for (int it = 0; it < kIters; ++it) {
       const int c = it * Cfg::kThreads + (int)threadIdx.x;
@@ -558,6 +579,10 @@ __device__ __forceinline__ void online_softmax(const fj_attention_params &a,
         }
       }
       st.row_sum[m][h] = st.row_sum[m][h] * correction + sum;
+#ifdef FJ_DECODE_LAZY_O_RESCALE // diagnostic builds only (gen's LAZYO=1): skip when no row of the warp moved
+      if (!vote_any_sync(correction != 1.f))
+        continue;
+#endif
 #pragma unroll
       for (int n = 0; n < Traits::kNTilesO; ++n) {
         st.o[m][n][2 * h] *= correction;
