@@ -191,64 +191,76 @@ __device__ __forceinline__ void copy_chunk(u16 *dst, const u16 *src, bool valid)
   }
 }
 
-// One 16-byte chunk of the K/V stream: copy_chunk, with the L2 policy `policy` and a 128-byte L2
+// One 16-byte chunk of the K/V stream into shared address `dst` (16-byte aligned rows only): an
+// asynchronous copy that zero-fills past the end, with the L2 policy `policy` and a 128-byte L2
 // prefetch when the plan asks for them (kKvL2Hints).
-__device__ __forceinline__ void copy_kv_chunk(u16 *dst, const u16 *src, bool valid, u64 policy) {
-  if constexpr (Cfg::kAligned16 && Cfg::kKvL2Hints != 0)
-#ifdef FJ_DECODE_L2_PREFETCH_256 // diagnostic builds only (bench/harness/decode gen's L2PF256=1)
-    cp_async_cg_16_l2_hint_256b(cvta_to_shared_u32(dst), src, valid ? kCpAsyncBytes : 0, policy);
-#else
-    cp_async_cg_16_l2_hint_128b(cvta_to_shared_u32(dst), src, valid ? kCpAsyncBytes : 0, policy);
-#endif
+__device__ __forceinline__ void copy_kv_chunk_async(u32 dst, const u16 *src, bool valid, u64 policy) {
+  if constexpr (Cfg::kKvL2Hints != 0)
+    cp_async_cg_16_l2_hint_128b(dst, src, valid ? kCpAsyncBytes : 0, policy);
   else
-    copy_chunk(dst, src, valid);
+    cp_async_cg_16(dst, src, valid ? kCpAsyncBytes : 0);
 }
 
-// Copies of one K or V tile: chunk c = it * kThreads + tid covers row c / kChunksPerRow. `row_offset`
-// gives the element offset of a tile row (through the block table when paged).
+// Copies of one K or V tile.
+// 16-byte aligned rows: thread t keeps column t % kChunksPerRow of the tile and copies rows
+// t / kChunksPerRow + i * kRowsPerPass, so a tile costs one source address per thread, a 64-bit add
+// per copy and shared offsets that are immediates (session 12: the per-copy multiply, 64-bit shared
+// address and select had made the copies ~10 integer instructions each; +1.2..2.8% contiguous).
+// Threads past kRowsPerPass * kChunksPerRow (head dims whose rows do not divide the CTA) copy nothing.
+// Element-aligned rows: chunk c = it * kThreads + tid covers row c / kChunksPerRow, loaded synchronously.
 template <int Dim, int SmemRow> struct TileCopy {
   static constexpr int kChunksPerRow = Dim / kChunkElems;
+  static constexpr int kRowsPerPass = Cfg::kThreads / kChunksPerRow;
+  static constexpr int kPasses = (Cfg::kBlockN + kRowsPerPass - 1) / kRowsPerPass;
+  static constexpr u32 kPassBytes = kRowsPerPass * SmemRow * kElemBytes;
+  static_assert(kRowsPerPass >= 1, "a row's chunks fit the CTA's threads");
+  // Element-aligned path: chunks, and how far its loop unrolls. Fully unrolled, ptxas keeps every
+  // iteration's loaded elements and address live; 4 there (d128 g4 on sm_90a spilled 96 bytes at 8).
   static constexpr int kChunks = Cfg::kBlockN * kChunksPerRow;
   static constexpr int kIters = (kChunks + Cfg::kThreads - 1) / Cfg::kThreads;
-  // Fully unrolled, ptxas keeps every iteration's address live across the main loop; past 8
-  // iterations (head dim 256) that alone would push the kernel into spills. The element-aligned
-  // path also holds each chunk's 8 loaded elements in registers until its shared stores: 4 there
-  // (d128 g4 on sm_90a spilled 96 bytes at 8; 8 bytes after the session-7 merge change).
-  static constexpr int kMaxUnroll = Cfg::kAligned16 ? 8 : 4;
+  static constexpr int kMaxUnroll = 4;
   static constexpr int kUnroll = kIters < kMaxUnroll ? kIters : kMaxUnroll;
+  // Paged: row addresses read from the ring per batch (registers: two per address).
+  static constexpr int kAddressBatch = kPasses < 8 ? kPasses : 8;
 
-  template <class RowOffset>
-  __device__ static void issue(u16 *smem, const u16 *base, int rows_valid, const RowOffset &row_offset, u64 policy) {
-#ifdef FJ_DECODE_FAST_COPY // diagnostic builds only (bench/harness/decode gen's FASTCOPY=1)
-    // Rows a fixed stride apart: each thread keeps one column and steps kRowsPerIter rows per
-    // iteration, so a tile costs one multiply and each copy a 64-bit add and a constant smem offset.
-    constexpr int kRowsPerIter = Cfg::kThreads / kChunksPerRow;
-    if constexpr (Cfg::kAligned16 && Cfg::kKvL2Hints != 0 && Cfg::kThreads % kChunksPerRow == 0 &&
-                  kChunks % Cfg::kThreads == 0) {
-      const int row0 = (int)threadIdx.x / kChunksPerRow;
-      const int col = ((int)threadIdx.x % kChunksPerRow) * kChunkElems;
-      const u32 dst0 = cvta_to_shared_u32(smem + row0 * SmemRow + col);
-      const i64 stride = row_offset(1);
-      const u16 *src = base + row0 * stride + col;
+  // This thread's first row and column (row >= kRowsPerPass: no copies).
+  __device__ static int first_row() { return (int)threadIdx.x / kChunksPerRow; }
+  __device__ static int column() { return ((int)threadIdx.x % kChunksPerRow) * kChunkElems; }
+  // Row `row` of pass `pass` is in the tile: always but in a last pass that runs past kBlockN
+  // (head dims whose rows per pass do not divide the tile).
+  __device__ static bool row_exists(int row, int pass) {
+    return (pass + 1) * kRowsPerPass <= Cfg::kBlockN || row < Cfg::kBlockN;
+  }
+
+  // Contiguous rows `row_stride` elements apart, from `base`.
+  __device__ static void issue(u16 *smem, const u16 *base, int rows_valid, i64 row_stride, u64 policy) {
+    if constexpr (Cfg::kAligned16) {
+      const int row0 = first_row();
+      if (row0 >= kRowsPerPass)
+        return;
+      const u32 dst = cvta_to_shared_u32(smem + row0 * SmemRow + column());
+      const u16 *src = base + row0 * row_stride + column();
+      const i64 pass_stride = kRowsPerPass * row_stride;
 #pragma unroll
-      for (int it = 0; it < kIters; ++it) {
-        const bool valid = row0 + it * kRowsPerIter < rows_valid;
-        cp_async_cg_16_l2_hint_128b(dst0 + it * kRowsPerIter * SmemRow * kElemBytes, valid ? src : base,
-                                    valid ? kCpAsyncBytes : 0, policy);
-        src += kRowsPerIter * stride;
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const int row = row0 + pass * kRowsPerPass;
+        if (!row_exists(row, pass))
+          break;
+        const bool valid = row < rows_valid;
+        copy_kv_chunk_async(dst + pass * kPassBytes, valid ? src : base, valid, policy);
+        src += pass_stride;
       }
-      return;
-    }
-#endif
+    } else {
 #pragma unroll kUnroll
-    for (int it = 0; it < kIters; ++it) {
-      const int c = it * Cfg::kThreads + (int)threadIdx.x;
-      if (kChunks % Cfg::kThreads != 0 && c >= kChunks)
-        break;
-      const int row = c / kChunksPerRow;
-      const int col = (c % kChunksPerRow) * kChunkElems;
-      const bool valid = row < rows_valid;
-      copy_kv_chunk(smem + row * SmemRow + col, valid ? base + row_offset(row) + col : base, valid, policy);
+      for (int it = 0; it < kIters; ++it) {
+        const int c = it * Cfg::kThreads + (int)threadIdx.x;
+        if (kChunks % Cfg::kThreads != 0 && c >= kChunks)
+          break;
+        const int row = c / kChunksPerRow;
+        const int col = (c % kChunksPerRow) * kChunkElems;
+        const bool valid = row < rows_valid;
+        copy_chunk(smem + row * SmemRow + col, valid ? base + row * row_stride + col : base, valid);
+      }
     }
   }
 
@@ -257,23 +269,35 @@ template <int Dim, int SmemRow> struct TileCopy {
   // memory, so a read after one copy could not move above it and every copy would wait out a
   // shared-memory round trip (measured in SASS: one LDS -> IMAD chain per 16-byte copy).
   __device__ static void issue_rows(u16 *smem, const u16 *const *rows, int rows_valid, u64 policy) {
-    constexpr int kBatches = (kIters + kUnroll - 1) / kUnroll;
-    for (int b = 0; b < kBatches; ++b) {
-      const u16 *src[kUnroll];
+    if constexpr (Cfg::kAligned16) {
+      const int row0 = first_row();
+      if (row0 >= kRowsPerPass)
+        return;
+      const u32 dst = cvta_to_shared_u32(smem + row0 * SmemRow + column());
+      for (int batch = 0; batch < kPasses; batch += kAddressBatch) {
+        const u16 *src[kAddressBatch];
 #pragma unroll
-      for (int i = 0; i < kUnroll; ++i) {
-        const int row = ((b * kUnroll + i) * Cfg::kThreads + (int)threadIdx.x) / kChunksPerRow;
-        src[i] = rows[row < Cfg::kBlockN ? row : Cfg::kBlockN - 1]; // a partial last iteration reads in bounds
+        for (int i = 0; i < kAddressBatch; ++i) {
+          const int row = row0 + (batch + i) * kRowsPerPass;
+          src[i] = rows[row < Cfg::kBlockN ? row : Cfg::kBlockN - 1]; // a partial last pass reads in bounds
+        }
+#pragma unroll
+        for (int i = 0; i < kAddressBatch; ++i) {
+          const int pass = batch + i;
+          const int row = row0 + pass * kRowsPerPass;
+          if ((kPasses % kAddressBatch != 0 && pass >= kPasses) || !row_exists(row, pass))
+            break;
+          copy_kv_chunk_async(dst + pass * kPassBytes, src[i] + column(), row < rows_valid, policy);
+        }
       }
-#pragma unroll
-      for (int i = 0; i < kUnroll; ++i) {
-        const int it = b * kUnroll + i;
+    } else {
+      for (int it = 0; it < kIters; ++it) {
         const int c = it * Cfg::kThreads + (int)threadIdx.x;
-        if ((kIters % kUnroll != 0 && it >= kIters) || (kChunks % Cfg::kThreads != 0 && c >= kChunks))
+        if (kChunks % Cfg::kThreads != 0 && c >= kChunks)
           break;
         const int row = c / kChunksPerRow;
         const int col = (c % kChunksPerRow) * kChunkElems;
-        copy_kv_chunk(smem + row * SmemRow + col, src[i] + col, row < rows_valid, policy);
+        copy_chunk(smem + row * SmemRow + col, rows[row] + col, row < rows_valid);
       }
     }
   }
@@ -330,10 +354,8 @@ struct KvSource {
       KCopy::issue_rows(smem.k(stage), rows, rows_valid, policy);
       VCopy::issue_rows(smem.v(stage), rows + Cfg::kBlockN, rows_valid, policy);
     } else {
-      KCopy::issue(
-          smem.k(stage), k + key0 * k_row, rows_valid, [&](int row) { return row * k_row; }, policy);
-      VCopy::issue(
-          smem.v(stage), v + key0 * v_row, rows_valid, [&](int row) { return row * v_row; }, policy);
+      KCopy::issue(smem.k(stage), k + key0 * k_row, rows_valid, k_row, policy);
+      VCopy::issue(smem.v(stage), v + key0 * v_row, rows_valid, v_row, policy);
     }
   }
 };
