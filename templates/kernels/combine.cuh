@@ -21,11 +21,7 @@ namespace fj {
 // load per state); states go kBatch at a time, all of a batch's loads issued before any is
 // used, so a merge of n states costs about n / kBatch memory latencies, not n.
 constexpr int kF32PerVec = 4;
-#ifdef FJ_MERGE_LOADS_IN_FLIGHT // diagnostic builds only (bench/harness/decode gen's MERGELOADS=n)
-constexpr int kMergeLoadsInFlight = FJ_MERGE_LOADS_IN_FLIGHT;
-#else
 constexpr int kMergeLoadsInFlight = 8; // float4 loads per lane per batch
-#endif
 // finish_piece (decode) writes eight columns per thread: one 16-byte store of 16-bit values.
 constexpr int kMergeChunk = 8;
 

@@ -220,8 +220,10 @@ template <int Dim, int SmemRow> struct TileCopy {
   static constexpr int kIters = (kChunks + Cfg::kThreads - 1) / Cfg::kThreads;
   static constexpr int kMaxUnroll = 4;
   static constexpr int kUnroll = kIters < kMaxUnroll ? kIters : kMaxUnroll;
-  // Paged: row addresses read from the ring per batch (registers: two per address).
-  static constexpr int kAddressBatch = kPasses < 8 ? kPasses : 8;
+  // Paged: row addresses read from the ring per batch, two registers each (at head dim 256, 16
+  // passes, reading all at once would hold 32).
+  static constexpr int kMaxAddressBatch = 8;
+  static constexpr int kAddressBatch = kPasses < kMaxAddressBatch ? kPasses : kMaxAddressBatch;
 
   // This thread's first row and column (row >= kRowsPerPass: no copies).
   __device__ static int first_row() { return (int)threadIdx.x / kChunksPerRow; }
@@ -611,10 +613,6 @@ __device__ __forceinline__ void online_softmax(const fj_attention_params &a,
         }
       }
       st.row_sum[m][h] = st.row_sum[m][h] * correction + sum;
-#ifdef FJ_DECODE_LAZY_O_RESCALE // diagnostic builds only (gen's LAZYO=1): skip when no row of the warp moved
-      if (!vote_any_sync(correction != 1.f))
-        continue;
-#endif
 #pragma unroll
       for (int n = 0; n < Traits::kNTilesO; ++n) {
         st.o[m][n][2 * h] *= correction;

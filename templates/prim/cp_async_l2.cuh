@@ -16,12 +16,4 @@ __device__ __forceinline__ void cp_async_cg_16_l2_hint_128b(u32 smem_addr, const
                : "memory");
 }
 
-// The same copy with a 256-byte L2 prefetch (diagnostic builds of the decode: FJ_DECODE_L2_PREFETCH_256).
-__device__ __forceinline__ void cp_async_cg_16_l2_hint_256b(u32 smem_addr, const void *global, int src_size,
-                                                            u64 policy) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;" ::"r"(smem_addr),
-               "l"(global), "r"(src_size), "l"(policy)
-               : "memory");
-}
-
 } // namespace fj

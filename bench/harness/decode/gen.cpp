@@ -96,9 +96,7 @@ int main(int argc, char **argv) {
   std::vector<KernelSpec> specs;
   std::vector<std::string> tags;
   std::vector<std::string> extras; // per harness spec: "NAME=VALUE,..." plan constants to set; TL=1: timeline build;
-                                   // ONEPASS=1: one-pass merge build; L2PF256=1: 256-byte L2 prefetch;
-                                   // MERGELOADS=n: merge batch of n float4 loads per lane; FASTCOPY=1 / LAZYO=1: see
-                                   // decode_splitk.cuh; WARPS / WARPKEYS: DecodeTuning
+                                   // ONEPASS=1: one-pass merge build; WARPS / WARPKEYS: DecodeTuning
   auto base = [](int sm, flashjit_dtype dt, int dqk, int dv, int group, int qlen, int page) {
     KernelSpec s;
     s.op = Op::decode;
@@ -225,22 +223,6 @@ int main(int argc, char **argv) {
       }
       if (key == "ONEPASS") {
         prefix += "#define FJ_DECODE_MERGE_ONE_PASS 1\n";
-        continue;
-      }
-      if (key == "MERGELOADS") {
-        prefix += "#define FJ_MERGE_LOADS_IN_FLIGHT " + std::to_string(value) + "\n";
-        continue;
-      }
-      if (key == "FASTCOPY") {
-        prefix += "#define FJ_DECODE_FAST_COPY 1\n";
-        continue;
-      }
-      if (key == "LAZYO") {
-        prefix += "#define FJ_DECODE_LAZY_O_RESCALE 1\n";
-        continue;
-      }
-      if (key == "L2PF256") {
-        prefix += "#define FJ_DECODE_L2_PREFETCH_256 1\n";
         continue;
       }
       bool found = false;
