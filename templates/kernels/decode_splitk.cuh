@@ -207,7 +207,7 @@ __device__ __forceinline__ void copy_kv_chunk_async(u32 dst, const u16 *src, boo
 // per copy and shared offsets that are immediates (session 12: the per-copy multiply, 64-bit shared
 // address and select had made the copies ~10 integer instructions each; +1.2..2.8% contiguous).
 // Threads past kRowsPerPass * kChunksPerRow (head dims whose rows do not divide the CTA) copy nothing.
-// Element-aligned rows: chunk c = it * kThreads + tid covers row c / kChunksPerRow, loaded synchronously.
+// Element-aligned rows: copy_synchronously.
 template <int Dim, int SmemRow> struct TileCopy {
   static constexpr int kChunksPerRow = Dim / kChunkElems;
   static constexpr int kRowsPerPass = Cfg::kThreads / kChunksPerRow;
@@ -263,16 +263,7 @@ template <int Dim, int SmemRow> struct TileCopy {
         src += pass_stride;
       }
     } else {
-#pragma unroll kUnroll
-      for (int it = 0; it < kIters; ++it) {
-        const int c = it * Cfg::kThreads + (int)threadIdx.x;
-        if (kChunks % Cfg::kThreads != 0 && c >= kChunks)
-          break;
-        const int row = c / kChunksPerRow;
-        const int col = (c % kChunksPerRow) * kChunkElems;
-        const bool valid = row < rows_valid;
-        copy_chunk(smem + row * SmemRow + col, valid ? base + row * row_stride + col : base, valid);
-      }
+      copy_synchronously(smem, rows_valid, [&](int row) { return base + row * row_stride; });
     }
   }
 
@@ -303,14 +294,22 @@ template <int Dim, int SmemRow> struct TileCopy {
         }
       }
     } else {
-      for (int it = 0; it < kIters; ++it) {
-        const int c = it * Cfg::kThreads + (int)threadIdx.x;
-        if (kChunks % Cfg::kThreads != 0 && c >= kChunks)
-          break;
-        const int row = c / kChunksPerRow;
-        const int col = (c % kChunksPerRow) * kChunkElems;
-        copy_chunk(smem + row * SmemRow + col, rows[row] + col, row < rows_valid);
-      }
+      copy_synchronously(smem, rows_valid, [&](int row) { return rows[row]; });
+    }
+  }
+
+  // Element-aligned rows: chunk c = it * kThreads + tid of row c / kChunksPerRow, whose global
+  // address is row_address(row); rows at or past rows_valid are zeros and read nothing.
+  template <class RowAddress>
+  __device__ static void copy_synchronously(u16 *smem, int rows_valid, const RowAddress &row_address) {
+#pragma unroll kUnroll
+    for (int it = 0; it < kIters; ++it) {
+      const int c = it * Cfg::kThreads + (int)threadIdx.x;
+      if (kChunks % Cfg::kThreads != 0 && c >= kChunks)
+        break;
+      const int row = c / kChunksPerRow;
+      const int col = (c % kChunksPerRow) * kChunkElems;
+      copy_chunk(smem + row * SmemRow + col, row_address(row) + col, row < rows_valid);
     }
   }
 };

@@ -135,6 +135,17 @@ TEST(Fa3CompileFeatures, LazyRescaleVotesBeforeTheOFmuls) {
   }
 }
 
+// The NVRTC kernel of `spec` planned with `tuning`; the test fails when the planner or the build refuses.
+CompiledKernel compile_tuned(const KernelSpec &spec, const Fa3Tuning &tuning) {
+  Plan plan;
+  std::string why;
+  EXPECT_TRUE(plan_fa3_tuned(spec, tuning, &plan, &why)) << why;
+  CompiledKernel kernel;
+  Status s = build_kernel(spec, plan, FLASHJIT_BACKEND_NVRTC, &kernel);
+  EXPECT_TRUE(s.ok()) << s.message;
+  return kernel;
+}
+
 // The tail split (a tuning, kTailSplit): a cut tile's pieces arrive on a grid-scope counter and
 // the second folds the first's state in, read through L2; one named barrier of the consumer
 // warpgroups broadcasts which CTA that is. Spills as session 10 measured them (none on the default
@@ -143,13 +154,9 @@ TEST(Fa3CompileFeatures, TailSplitArrivesAndMergesThroughL2) {
   Fa3Tuning tuning;
   tuning.tail_split = 1;
   for (int d : {64, 128, 192, 256}) {
-    const KernelSpec spec = testing::prefill_spec(Arch{90, true}, d, d, FLASHJIT_BF16, false);
-    Plan plan;
-    std::string why;
-    ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &plan, &why)) << why;
-    CompiledKernel kernel;
-    Status s = build_kernel(spec, plan, FLASHJIT_BACKEND_NVRTC, &kernel);
-    ASSERT_TRUE(s.ok()) << s.message;
+    const CompiledKernel kernel =
+        compile_tuned(testing::prefill_spec(Arch{90, true}, d, d, FLASHJIT_BF16, false), tuning);
+    ASSERT_FALSE(kernel.cubin.empty());
     EXPECT_NE(kernel.name.find(".ts"), std::string::npos) << kernel.name;
     for (const char *instruction : {"atom.acq_rel.gpu.global.add.s32", "fence.acq_rel.gpu", "bar.red.or.pred",
                                     "redux.sync.or.b32", "st.relaxed.gpu.global.s32", "ld.global.cg.f32",
@@ -172,13 +179,9 @@ TEST(Fa3CompileFeatures, QInRegistersTakesQkAFromRegisters) {
   Fa3Tuning tuning;
   tuning.q_in_registers = 1;
   tuning.block_n = 128;
-  const KernelSpec spec = testing::prefill_spec(Arch{90, true}, 128, 128, FLASHJIT_BF16, false);
-  Plan plan;
-  std::string why;
-  ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &plan, &why)) << why;
-  CompiledKernel kernel;
-  Status s = build_kernel(spec, plan, FLASHJIT_BACKEND_NVRTC, &kernel);
-  ASSERT_TRUE(s.ok()) << s.message;
+  const CompiledKernel kernel =
+      compile_tuned(testing::prefill_spec(Arch{90, true}, 128, 128, FLASHJIT_BF16, false), tuning);
+  ASSERT_FALSE(kernel.cubin.empty());
   EXPECT_NE(kernel.name.find(".qr"), std::string::npos) << kernel.name;
   EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name << "\n" << kernel.log;
   for (const std::string &warning : kernel.resources.warnings)
