@@ -586,6 +586,24 @@ static bool run_check(const Case &c, Kernel &K, std::vector<uint16_t> *o_out = n
 }
 
 // Standalone merge of random states (fj_combine) vs float64.
+// fj_combine's parameters for `states` states of `rows` packed rows (state-major, dv floats a row)
+// merged into `out` (16-bit rows of dv) and `lse`; `merged_rows` of them are merged.
+static fj_combine_params combine_params(const Dev &states_o, const Dev &states_lse, const Dev &out, const Dev &lse,
+                                        int states, int rows, int merged_rows, int dv) {
+  fj_combine_params p{};
+  p.partial_o = (const float *)states_o.p;
+  p.partial_lse = (const float *)states_lse.p;
+  p.state_stride_o = (long)rows * dv;
+  p.state_stride_lse = rows;
+  p.o = (void *)out.p;
+  p.o_row_stride = dv;
+  p.maybe_lse = (float *)lse.p;
+  p.num_states = states;
+  p.rows = merged_rows;
+  p.head_dim_v = dv;
+  return p;
+}
+
 static bool run_merge_check(Kernel &K, bool bf, int dv, int states, int rows) {
   std::mt19937_64 rng(states * 7919 + rows);
   std::uniform_real_distribution<float> U(-1.f, 1.f);
@@ -608,17 +626,7 @@ static bool run_merge_check(Kernel &K, bool bf, int dv, int states, int rows) {
   std::vector<uint16_t> poison((size_t)rows * dv, 0x7fff);
   dout.up(poison.data(), poison.size() * 2);
   dlse.alloc(rows * 4);
-  fj_combine_params p{};
-  p.partial_o = (const float *)dpo.p;
-  p.partial_lse = (const float *)dpl.p;
-  p.state_stride_o = (long)rows * dv;
-  p.state_stride_lse = rows;
-  p.o = (void *)dout.p;
-  p.o_row_stride = dv;
-  p.maybe_lse = (float *)dlse.p;
-  p.num_states = states;
-  p.rows = rows;
-  p.head_dim_v = dv;
+  fj_combine_params p = combine_params(dpo, dpl, dout, dlse, states, rows, rows, dv);
   void *args[] = {&p};
   CK(cuLaunchKernel(K.merge, g_sms * 2, 1, 1, (unsigned)K.c["kCombineThreads"], 1, 1, 0, 0, args, nullptr));
   CK(cuCtxSynchronize());
@@ -1065,17 +1073,7 @@ static void run_ctime(Kernel &K) {
   CK(cuEventCreate(&e1, CU_EVENT_DEFAULT));
   // Per-node µs of a graph of kNodes x (optional copy, optional combine of `states` states).
   auto per_node = [&](int states, int rows, bool copy, bool combine) {
-    fj_combine_params p{};
-    p.partial_o = (const float *)dpo.p;
-    p.partial_lse = (const float *)dpl.p;
-    p.state_stride_o = (long)kRows * kDv;
-    p.state_stride_lse = kRows;
-    p.o = (void *)dout.p;
-    p.o_row_stride = kDv;
-    p.maybe_lse = (float *)dlse.p;
-    p.num_states = states;
-    p.rows = rows;
-    p.head_dim_v = kDv;
+    fj_combine_params p = combine_params(dpo, dpl, dout, dlse, states, kRows, rows, kDv);
     void *args[] = {&p};
     CK(cuStreamBeginCapture(st, CU_STREAM_CAPTURE_MODE_GLOBAL));
     for (int i = 0; i < kNodes; ++i) {
