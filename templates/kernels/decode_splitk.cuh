@@ -243,16 +243,6 @@ template <int Dim, int SmemRow> struct TileCopy {
       const u32 dst = cvta_to_shared_u32(smem + row0 * SmemRow + column());
       const u16 *src = base + row0 * row_stride + column();
       const i64 pass_stride = kRowsPerPass * row_stride;
-      if (rows_valid >= Cfg::kBlockN) { // a whole tile: no row to zero-fill, no select per copy
-#pragma unroll
-        for (int pass = 0; pass < kPasses; ++pass) {
-          if (!row_exists(row0 + pass * kRowsPerPass, pass))
-            break;
-          copy_kv_chunk_async(dst + pass * kPassBytes, src, true, policy);
-          src += pass_stride;
-        }
-        return;
-      }
 #pragma unroll
       for (int pass = 0; pass < kPasses; ++pass) {
         const int row = row0 + pass * kRowsPerPass;
