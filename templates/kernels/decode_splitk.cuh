@@ -470,12 +470,31 @@ struct WarpState {
   }
 };
 
-// S = Q K^T for this warp's kWarpN keys of the tile in `stage`.
-__device__ __forceinline__ void qk_gemm(const Smem &smem, int stage, float (&s)[Traits::kMTiles][Traits::kNTilesS][4]) {
+// Q's A fragments of one k step: matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15), row-half first.
+__device__ __forceinline__ void load_q_fragments(const Smem &smem, int ks, u32 (&a)[Traits::kMTiles][4]) {
+  const int matrix = lane_id() / kHalfTile;
+  const int row8 = lane_id() % kHalfTile;
+  const u32 q_base = cvta_to_shared_u32(smem.q());
+#pragma unroll
+  for (int m = 0; m < Traits::kMTiles; ++m) {
+    const int row = m * kMmaM + (matrix % 2) * kHalfTile + row8;
+    const int col = ks * kMmaK + (matrix / 2) * kHalfTile;
+    ldmatrix_x4(a[m], q_base + (row * Cfg::kSmemRowQK + col) * kElemBytes);
+  }
+}
+
+#ifdef FJ_DECODE_Q_IN_REGISTERS // diagnostic builds only (bench/harness/decode gen's QREG=1; session 12)
+// Q's A fragments of every k step, loaded once per piece instead of once per tile.
+using QFragments = u32[Traits::kKStepsQK][Traits::kMTiles][4];
+#endif
+
+// S = Q K^T for this warp's kWarpN keys of the tile in `stage` (Q's fragments from `q_held` when
+// given, else from shared memory).
+__device__ __forceinline__ void qk_gemm(const Smem &smem, int stage, float (&s)[Traits::kMTiles][Traits::kNTilesS][4],
+                                        const u32 (*q_held)[Traits::kMTiles][4] = nullptr) {
   const int lane = lane_id();
   const int matrix = lane / kHalfTile;
   const int row8 = lane % kHalfTile;
-  const u32 q_base = cvta_to_shared_u32(smem.q());
   const u32 k_base = cvta_to_shared_u32(smem.k(stage) + warp_id() * Cfg::kWarpN * Cfg::kSmemRowQK);
 #pragma unroll
   for (int m = 0; m < Traits::kMTiles; ++m)
@@ -486,13 +505,15 @@ __device__ __forceinline__ void qk_gemm(const Smem &smem, int stage, float (&s)[
         s[m][n][e] = 0.f;
 #pragma unroll
   for (int ks = 0; ks < Traits::kKStepsQK; ++ks) {
-    // A (Q): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15), row-half first.
     u32 a[Traits::kMTiles][4];
+    if (q_held != nullptr) {
 #pragma unroll
-    for (int m = 0; m < Traits::kMTiles; ++m) {
-      const int row = m * kMmaM + (matrix % 2) * kHalfTile + row8;
-      const int col = ks * kMmaK + (matrix / 2) * kHalfTile;
-      ldmatrix_x4(a[m], q_base + (row * Cfg::kSmemRowQK + col) * kElemBytes);
+      for (int m = 0; m < Traits::kMTiles; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          a[m][i] = q_held[ks][m][i];
+    } else {
+      load_q_fragments(smem, ks, a);
     }
     // B (K rows are the n axis): matrices (keys 0-7: k 0-7, k 8-15), (keys 8-15: k 0-7, k 8-15).
 #pragma unroll
@@ -834,6 +855,9 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
 
   WarpState st;
   st.reset();
+#ifdef FJ_DECODE_Q_IN_REGISTERS
+  QFragments q_held;
+#endif
   for (int t = 0; t < num_tiles; ++t) {
     cp_async_wait_group<Cfg::kStages - 2>(); // tile t (and Q) has landed for this thread
     __syncthreads();                         // ... and for every thread; stage t-1 is free again
@@ -856,7 +880,15 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
     const int stage = t % Cfg::kStages;
     const int tile_key = u.kv_begin + t * Cfg::kBlockN;
     float s[Traits::kMTiles][Traits::kNTilesS][4];
+#ifdef FJ_DECODE_Q_IN_REGISTERS
+    if (t == 0) // Q landed with tile 0's group
+#pragma unroll
+      for (int ks = 0; ks < Traits::kKStepsQK; ++ks)
+        load_q_fragments(smem, ks, q_held[ks]);
+    qk_gemm(smem, stage, s, q_held);
+#else
     qk_gemm(smem, stage, s);
+#endif
     online_softmax(a, s, ranges, tile_key, st);
     pv_gemm(smem, stage, s, st);
   }
