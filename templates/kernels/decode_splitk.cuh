@@ -488,10 +488,11 @@ __device__ __forceinline__ void load_q_fragments(const Smem &smem, int ks, u32 (
 using QFragments = u32[Traits::kKStepsQK][Traits::kMTiles][4];
 #endif
 
-// S = Q K^T for this warp's kWarpN keys of the tile in `stage` (Q's fragments from `q_held` when
-// given, else from shared memory).
+// S = Q K^T for this warp's kWarpN keys of the tile in `stage`; q_fragments(ks, a) fills Q's A
+// fragments of k step ks.
+template <class QFragmentSource>
 __device__ __forceinline__ void qk_gemm(const Smem &smem, int stage, float (&s)[Traits::kMTiles][Traits::kNTilesS][4],
-                                        const u32 (*q_held)[Traits::kMTiles][4] = nullptr) {
+                                        const QFragmentSource &q_fragments) {
   const int lane = lane_id();
   const int matrix = lane / kHalfTile;
   const int row8 = lane % kHalfTile;
@@ -506,15 +507,7 @@ __device__ __forceinline__ void qk_gemm(const Smem &smem, int stage, float (&s)[
 #pragma unroll
   for (int ks = 0; ks < Traits::kKStepsQK; ++ks) {
     u32 a[Traits::kMTiles][4];
-    if (q_held != nullptr) {
-#pragma unroll
-      for (int m = 0; m < Traits::kMTiles; ++m)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          a[m][i] = q_held[ks][m][i];
-    } else {
-      load_q_fragments(smem, ks, a);
-    }
+    q_fragments(ks, a);
     // B (K rows are the n axis): matrices (keys 0-7: k 0-7, k 8-15), (keys 8-15: k 0-7, k 8-15).
 #pragma unroll
     for (int np = 0; np < Traits::kNTilesS / 2; ++np) {
@@ -885,9 +878,15 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
 #pragma unroll
       for (int ks = 0; ks < Traits::kKStepsQK; ++ks)
         load_q_fragments(smem, ks, q_held[ks]);
-    qk_gemm(smem, stage, s, q_held);
+    qk_gemm(smem, stage, s, [&](int ks, u32(&a)[Traits::kMTiles][4]) {
+#pragma unroll
+      for (int m = 0; m < Traits::kMTiles; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          a[m][i] = q_held[ks][m][i];
+    });
 #else
-    qk_gemm(smem, stage, s);
+    qk_gemm(smem, stage, s, [&](int ks, u32(&a)[Traits::kMTiles][4]) { load_q_fragments(smem, ks, a); });
 #endif
     online_softmax(a, s, ranges, tile_key, st);
     pv_gemm(smem, stage, s, st);
