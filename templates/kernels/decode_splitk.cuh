@@ -272,7 +272,8 @@ template <int Dim, int SmemRow> struct TileCopy {
 #pragma unroll
         for (int i = 0; i < kAddressBatch; ++i) {
           const int row = row0 + (batch + i) * kRowsPerPass;
-          src[i] = rows[row < Cfg::kBlockN ? row : Cfg::kBlockN - 1]; // a partial last pass reads in bounds
+          // In bounds for a partial last pass; whole passes fold the choice away at compile time.
+          src[i] = rows[row_exists(row, batch + i) ? row : Cfg::kBlockN - 1];
         }
 #pragma unroll
         for (int i = 0; i < kAddressBatch; ++i) {
@@ -483,10 +484,13 @@ __device__ __forceinline__ void load_q_fragments(const Smem &smem, int ks, u32 (
   }
 }
 
-#ifdef FJ_DECODE_Q_IN_REGISTERS // diagnostic builds only (bench/harness/decode gen's QREG=1; session 12)
-// Q's A fragments of every k step, loaded once per piece instead of once per tile.
+// Q's A fragments of every k step, loaded once per piece instead of once per tile when they fit
+// kMaxHeldQRegisters (head dims up to 128): the per-tile ldmatrix of Q cost as much shared-memory
+// traffic as the tile's K reads (held: +0.05..1.0% on every TARGETS shape, runs 17a-b; at head dim
+// 256 they would take 64 registers of a kernel near the 255 cap).
+constexpr int kMaxHeldQRegisters = 32;
 using QFragments = u32[Traits::kKStepsQK][Traits::kMTiles][4];
-#endif
+constexpr bool kHoldQ = sizeof(QFragments) / sizeof(u32) <= kMaxHeldQRegisters;
 
 // S = Q K^T for this warp's kWarpN keys of the tile in `stage`; q_fragments(ks, a) fills Q's A
 // fragments of k step ks.
@@ -848,9 +852,7 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
 
   WarpState st;
   st.reset();
-#ifdef FJ_DECODE_Q_IN_REGISTERS
-  QFragments q_held;
-#endif
+  QFragments q_held; // kHoldQ only
   for (int t = 0; t < num_tiles; ++t) {
     cp_async_wait_group<Cfg::kStages - 2>(); // tile t (and Q) has landed for this thread
     __syncthreads();                         // ... and for every thread; stage t-1 is free again
@@ -873,21 +875,21 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
     const int stage = t % Cfg::kStages;
     const int tile_key = u.kv_begin + t * Cfg::kBlockN;
     float s[Traits::kMTiles][Traits::kNTilesS][4];
-#ifdef FJ_DECODE_Q_IN_REGISTERS
-    if (t == 0) // Q landed with tile 0's group
+    if constexpr (kHoldQ) {
+      if (t == 0) // Q landed with tile 0's group
 #pragma unroll
-      for (int ks = 0; ks < Traits::kKStepsQK; ++ks)
-        load_q_fragments(smem, ks, q_held[ks]);
-    qk_gemm(smem, stage, s, [&](int ks, u32(&a)[Traits::kMTiles][4]) {
+        for (int ks = 0; ks < Traits::kKStepsQK; ++ks)
+          load_q_fragments(smem, ks, q_held[ks]);
+      qk_gemm(smem, stage, s, [&](int ks, u32(&a)[Traits::kMTiles][4]) {
 #pragma unroll
-      for (int m = 0; m < Traits::kMTiles; ++m)
+        for (int m = 0; m < Traits::kMTiles; ++m)
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          a[m][i] = q_held[ks][m][i];
-    });
-#else
-    qk_gemm(smem, stage, s, [&](int ks, u32(&a)[Traits::kMTiles][4]) { load_q_fragments(smem, ks, a); });
-#endif
+          for (int i = 0; i < 4; ++i)
+            a[m][i] = q_held[ks][m][i];
+      });
+    } else {
+      qk_gemm(smem, stage, s, [&](int ks, u32(&a)[Traits::kMTiles][4]) { load_q_fragments(smem, ks, a); });
+    }
     online_softmax(a, s, ranges, tile_key, st);
     pv_gemm(smem, stage, s, st);
   }
