@@ -174,6 +174,28 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
       slot_begin[c] = num_work;
     return true;
   };
+  auto runs_used = [&] {
+    int runs = 0;
+    while (runs < layout.grid && slot_begin[runs] < slot_begin[runs + 1])
+      ++runs;
+    return runs;
+  };
+  // Re-deals the units of a whole-unit partition of `runs` runs position-major (whole_units_dealt),
+  // when every unit has the same tile count: each run then holds ceil or floor of units / runs units,
+  // no more than next-fit gave the longest one.
+  auto deal_whole = [&](int runs) {
+    for (int u = 1; u < units; ++u)
+      if (ceil_div(unit_hi[u] - unit_lo[u], block_n) != ceil_div(unit_hi[0] - unit_lo[0], block_n))
+        return;
+    num_work = 0;
+    for (int r = 0; r < runs; ++r) {
+      slot_begin[r] = num_work;
+      for (int u = r; u < units; u += runs)
+        work[num_work++] = fj_decode_work{u, unit_lo[u], unit_hi[u], -1};
+    }
+    for (int c = runs; c <= layout.grid; ++c)
+      slot_begin[c] = num_work;
+  };
   // The header, the unused state slots and the summary, for the partition the buffer holds.
   auto finish = [&](int64_t run_limit, int64_t run_tile_limit, bool balanced_by_keys, bool whole_units) {
     std::fill(state_merge + num_states, state_merge + layout.max_states, -1);
@@ -206,6 +228,8 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
         (build_whole(mid) ? fits : too_small) = mid;
       }
       build_whole(fits); // the buffer holds the last partition built: make it the one that fits
+      if (shape.whole_units_dealt)
+        deal_whole(runs_used());
       return finish(largest_keys, fits, false, true);
     }
   }

@@ -70,6 +70,11 @@ struct SplitKShape {
   // (docs/perf-notes.md, session 11); a larger allowance would let the longest run cost more than
   // the merges it saves.
   int whole_units_max_excess_pct = 3;
+  // Whole units dealt position-major: run r takes units r, r + R, r + 2R, ... (R runs, the count
+  // next-fit needs), so the runs' first units are the first R units in order: CTAs that stream at the
+  // same time read every KV head of the same sequences, whose token-major rows share their memory.
+  // Only when every unit has the same tile count (else next-fit order).
+  bool whole_units_dealt = false;
 };
 
 // piece_cost_keys for 16-bit K/V of these head dims: the keys that move 32 KB per CTA.

@@ -62,14 +62,19 @@ struct Runs {
   int64_t keys = 0, tiles = 0; // the most keys / tile iterations in one CTA's run
 };
 
-// Checks every invariant the kernels rely on; returns the longest runs.
-Runs check_schedule(const SplitKShape &shape, const std::vector<int32_t> &lens, int q_len, int window_left,
-                    SplitKSchedule *schedule_out = nullptr) {
+SplitKProblem problem_of(const std::vector<int32_t> &lens, int q_len, int window_left) {
   SplitKProblem problem;
   problem.seqlens_k = lens.data();
   problem.batch = static_cast<int>(lens.size());
   problem.q_len = q_len;
   problem.window_left = window_left;
+  return problem;
+}
+
+// Checks every invariant the kernels rely on; returns the longest runs.
+Runs check_schedule(const SplitKShape &shape, const std::vector<int32_t> &lens, int q_len, int window_left,
+                    SplitKSchedule *schedule_out = nullptr) {
+  const SplitKProblem problem = problem_of(lens, q_len, window_left);
   constexpr char kGarbage = 0x5A; // the schedule must write every byte the kernels read
   Written written;
   EXPECT_TRUE(write_schedule(shape, problem, &written, kGarbage));
@@ -544,6 +549,33 @@ TEST(SplitKSchedule, WholeUnitsWhenEveryCtaHoldsOne) {
   check_schedule(shape, std::vector<int32_t>(64, 4096), 1, -1, &schedule);
   EXPECT_FALSE(schedule.whole_units);
   EXPECT_GT(schedule.num_merges, 0);
+}
+
+// Dealt whole units (whole_units_dealt): run r holds units r and r + 256 at 64 x 4096, so the runs'
+// first units are units 0-255, every KV head of sequences 0-31; the same run lengths as next-fit.
+TEST(SplitKSchedule, DealtWholeUnitsTakeConsecutiveUnitsFirst) {
+  SplitKShape shape = h200_shape(64);
+  shape.whole_units_max_excess_pct = 5;
+  shape.whole_units_dealt = true;
+  SplitKSchedule schedule;
+  const Runs runs = check_schedule(shape, std::vector<int32_t>(64, 4096), 1, -1, &schedule);
+  EXPECT_TRUE(schedule.whole_units);
+  EXPECT_EQ(runs.tiles, 128);
+  Written w;
+  ASSERT_TRUE(write_schedule(shape, problem_of(std::vector<int32_t>(64, 4096), 1, -1), &w));
+  const Decoded d = decode(w.layout, w.buffer);
+  for (int r = 0; r < 256; ++r) {
+    ASSERT_EQ(d.slot_begin[r + 1] - d.slot_begin[r], 2) << "run " << r;
+    EXPECT_EQ(d.work[d.slot_begin[r]].unit, r);
+    EXPECT_EQ(d.work[d.slot_begin[r] + 1].unit, r + 256);
+  }
+  // Units of different lengths keep next-fit's order (a deal could overfill a run).
+  std::vector<int32_t> lens(64, 4096);
+  lens[5] = 4000;
+  shape.whole_units_max_excess_pct = 100;
+  ASSERT_TRUE(write_schedule(shape, problem_of(lens, 1, -1), &w));
+  const Decoded ragged = decode(w.layout, w.buffer);
+  EXPECT_EQ(ragged.work[1].unit, 1);
 }
 
 // The runtime's default shape takes whole units at 64 x 4096 and splits at the other TARGETS shapes.

@@ -384,7 +384,7 @@ static const char *sched_name(Sched s) {
 }
 
 static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0, Sched sched = Sched::keys,
-                      const Gpu *share = nullptr) {
+                      const Gpu *share = nullptr, bool dealt = false) {
   const Case &c = P.c;
   g.kern = &K;
   if (share != nullptr) {
@@ -424,6 +424,7 @@ static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0
   g.shape.heads_kv = c.heads_kv;
   g.shape.max_batch = P.batch + max_batch_pad;
   g.shape.piece_cost_keys = splitk_piece_cost_keys(c.dqk, c.dv); // as runtime/decode.cpp
+  g.shape.whole_units_dealt = dealt;
   if (sched == Sched::whole || sched == Sched::split)
     g.shape.whole_units_max_excess_pct = sched == Sched::whole ? kWholeUnitsExcessPct : -1;
   else if (sched != Sched::runtime) {
@@ -886,7 +887,8 @@ static int tag_page(const std::string &tag) {
 // one counter rotates the copies over all launches, so no launch finds its KV in L2.
 static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> kernels, int batch, int len,
                    const Reference &ref) {
-  // "TAG:whole" / "TAG:split" / "TAG:keys" / "TAG:tiles": kernel TAG with that Sched.
+  // "TAG:whole" / "TAG:split" / "TAG:keys" / "TAG:tiles": kernel TAG with that Sched; ":dealt" (with
+  // any of them) deals whole units position-major (SplitKShape::whole_units_dealt).
   auto sched_of = [&](int v) {
     return tags[v].find(":whole") != std::string::npos   ? Sched::whole
            : tags[v].find(":split") != std::string::npos ? Sched::split
@@ -911,7 +913,8 @@ static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> k
   int fails = 0;
   for (int i = 0; i < copies; ++i)
     for (int v = 0; v < V; ++v)
-      setup_gpu(gs[v][i], P, *kernels[v], 0, sched_of(v), v == 0 ? nullptr : &gs[0][i]);
+      setup_gpu(gs[v][i], P, *kernels[v], 0, sched_of(v), v == 0 ? nullptr : &gs[0][i],
+                tags[v].find(":dealt") != std::string::npos);
   for (int v = 0; v < V; ++v) {
     char label[96];
     snprintf(label, sizeof label, "kab %dx%d page%d %s", batch, len, c.page, tags[v].c_str());
