@@ -180,13 +180,19 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
       ++runs;
     return runs;
   };
-  // Re-deals the units of a whole-unit partition of `runs` runs position-major (whole_units_dealt),
-  // when every unit has the same tile count: each run then holds ceil or floor of units / runs units,
-  // no more than next-fit gave the longest one.
-  auto deal_whole = [&](int runs) {
-    for (int u = 1; u < units; ++u)
-      if (ceil_div(unit_hi[u] - unit_lo[u], block_n) != ceil_div(unit_hi[0] - unit_lo[0], block_n))
-        return;
+  // Re-deals a whole-unit partition of `runs` runs position-major (whole_units_dealt): run r takes
+  // units r, r + runs, ... when no run then holds more than `tile_limit` tile iterations (with
+  // ragged lengths it may; next-fit's partition stays).
+  auto deal_whole = [&](int runs, int64_t tile_limit) {
+    std::vector<int64_t> run_tiles(runs, 0), run_keys(runs, 0);
+    for (int u = 0; u < units; ++u) {
+      run_tiles[u % runs] += ceil_div(unit_hi[u] - unit_lo[u], block_n);
+      run_keys[u % runs] += unit_hi[u] - unit_lo[u];
+    }
+    if (*std::max_element(run_tiles.begin(), run_tiles.end()) > tile_limit)
+      return;
+    largest_tiles = *std::max_element(run_tiles.begin(), run_tiles.end());
+    largest_keys = *std::max_element(run_keys.begin(), run_keys.end());
     num_work = 0;
     for (int r = 0; r < runs; ++r) {
       slot_begin[r] = num_work;
@@ -229,7 +235,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
       }
       build_whole(fits); // the buffer holds the last partition built: make it the one that fits
       if (shape.whole_units_dealt)
-        deal_whole(runs_used());
+        deal_whole(runs_used(), fits);
       return finish(largest_keys, fits, false, true);
     }
   }

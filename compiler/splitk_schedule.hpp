@@ -28,8 +28,9 @@
 // schedule of runs 1-9.
 //
 // Whole units instead (SplitKShape::whole_units_max_excess_pct): with at least as many units as CTAs,
-// runs of whole units in unit order, when the longest of them stays within the allowance over the
-// balanced share of tiles. Nothing is split, so nothing is merged.
+// runs of whole units, when the longest of them stays within the allowance over the balanced share
+// of tiles; dealt position-major across the runs (whole_units_dealt). Nothing is split, so nothing
+// is merged.
 #pragma once
 
 #include <cstddef>
@@ -71,10 +72,11 @@ struct SplitKShape {
   // the merges it saves.
   int whole_units_max_excess_pct = 3;
   // Whole units dealt position-major: run r takes units r, r + R, r + 2R, ... (R runs, the count
-  // next-fit needs), so the runs' first units are the first R units in order: CTAs that stream at the
-  // same time read every KV head of the same sequences, whose token-major rows share their memory.
-  // Only when every unit has the same tile count (else next-fit order).
-  bool whole_units_dealt = false;
+  // next-fit needs), so the CTAs that stream at the same time read every KV head of the same
+  // sequences, whose token-major rows share their memory; only when no run then exceeds next-fit's
+  // longest. Measured on the H200 (docs/perf-notes.md, session 13): +0.2..0.8% at 64 x 4096 and
+  // 128 x 2048. false: next-fit's order (runs 2u, 2u + 1 at 64 x 4096).
+  bool whole_units_dealt = true;
 };
 
 // piece_cost_keys for 16-bit K/V of these head dims: the keys that move 32 KB per CTA.

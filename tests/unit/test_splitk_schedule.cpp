@@ -551,31 +551,49 @@ TEST(SplitKSchedule, WholeUnitsWhenEveryCtaHoldsOne) {
   EXPECT_GT(schedule.num_merges, 0);
 }
 
-// Dealt whole units (whole_units_dealt): run r holds units r and r + 256 at 64 x 4096, so the runs'
-// first units are units 0-255, every KV head of sequences 0-31; the same run lengths as next-fit.
+// Dealt whole units (whole_units_dealt, the default): run r holds units r and r + 256 at 64 x 4096,
+// so the runs' first units are units 0-255, every KV head of sequences 0-31; the same run lengths as
+// next-fit, whose order (units 2r, 2r + 1) stays reachable.
 TEST(SplitKSchedule, DealtWholeUnitsTakeConsecutiveUnitsFirst) {
   SplitKShape shape = h200_shape(64);
   shape.whole_units_max_excess_pct = 5;
-  shape.whole_units_dealt = true;
-  SplitKSchedule schedule;
-  const Runs runs = check_schedule(shape, std::vector<int32_t>(64, 4096), 1, -1, &schedule);
-  EXPECT_TRUE(schedule.whole_units);
-  EXPECT_EQ(runs.tiles, 128);
-  Written w;
-  ASSERT_TRUE(write_schedule(shape, problem_of(std::vector<int32_t>(64, 4096), 1, -1), &w));
-  const Decoded d = decode(w.layout, w.buffer);
-  for (int r = 0; r < 256; ++r) {
-    ASSERT_EQ(d.slot_begin[r + 1] - d.slot_begin[r], 2) << "run " << r;
-    EXPECT_EQ(d.work[d.slot_begin[r]].unit, r);
-    EXPECT_EQ(d.work[d.slot_begin[r] + 1].unit, r + 256);
+  ASSERT_TRUE(shape.whole_units_dealt);
+  const std::vector<int32_t> lens(64, 4096);
+  for (const bool dealt : {true, false}) {
+    shape.whole_units_dealt = dealt;
+    SplitKSchedule schedule;
+    const Runs runs = check_schedule(shape, lens, 1, -1, &schedule);
+    EXPECT_TRUE(schedule.whole_units);
+    EXPECT_EQ(runs.tiles, 128);
+    Written w;
+    ASSERT_TRUE(write_schedule(shape, problem_of(lens, 1, -1), &w));
+    const Decoded d = decode(w.layout, w.buffer);
+    for (int r = 0; r < 256; ++r) {
+      ASSERT_EQ(d.slot_begin[r + 1] - d.slot_begin[r], 2) << "run " << r;
+      EXPECT_EQ(d.work[d.slot_begin[r]].unit, dealt ? r : 2 * r);
+      EXPECT_EQ(d.work[d.slot_begin[r] + 1].unit, dealt ? r + 256 : 2 * r + 1);
+    }
   }
-  // Units of different lengths keep next-fit's order (a deal could overfill a run).
-  std::vector<int32_t> lens(64, 4096);
-  lens[5] = 4000;
+}
+
+// Ragged units whose deal would overfill a run keep next-fit's partition: tiles 3, 1, 3, 1 on two
+// CTAs are runs {3, 1} and {3, 1} (4 tiles each); dealt, one run would hold 6.
+TEST(SplitKSchedule, DealtWholeUnitsNeverLengthenTheLongestRun) {
+  SplitKShape shape = h200_shape(4, 1);
+  shape.num_sms = 2;
+  shape.ctas_per_sm = 1;
   shape.whole_units_max_excess_pct = 100;
+  const std::vector<int32_t> lens = {3 * 64, 64, 3 * 64, 64};
+  SplitKSchedule schedule;
+  const Runs runs = check_schedule(shape, lens, 1, -1, &schedule);
+  EXPECT_TRUE(schedule.whole_units);
+  EXPECT_EQ(runs.tiles, 4);
+  Written w;
   ASSERT_TRUE(write_schedule(shape, problem_of(lens, 1, -1), &w));
-  const Decoded ragged = decode(w.layout, w.buffer);
-  EXPECT_EQ(ragged.work[1].unit, 1);
+  const Decoded d = decode(w.layout, w.buffer);
+  ASSERT_EQ(d.work.size(), 4u);
+  for (int u = 0; u < 4; ++u)
+    EXPECT_EQ(d.work[u].unit, u);
 }
 
 // The runtime's default shape takes whole units at 64 x 4096 and splits at the other TARGETS shapes.

@@ -384,7 +384,7 @@ static const char *sched_name(Sched s) {
 }
 
 static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0, Sched sched = Sched::keys,
-                      const Gpu *share = nullptr, bool dealt = false) {
+                      const Gpu *share = nullptr, bool dealt = SplitKShape{}.whole_units_dealt) {
   const Case &c = P.c;
   g.kern = &K;
   if (share != nullptr) {
@@ -887,8 +887,8 @@ static int tag_page(const std::string &tag) {
 // one counter rotates the copies over all launches, so no launch finds its KV in L2.
 static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> kernels, int batch, int len,
                    const Reference &ref) {
-  // "TAG:whole" / "TAG:split" / "TAG:keys" / "TAG:tiles": kernel TAG with that Sched; ":dealt" (with
-  // any of them) deals whole units position-major (SplitKShape::whole_units_dealt).
+  // "TAG:whole" / "TAG:split" / "TAG:keys" / "TAG:tiles": kernel TAG with that Sched; ":nextfit" (with
+  // any of them) keeps whole units in next-fit order (SplitKShape::whole_units_dealt = false).
   auto sched_of = [&](int v) {
     return tags[v].find(":whole") != std::string::npos   ? Sched::whole
            : tags[v].find(":split") != std::string::npos ? Sched::split
@@ -914,7 +914,7 @@ static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> k
   for (int i = 0; i < copies; ++i)
     for (int v = 0; v < V; ++v)
       setup_gpu(gs[v][i], P, *kernels[v], 0, sched_of(v), v == 0 ? nullptr : &gs[0][i],
-                tags[v].find(":dealt") != std::string::npos);
+                tags[v].find(":nextfit") == std::string::npos);
   for (int v = 0; v < V; ++v) {
     char label[96];
     snprintf(label, sizeof label, "kab %dx%d page%d %s", batch, len, c.page, tags[v].c_str());
