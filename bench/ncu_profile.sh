@@ -18,6 +18,13 @@ cli="$build_dir/flashjit"
 sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
           --section MemoryWorkloadAnalysis_Tables --section SchedulerStats --section WarpStateStats
           --section InstructionStats --section LaunchStats --section Occupancy)
+# Cycles per issued instruction that warps spend stalled, by reason (what WarpStateStats sums up).
+stalls=""
+for reason in long_scoreboard short_scoreboard barrier wait math_pipe_throttle mio_throttle lg_throttle \
+  not_selected selected dispatch_stall no_instruction drain membar sleeping branch_resolving tex_throttle; do
+  stalls+="${stalls:+,}smsp__average_warps_issue_stalled_${reason}_per_issue_active.ratio"
+done
+sections+=(--metrics "$stalls")
 
 # NAME -> "fj COMMAND" (flashjit's kernels, fj_*) or "sdpa COMMAND" (cuDNN's, launched through PyTorch).
 problem() {
@@ -50,4 +57,5 @@ for name in $(echo "${2:-fa3_d128,decode_64x4096,decode_1x32768}" | tr , ' '); d
   grep -E "^  [A-Za-z_].*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|SM Frequency|L2 Cache Throughput|Issue Slots Busy|L2 Hit Rate|Achieved Occupancy|Registers Per Thread|No Eligible|Warp Cycles Per Issued|SM Active Cycles|Elapsed Cycles" \
     "$results/ncu-$name.txt" | head -30
   grep -E "Pipe|pipe|stall|Stall" "$results/ncu-$name.txt" | head -12
+  grep -E "issue_stalled" "$results/ncu-$name.txt" | sort -k3 -n -r | head -8
 done

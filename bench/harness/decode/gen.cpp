@@ -221,6 +221,10 @@ int main(int argc, char **argv) {
         prefix += "#define FJ_DECODE_TIMELINE 1\n";
         continue;
       }
+      if (key == "L2V") {
+        prefix += "#define FJ_DECODE_L2_VARIANT " + std::to_string(value) + "\n";
+        continue;
+      }
       if (key == "ONEPASS") {
         prefix += "#define FJ_DECODE_MERGE_ONE_PASS 1\n";
         continue;
