@@ -199,18 +199,10 @@ __device__ __forceinline__ void copy_chunk(u16 *dst, const u16 *src, bool valid)
 // asynchronous copy that zero-fills past the end, with the L2 policy `policy` and a 128-byte L2
 // prefetch when the plan asks for them (kKvL2Hints).
 __device__ __forceinline__ void copy_kv_chunk_async(u32 dst, const u16 *src, bool valid, u64 policy) {
-#if FJ_DECODE_L2_VARIANT == 1 // diagnostic builds only (bench/harness/decode gen's L2V=n)
-  cp_async_cg_16_l2_hint(dst, src, valid ? kCpAsyncBytes : 0, policy);
-#elif FJ_DECODE_L2_VARIANT == 2
-  cp_async_cg_16_128b(dst, src, valid ? kCpAsyncBytes : 0);
-#elif FJ_DECODE_L2_VARIANT == 3
-  cp_async_cg_16_l2_hint_64b(dst, src, valid ? kCpAsyncBytes : 0, policy);
-#else
   if constexpr (Cfg::kKvL2Hints != 0)
     cp_async_cg_16_l2_hint_128b(dst, src, valid ? kCpAsyncBytes : 0, policy);
   else
     cp_async_cg_16(dst, src, valid ? kCpAsyncBytes : 0);
-#endif
 }
 
 // Copies of one K or V tile.

@@ -16,25 +16,4 @@ __device__ __forceinline__ void cp_async_cg_16_l2_hint_128b(u32 smem_addr, const
                : "memory");
 }
 
-// Diagnostic variants (bench/harness/decode, FJ_DECODE_L2_VARIANT; session 13): the policy alone,
-// the 128-byte prefetch alone, and a 64-byte prefetch with the policy.
-// cp.async.cg.shared.global.L2::cache_hint [dst], [src], 16, src_size, policy
-__device__ __forceinline__ void cp_async_cg_16_l2_hint(u32 smem_addr, const void *global, int src_size, u64 policy) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(smem_addr), "l"(global),
-               "r"(src_size), "l"(policy)
-               : "memory");
-}
-// cp.async.cg.shared.global.L2::128B [dst], [src], 16, src_size
-__device__ __forceinline__ void cp_async_cg_16_128b(u32 smem_addr, const void *global, int src_size) {
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(smem_addr), "l"(global), "r"(src_size)
-               : "memory");
-}
-// cp.async.cg.shared.global.L2::cache_hint.L2::64B [dst], [src], 16, src_size, policy
-__device__ __forceinline__ void cp_async_cg_16_l2_hint_64b(u32 smem_addr, const void *global, int src_size,
-                                                           u64 policy) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::64B [%0], [%1], 16, %2, %3;" ::"r"(smem_addr),
-               "l"(global), "r"(src_size), "l"(policy)
-               : "memory");
-}
-
 } // namespace fj

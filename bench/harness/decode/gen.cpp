@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
   std::vector<KernelSpec> specs;
   std::vector<std::string> tags;
   std::vector<std::string> extras; // per harness spec: "NAME=VALUE,..." plan constants to set; TL=1: timeline build;
-                                   // ONEPASS=1: one-pass merge build; BULK=1: bulk row copies; L2V=n: L2 copy variant; WARPS / WARPKEYS: DecodeTuning
+                                   // ONEPASS=1: one-pass merge build; BULK=1: bulk row copies; WARPS / WARPKEYS: DecodeTuning
   auto base = [](int sm, flashjit_dtype dt, int dqk, int dv, int group, int qlen, int page) {
     KernelSpec s;
     s.op = Op::decode;
@@ -223,10 +223,6 @@ int main(int argc, char **argv) {
       }
       if (key == "BULK") {
         prefix += "#define FJ_DECODE_BULK_ROWS 1\n";
-        continue;
-      }
-      if (key == "L2V") {
-        prefix += "#define FJ_DECODE_L2_VARIANT " + std::to_string(value) + "\n";
         continue;
       }
       if (key == "ONEPASS") {
