@@ -39,10 +39,6 @@
 #include "prim/tma.cuh"
 #include "prim/types.cuh"
 #include "prim/warp.cuh"
-#ifdef FJ_DECODE_BULK_ROWS
-#include "prim/fence.cuh"
-#include "prim/mbarrier.cuh"
-#endif
 
 // Diagnostic builds only (FJ_DECODE_TIMELINE defined before this header; bench/harness/decode):
 // thread 0 of every CTA writes %globaltimer at fixed points of its run into
@@ -350,40 +346,6 @@ struct KvSource {
         rows[Cfg::kBlockN + threadIdx.x] = valid ? v + page * v_page + in_page * v_row : v;
       }
   }
-
-#ifdef FJ_DECODE_BULK_ROWS
-  // Diagnostic builds only (bench/harness/decode gen's BULK=1; session 13): thread r < kBlockN copies
-  // K row r of `tile`, thread kBlockN + r its V row, each with one cp.async.bulk counted against the
-  // stage's mbarrier `bar`; rows past the keys are zeroed in place (bulk copies do not zero-fill).
-  __device__ void issue_bulk(const Smem &smem, int tile, u32 bar) const {
-    static_assert(Cfg::kThreads >= 2 * Cfg::kBlockN && Cfg::kAligned16, "one thread per K or V row");
-    constexpr u32 kKRowBytes = Cfg::kHeadDimQK * kElemBytes, kVRowBytes = Cfg::kHeadDimV * kElemBytes;
-    const int key0 = tile_key(tile);
-    const int rows_valid = min(kv_end - key0, Cfg::kBlockN);
-    const int stage = tile % Cfg::kStages;
-    const int t = (int)threadIdx.x;
-    if (t == 0)
-      mbarrier_arrive_expect_tx(bar, (u32)rows_valid * (kKRowBytes + kVRowBytes));
-    if (t >= 2 * Cfg::kBlockN)
-      return;
-    const bool is_v = t >= Cfg::kBlockN;
-    const int row = is_v ? t - Cfg::kBlockN : t;
-    u16 *dst = is_v ? smem.v(stage) + row * Cfg::kSmemRowV : smem.k(stage) + row * Cfg::kSmemRowQK;
-    const u32 bytes = is_v ? kVRowBytes : kKRowBytes;
-    if (row < rows_valid) {
-      const u16 *src;
-      if constexpr (Traits::kPaged)
-        src = smem.row_addrs(stage)[t];
-      else
-        src = is_v ? v + (i64)(key0 + row) * v_row : k + (i64)(key0 + row) * k_row;
-      bulk_load_l2_hint(cvta_to_shared_u32(dst), src, bytes, bar, policy);
-    } else {
-      for (u32 b = 0; b < bytes; b += kCpAsyncBytes)
-        *reinterpret_cast<uint4 *>(reinterpret_cast<char *>(dst) + b) = make_uint4(0, 0, 0, 0);
-      fence_proxy_async_shared(); // before a later bulk copy into this row
-    }
-  }
-#endif
 
   __device__ void issue(const Smem &smem, int tile) const {
     const int key0 = tile_key(tile);
@@ -852,23 +814,11 @@ __device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Un
 
 // ---- one piece -----------------------------------------------------------------------------------
 
-#ifdef FJ_DECODE_BULK_ROWS
-// One mbarrier per ring stage: its phase completes when the stage's bulk row copies have landed.
-__shared__ u64 g_bulk_bars[Cfg::kStages];
-__device__ __forceinline__ u32 bulk_bar(int stage) { return cvta_to_shared_u32(&g_bulk_bars[stage]); }
-#endif
-
 // `first`: the CTA's first piece (timeline builds mark its first tile).
-// `ring_phases`: bit s is the parity of stage s's next mbarrier phase (bulk-row builds only).
-__device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit &u, const Smem &smem, bool first,
-                                          u32 &ring_phases) {
+__device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit &u, const Smem &smem, bool first) {
   const fj_attention_params &a = p.attn;
   const KvSource src = kv_source(a, u);
   zero_qk_padding(smem); // the previous piece's merge scratch may have covered the K padding
-#ifdef FJ_DECODE_BULK_ROWS
-  fence_proxy_async_shared(); // the merge scratch's and zeroed rows' generic writes, before bulk writes
-  __syncthreads();
-#endif
   const int num_tiles = (u.kv_end - u.kv_begin + Cfg::kBlockN - 1) / Cfg::kBlockN;
 
   // Prologue: pages of tiles 0 .. kStages-1 (their lookups go out together), then Q and the
@@ -887,11 +837,7 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
 #pragma unroll
   for (int t = 0; t < Cfg::kStages - 1; ++t) {
     if (t < num_tiles)
-#ifdef FJ_DECODE_BULK_ROWS
-      src.issue_bulk(smem, t, bulk_bar(t % Cfg::kStages));
-#else
       src.issue(smem, t);
-#endif
     cp_async_commit_group(); // one group per tile, empty or not, keeps the wait count uniform
   }
   i32 next_page = src.lookup(Cfg::kStages); // stored at step 0, read by the copies at step 1
@@ -908,14 +854,7 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
   st.reset();
   QFragments q_held; // kHoldQ only
   for (int t = 0; t < num_tiles; ++t) {
-#ifdef FJ_DECODE_BULK_ROWS
-    if (t == 0)
-      cp_async_wait_all(); // Q
-    mbarrier_wait_parity(bulk_bar(t % Cfg::kStages), (ring_phases >> (t % Cfg::kStages)) & 1u);
-    ring_phases ^= 1u << (t % Cfg::kStages);
-#else
     cp_async_wait_group<Cfg::kStages - 2>(); // tile t (and Q) has landed for this thread
-#endif
     __syncthreads();                         // ... and for every thread; stage t-1 is free again
 #ifdef FJ_DECODE_TIMELINE
     if (first && t == 0)
@@ -923,11 +862,7 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
 #endif
     const int ahead = t + Cfg::kStages - 1;
     if (ahead < num_tiles)
-#ifdef FJ_DECODE_BULK_ROWS
-      src.issue_bulk(smem, ahead, bulk_bar(ahead % Cfg::kStages));
-#else
       src.issue(smem, ahead);
-#endif
     cp_async_commit_group();
     if constexpr (Traits::kPaged) {
       // Slot (t + kStages) % kStages is tile t's, whose copies went out kStages - 1 steps ago.
@@ -990,18 +925,9 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfi
     if (first_work.kv_begin <= first_work.kv_end)
       fj::griddepcontrol_wait();
   FJ_DECODE_MARK(p, fj_mark_waited, fj::global_timer_ns());
-  fj::u32 ring_phases = 0;
-#ifdef FJ_DECODE_BULK_ROWS
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < KernelConfig::kStages; ++s)
-      fj::mbarrier_init(fj::decode::bulk_bar(s), 1);
-    fj::fence_mbarrier_init();
-  }
-  __syncthreads();
-#endif
   for (int i = first; i < last; ++i) {
     const fj::decode::Unit u = fj::decode::decode_unit(p, i == first ? first_work : fj::decode::load_work(p.work + i));
-    fj::decode::run_piece(p, u, smem, i == first, ring_phases);
+    fj::decode::run_piece(p, u, smem, i == first);
   }
   FJ_DECODE_MARK(p, fj_mark_exit, fj::global_timer_ns());
   FJ_DECODE_MARK(p, fj_mark_sm_pieces, fj::sm_id() | (unsigned long long)(last - first) << 32);

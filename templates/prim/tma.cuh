@@ -57,16 +57,6 @@ __device__ __forceinline__ void tma_store_4d(const void *map, u32 src, int c0, i
                : "memory");
 }
 
-// cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [dst], [src],
-// bytes, [bar], policy: `bytes` (a multiple of 16, both addresses 16-byte aligned) copied from
-// global to shared memory by the TMA unit, counted against `bar`'s expected transaction bytes.
-__device__ __forceinline__ void bulk_load_l2_hint(u32 dst, const void *src, u32 bytes, u32 bar, u64 policy) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, "
-               "[%3], %4;\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar), "l"(policy)
-               : "memory");
-}
-
 // cp.async.bulk.commit_group: closes the bulk stores issued so far by this thread into a group.
 __device__ __forceinline__ void tma_store_commit_group() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");

@@ -1305,24 +1305,6 @@ int main(int argc, char **argv) {
       c.page = 64;
       c.heads_kv = 2;
     });
-    // Diagnostic builds in this index (harness_specs.txt): bulk row copies (BULK=1).
-    if (g_index.count("bk_p16") != 0) {
-      add("bulk rows g4 q1 page16", "bk_p16", [](Case &c) { c.page = 16; });
-      add("bulk rows g4 q1 page1", "bk_p1", [](Case &c) { c.page = 1; });
-      add("bulk rows g4 q1 contiguous", "bk_p0", [](Case &c) { c.page = 0; });
-      add("bulk rows g7 q4 causal page16", "bkq4c", [](Case &c) {
-        c.group = 7;
-        c.q_len = 4;
-        c.causal = true;
-        c.page = 16;
-      });
-      add("bulk rows long split 1x20011 g4 page16", "bk_p16", [](Case &c) {
-        c.lens = {20011, 3};
-        c.page = 16;
-        c.heads_kv = 2;
-      });
-      add("bulk rows long split 3 lens contiguous", "bk_p0", [](Case &c) { c.lens = {12345, 777, 4097, 1}; });
-    }
     for (const Case &c : cases)
       fails += !run_check(c, K(c.tag));
     // Long split, paged vs contiguous: same schedule (it depends on the lengths only), same bits.
