@@ -14,7 +14,8 @@
 // copies that read it), each copy computing its row's address from the page. The template keeps a
 // ring of row addresses instead; the MLIR build of that ring stopped on the H200 with an illegal
 // instruction (session 5, perf-notes), this form passes parity bit for bit. Both fit the plan's
-// ring region.
+// ring region. Q's A fragments are loaded from shared memory every tile here; the template holds
+// them in registers at head dims up to 128 (kHoldQ, session 13: +0.2..1%), not yet built here.
 #include "compiler/mlir/emit_mma.hpp"
 #include "compiler/mlir/generators.hpp"
 #include "compiler/mlir/merge_states.hpp"

@@ -12,7 +12,8 @@
 //
 // Inside a CTA: a kStages-deep cp.async ring of kBlockN-key tiles (K and V). The warps split each
 // tile's keys (kWarpN each), run an online softmax over their own keys with mma.sync m16n8k16, and
-// are merged through shared memory at the end of the piece. Decode is bound by KV bandwidth, so the
+// are merged through shared memory at the end of the piece (Q's A fragments, at head dims up to 128,
+// stay in registers for the whole piece: kHoldQ). Decode is bound by KV bandwidth, so the
 // design is about bytes in flight: the plan sizes stages x CTAs per SM for that. With kKvL2Hints
 // (sm_90) the K/V copies carry an L2 evict-first policy (the stream is read once; the work list,
 // tables and partial states stay in L2 across launches) and a 128-byte L2 prefetch.
