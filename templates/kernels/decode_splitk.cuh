@@ -686,9 +686,6 @@ __device__ __forceinline__ i32 *merge_counter_array(const fj_decode_params &p) {
 struct PieceMerge {
   int index; // into merges[] and the merge counters
   fj_decode_merge merge;
-#ifdef FJ_DECODE_FLAG_MERGE
-  i32 epoch; // the merge's launch count so far (flag merge)
-#endif
 };
 
 __device__ __forceinline__ PieceMerge piece_merge(const fj_decode_params &p, int state) {
@@ -697,9 +694,6 @@ __device__ __forceinline__ PieceMerge piece_merge(const fj_decode_params &p, int
     if (state >= 0) {
       m.index = ld_global_nc_s32(state_merge_array(p) + state);
       m.merge = load_merge(p.merges + m.index);
-#ifdef FJ_DECODE_FLAG_MERGE
-      m.epoch = ld_acquire_gpu_s32(merge_counter_array(p) + m.index);
-#endif
     }
   return m;
 }
@@ -727,39 +721,6 @@ __device__ __forceinline__ void arrive_and_maybe_merge(const fj_decode_params &p
   FJ_DECODE_MARK(p, fj_mark_merge_start, global_timer_ns());
   merge_unit<Traits::kWarps, true>(p, pm.merge);
 }
-
-#ifdef FJ_DECODE_FLAG_MERGE
-// Diagnostic builds only (bench/harness/decode gen's FLAG=1; session 13): no atomics. Every split
-// piece but the unit's first publishes its state with a flag (release: barrier, fence, store) and
-// leaves; the unit's first piece, the last of its CTA's run, waits for the flags and merges. Flags
-// are the unused last row of each state's LSE block (kRows < kBlockM), set to the merge's epoch + 1;
-// the merger then advances the epoch (its merge counter) for the next launch, which reads it after
-// griddepcontrol.wait.
-__device__ __forceinline__ void flag_and_maybe_merge(const fj_decode_params &p, const PieceMerge &pm, int state) {
-  static_assert(Traits::kRows < Cfg::kBlockM, "a free LSE row per state holds its flag");
-  i32 *flags = reinterpret_cast<i32 *>(p.attn.maybe_partial_lse) + (Cfg::kBlockM - 1);
-  const i32 next = pm.epoch + 1;
-  __syncthreads(); // every thread's partial-state stores, before thread 0's release below
-  if (state != pm.merge.first_state) {
-    if (threadIdx.x == 0) {
-      fence_acq_rel_gpu();
-      st_relaxed_gpu_s32(flags + (i64)state * Cfg::kBlockM, next);
-    }
-    return;
-  }
-  for (int s = pm.merge.first_state + (int)threadIdx.x; s < pm.merge.first_state + pm.merge.count;
-       s += Cfg::kThreads)
-    if (s != state)
-      while (ld_acquire_gpu_s32(flags + (i64)s * Cfg::kBlockM) != next) {
-      }
-  __syncthreads();
-  fence_acq_rel_gpu();
-  FJ_DECODE_MARK(p, fj_mark_merge_start, global_timer_ns());
-  merge_unit<Traits::kWarps, true>(p, pm.merge);
-  if (threadIdx.x == 0)
-    st_relaxed_gpu_s32(merge_counter_array(p) + pm.index, next);
-}
-#endif
 
 __device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Unit &u, const Smem &smem, WarpState &st,
                                              const PieceMerge &pm) {
@@ -848,11 +809,7 @@ __device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Un
   FJ_DECODE_MARK(p, fj_mark_stored, global_timer_ns());
   if constexpr (Cfg::kFusedMerge != 0)
     if (u.state >= 0) // uniform over the CTA
-#ifdef FJ_DECODE_FLAG_MERGE
-      flag_and_maybe_merge(p, pm, u.state);
-#else
       arrive_and_maybe_merge(p, pm);
-#endif
   __syncthreads(); // the next piece's copies overwrite `merge` and `stats`
 }
 

@@ -26,13 +26,6 @@ __device__ __forceinline__ void st_relaxed_gpu_s32(i32 *address, i32 value) {
   asm volatile("st.relaxed.gpu.global.s32 [%0], %1;" ::"l"(address), "r"(value) : "memory");
 }
 
-// ld.acquire.gpu.global.s32 d, [a] (diagnostic flag merge, FJ_DECODE_FLAG_MERGE)
-__device__ __forceinline__ i32 ld_acquire_gpu_s32(const i32 *address) {
-  i32 value;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
-  return value;
-}
-
 // bar.red.or.pred p, 0, q — a CTA barrier (barrier 0, every thread) that also tells every thread
 // whether any thread's predicate was true: one thread's decision, broadcast without shared memory.
 __device__ __forceinline__ bool bar_red_or(bool predicate) {

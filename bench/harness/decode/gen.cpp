@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
   std::vector<KernelSpec> specs;
   std::vector<std::string> tags;
   std::vector<std::string> extras; // per harness spec: "NAME=VALUE,..." plan constants to set; TL=1: timeline build;
-                                   // ONEPASS=1: one-pass merge build; FLAG=1: flag merge; WARPS / WARPKEYS: DecodeTuning
+                                   // ONEPASS=1: one-pass merge build; WARPS / WARPKEYS: DecodeTuning
   auto base = [](int sm, flashjit_dtype dt, int dqk, int dv, int group, int qlen, int page) {
     KernelSpec s;
     s.op = Op::decode;
@@ -219,10 +219,6 @@ int main(int argc, char **argv) {
         continue; // planned above
       if (key == "TL") {
         prefix += "#define FJ_DECODE_TIMELINE 1\n";
-        continue;
-      }
-      if (key == "FLAG") {
-        prefix += "#define FJ_DECODE_FLAG_MERGE 1\n";
         continue;
       }
       if (key == "ONEPASS") {
