@@ -551,6 +551,21 @@ TEST(SplitKSchedule, WholeUnitsWhenEveryCtaHoldsOne) {
   EXPECT_GT(schedule.num_merges, 0);
 }
 
+// check_schedule's summary and longest runs for q_len 1 without a window, and the partition, decoded.
+struct Checked {
+  Runs runs;
+  SplitKSchedule schedule;
+  Decoded d;
+};
+Checked check_and_decode(const SplitKShape &shape, const std::vector<int32_t> &lens) {
+  Checked c;
+  c.runs = check_schedule(shape, lens, 1, -1, &c.schedule);
+  Written w;
+  EXPECT_TRUE(write_schedule(shape, problem_of(lens, 1, -1), &w));
+  c.d = decode(w.layout, w.buffer);
+  return c;
+}
+
 // Dealt whole units (whole_units_dealt, the default): run r holds units r and r + 256 at 64 x 4096,
 // so the runs' first units are units 0-255, every KV head of sequences 0-31; the same run lengths as
 // next-fit, whose order (units 2r, 2r + 1) stays reachable.
@@ -561,13 +576,10 @@ TEST(SplitKSchedule, DealtWholeUnitsTakeConsecutiveUnitsFirst) {
   const std::vector<int32_t> lens(64, 4096);
   for (const bool dealt : {true, false}) {
     shape.whole_units_dealt = dealt;
-    SplitKSchedule schedule;
-    const Runs runs = check_schedule(shape, lens, 1, -1, &schedule);
-    EXPECT_TRUE(schedule.whole_units);
-    EXPECT_EQ(runs.tiles, 128);
-    Written w;
-    ASSERT_TRUE(write_schedule(shape, problem_of(lens, 1, -1), &w));
-    const Decoded d = decode(w.layout, w.buffer);
+    const Checked c = check_and_decode(shape, lens);
+    EXPECT_TRUE(c.schedule.whole_units);
+    EXPECT_EQ(c.runs.tiles, 128);
+    const Decoded &d = c.d;
     for (int r = 0; r < 256; ++r) {
       ASSERT_EQ(d.slot_begin[r + 1] - d.slot_begin[r], 2) << "run " << r;
       EXPECT_EQ(d.work[d.slot_begin[r]].unit, dealt ? r : 2 * r);
@@ -583,17 +595,12 @@ TEST(SplitKSchedule, DealtWholeUnitsNeverLengthenTheLongestRun) {
   shape.num_sms = 2;
   shape.ctas_per_sm = 1;
   shape.whole_units_max_excess_pct = 100;
-  const std::vector<int32_t> lens = {3 * 64, 64, 3 * 64, 64};
-  SplitKSchedule schedule;
-  const Runs runs = check_schedule(shape, lens, 1, -1, &schedule);
-  EXPECT_TRUE(schedule.whole_units);
-  EXPECT_EQ(runs.tiles, 4);
-  Written w;
-  ASSERT_TRUE(write_schedule(shape, problem_of(lens, 1, -1), &w));
-  const Decoded d = decode(w.layout, w.buffer);
-  ASSERT_EQ(d.work.size(), 4u);
+  const Checked c = check_and_decode(shape, {3 * 64, 64, 3 * 64, 64});
+  EXPECT_TRUE(c.schedule.whole_units);
+  EXPECT_EQ(c.runs.tiles, 4);
+  ASSERT_EQ(c.d.work.size(), 4u);
   for (int u = 0; u < 4; ++u)
-    EXPECT_EQ(d.work[u].unit, u);
+    EXPECT_EQ(c.d.work[u].unit, u);
 }
 
 // The runtime's default shape takes whole units at 64 x 4096 and splits at the other TARGETS shapes.
