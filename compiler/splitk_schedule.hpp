@@ -75,7 +75,7 @@ struct SplitKShape {
   // next-fit needs), so the CTAs that stream at the same time read every KV head of the same
   // sequences, whose token-major rows share their memory; only when no run then exceeds next-fit's
   // longest. Measured on the H200 (docs/perf-notes.md, session 13): +0.2..0.8% at 64 x 4096 and
-  // 128 x 2048. false: next-fit's order (runs 2u, 2u + 1 at 64 x 4096).
+  // 128 x 2048. false: next-fit's order (run r holds units 2r and 2r + 1 at 64 x 4096).
   bool whole_units_dealt = true;
 };
 
