@@ -148,6 +148,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
   // Next-fit needs no more runs for a larger limit, so the smallest limit that fits is bisected.
   int num_work = 0, num_states = 0, num_merges = 0;
   int64_t largest_keys = 0, largest_tiles = 0;
+  int whole_runs = 0; // runs of the partition build_whole made last
   auto build_whole = [&](int64_t tile_limit) -> bool {
     int cta = 0;
     int64_t run_tiles = 0, run_keys = 0;
@@ -172,13 +173,8 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
     }
     for (int c = cta + 1; c <= layout.grid; ++c)
       slot_begin[c] = num_work;
+    whole_runs = cta + 1;
     return true;
-  };
-  auto runs_used = [&] {
-    int runs = 0;
-    while (runs < layout.grid && slot_begin[runs] < slot_begin[runs + 1])
-      ++runs;
-    return runs;
   };
   // Re-deals a whole-unit partition of `runs` runs position-major (whole_units_dealt): run r takes
   // units r, r + runs, ... when no run then holds more than `tile_limit` tile iterations (with
@@ -235,7 +231,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
       }
       build_whole(fits); // the buffer holds the last partition built: make it the one that fits
       if (shape.whole_units_dealt)
-        deal_whole(runs_used(), fits);
+        deal_whole(whole_runs, fits);
       return finish(largest_keys, fits, false, true);
     }
   }

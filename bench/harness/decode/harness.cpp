@@ -586,7 +586,6 @@ static bool run_check(const Case &c, Kernel &K, std::vector<uint16_t> *o_out = n
   return ok;
 }
 
-// Standalone merge of random states (fj_combine) vs float64.
 // fj_combine's parameters for `states` states of `rows` packed rows (state-major, dv floats a row)
 // merged into `out` (16-bit rows of dv) and `lse`; `merged_rows` of them are merged.
 static fj_combine_params combine_params(const Dev &states_o, const Dev &states_lse, const Dev &out, const Dev &lse,
@@ -605,6 +604,7 @@ static fj_combine_params combine_params(const Dev &states_o, const Dev &states_l
   return p;
 }
 
+// Standalone merge of random states (fj_combine) vs float64.
 static bool run_merge_check(Kernel &K, bool bf, int dv, int states, int rows) {
   std::mt19937_64 rng(states * 7919 + rows);
   std::uniform_real_distribution<float> U(-1.f, 1.f);
