@@ -70,11 +70,15 @@ constexpr int kColsPerGroup = 8; // accumulator columns of one wgmma n8 group (s
 // causal -6.0%, d64..d96 -3..-6%): off; a tuning for further work.
 constexpr bool kCrossTileOverlapDefault = false;
 // Tail split, measured in session 10 (runtime A/B, bf16, S4096, against whole tiles): +5.1% d64, +2.1%
-// d80 (three consumer warpgroups); +1.3% d128, +1.4% d192, +0.1% d256 (two), where it would also
-// push the cold compile past 1.0 s (1.1-1.2 s) and spill 4-28 B at d128 N128 and d200..d256. On by
-// default with three warpgroups only; -4.4% at d128 S1024, so short walks keep whole tiles
-// (runtime/tma_desc.cpp, fa3_fill_tail).
+// d80 (three consumer warpgroups); +1.3% d128, +1.4% d192, +0.1% d256 (two), where it then pushed
+// the cold compile past 1.0 s (1.1-1.2 s); -4.4% at d128 S1024, so short walks keep whole tiles
+// (runtime/tma_desc.cpp, fa3_fill_tail). Session 14 (run 18b, bf16 / fp16): two warpgroups gain
+// +1.7 / +1.8% at d128 S4096 but only +0.5..0.6% at d192 and +0.3% at d256, and the split kernels
+// compile in 0.84-0.90 s up to d128 (0.92-0.98 s above). So: three warpgroups, and two up to
+// kMaxHeadDimTailSplitTwoWarpgroups with the default key block (the short one spills 4 B with the
+// split, and its walks are too short to cut).
 constexpr bool kTailSplitDefault = true;
+constexpr int kMaxHeadDimTailSplitTwoWarpgroups = 128;
 // Q's wgmma descriptors, one per k-step of the QK GEMM, are the same for every key block; hoisted
 // out of the key loop (the compiler's choice) they outnumber the uniform registers from d ~192 on,
 // so ptxas parks them in ordinary registers and moves each back (R2UR) before its GEMM. kQDescPerStep
@@ -231,14 +235,15 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   const auto [consumer_wgs, block_m, block_n, masked, separate_o, qk_smem_cols, v_smem_cols, q_bytes, o_bytes, qo_bytes,
               smem_limit] = tile;
   const bool three_wgs = consumer_wgs == kMaxConsumerWarpgroups;
-  const bool small_dim = std::max(spec.head_dim_qk, spec.head_dim_v) <= kSmallHeadDim;
+  const int max_dim = std::max(spec.head_dim_qk, spec.head_dim_v);
+  const bool small_dim = max_dim <= kSmallHeadDim;
   const int regs_producer = three_wgs ? kRegsProducer3 : kRegsProducer2;
   const int regs_consumer = three_wgs ? kRegsConsumer3 : kRegsConsumer2;
   const int q_panel_bytes = block_m * kSwizzleBytes;
 
   // The MLIR generator (compiler/mlir/gen_fa3.cpp) renders single-CTA tiles only.
   const bool pair_fits = !masked && !spec.varlen && consumer_wgs == kConsumerWarpgroupsDefault &&
-                         std::max(spec.head_dim_qk, spec.head_dim_v) >= kMinHeadDimCluster;
+                         max_dim >= kMinHeadDimCluster;
   const int cluster_m = tuning.cluster_m > 0                            ? tuning.cluster_m
                         : pair_fits && backend != FLASHJIT_BACKEND_MLIR ? kClusterPair
                                                                         : 1;
@@ -269,7 +274,10 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   if (tuning.tail_split > 0 && cross_tile_overlap)
     return refuse("fa3: tail_split walks one tile at a time (no cross_tile_overlap)");
   const bool tail_split = tuning.tail_split >= 0 ? tuning.tail_split != 0
-                                                 : kTailSplitDefault && three_wgs && !masked && !spec.varlen &&
+                                                 : kTailSplitDefault &&
+                                                       (three_wgs || (max_dim <= kMaxHeadDimTailSplitTwoWarpgroups &&
+                                                                      spec.key_block == 0)) &&
+                                                       !masked && !spec.varlen &&
                                                        !cross_tile_overlap && backend != FLASHJIT_BACKEND_MLIR;
   if (tuning.q_desc_per_step > 0 && backend == FLASHJIT_BACKEND_MLIR)
     return refuse("fa3: q_desc_per_step has a template form only (NVRTC)");
@@ -360,7 +368,6 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   // -0.5% at d80, within noise with 3 warpgroups: off unless tuned.
   plan->add_bool("kRescaleBeforePv", tuning.rescale_before_pv > 0);
   // The MLIR generator renders eager rescaling only (like CTA pairs, NVRTC plans only).
-  const int max_dim = std::max(spec.head_dim_qk, spec.head_dim_v);
   const bool lazy_default =
       backend != FLASHJIT_BACKEND_MLIR &&
       (!plan->pingpong || (three_wgs && max_dim >= kMinHeadDimLazyRescale3Wg && max_dim <= kMaxHeadDimLazyRescale3Wg));

@@ -364,15 +364,15 @@ TEST(Fa3Tuning, CrossTileOverlapIsATuningWhereOHasItsOwnRegion) {
 }
 
 // The tail split: for tiles of equal cost only (no causal, window or varlen), NVRTC only, not with
-// the cross-tile walk; on by default where session 10 measured it worth its compile time (three
-// consumer warpgroups: d <= 96), a tuning elsewhere.
+// the cross-tile walk; on by default where sessions 10 and 14 measured it worth its compile time
+// (three consumer warpgroups: d <= 96; two up to d128 with the default key block), a tuning elsewhere.
 TEST(Fa3Tuning, TailSplitIsATuningForTilesOfEqualCost) {
-  for (int d : {64, 80, 96, 128, 192, 256}) {
+  for (int d : {64, 80, 96, 104, 128, 136, 192, 256}) {
     Plan plan;
     std::string why;
     ASSERT_TRUE(plan_fa3(prefill(d, false), &plan, &why)) << why;
-    const bool expected = plan.consumer_warpgroups == 3;
-    EXPECT_EQ(expected, d <= 96) << "d" << d;
+    const bool expected = d <= 128;
+    EXPECT_EQ(plan.consumer_warpgroups == 3, d <= 96) << "d" << d;
     EXPECT_EQ(plan.constant("kTailSplit"), expected ? 1 : 0) << "d" << d;
     EXPECT_EQ(kernel_name(prefill(d, false), plan).find(".ts") != std::string::npos, expected) << "d" << d;
     ASSERT_TRUE(plan_fa3(prefill(d, true), &plan, &why)) << why;
@@ -380,10 +380,14 @@ TEST(Fa3Tuning, TailSplitIsATuningForTilesOfEqualCost) {
     ASSERT_TRUE(plan_fa3(prefill(d, false), &plan, &why, FLASHJIT_BACKEND_MLIR)) << why;
     EXPECT_EQ(plan.constant("kTailSplit"), 0) << "MLIR d" << d;
   }
-  Fa3Tuning on;
-  on.tail_split = 1;
   Plan plan;
   std::string why;
+  KernelSpec short_keys = prefill(128, false);
+  short_keys.key_block = fa3_short_key_block(short_keys);
+  ASSERT_TRUE(plan_fa3(short_keys, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kTailSplit"), 0) << "the short key block keeps whole tiles";
+  Fa3Tuning on;
+  on.tail_split = 1;
   ASSERT_TRUE(plan_fa3_tuned(prefill(128, false), on, &plan, &why)) << why;
   EXPECT_EQ(plan.constant("kTailSplit"), 1);
   EXPECT_NE(kernel_name(prefill(128, false), plan).find(".ts"), std::string::npos);

@@ -322,7 +322,7 @@ TEST(Fa3Schedule, TailSplitCutsTheLastWavesEvenlyByKeys) {
   EXPECT_EQ(layout.counter_bytes, 66u * 2 * 4);
   EXPECT_EQ(layout.partials_offset % 256, 0u);
   EXPECT_EQ(layout.total_bytes, layout.partials_offset + 66u * 2 * 2 * plan.constant("kTailSlotFloats") * 4);
-  EXPECT_EQ(fa3_tail_layout(fa3_plan(spec), 66).total_bytes, 0u) << "no split, no workspace";
+  EXPECT_EQ(fa3_tail_layout(fa3_plan(fa3_spec(256, 256)), 66).total_bytes, 0u) << "no split, no workspace";
 }
 
 // The shapes of the GPU test PrefillTailSplitGpu (tests/gpu/test_prefill_gpu.cpp) do cut tiles:
