@@ -242,8 +242,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   const int q_panel_bytes = block_m * kSwizzleBytes;
 
   // The MLIR generator (compiler/mlir/gen_fa3.cpp) renders single-CTA tiles only.
-  const bool pair_fits = !masked && !spec.varlen && consumer_wgs == kConsumerWarpgroupsDefault &&
-                         max_dim >= kMinHeadDimCluster;
+  const bool pair_fits =
+      !masked && !spec.varlen && consumer_wgs == kConsumerWarpgroupsDefault && max_dim >= kMinHeadDimCluster;
   const int cluster_m = tuning.cluster_m > 0                            ? tuning.cluster_m
                         : pair_fits && backend != FLASHJIT_BACKEND_MLIR ? kClusterPair
                                                                         : 1;
@@ -273,12 +273,12 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: tail_split has a template form only (NVRTC)");
   if (tuning.tail_split > 0 && cross_tile_overlap)
     return refuse("fa3: tail_split walks one tile at a time (no cross_tile_overlap)");
-  const bool tail_split = tuning.tail_split >= 0 ? tuning.tail_split != 0
-                                                 : kTailSplitDefault &&
-                                                       (three_wgs || (max_dim <= kMaxHeadDimTailSplitTwoWarpgroups &&
-                                                                      spec.key_block == 0)) &&
-                                                       !masked && !spec.varlen &&
-                                                       !cross_tile_overlap && backend != FLASHJIT_BACKEND_MLIR;
+  const bool tail_split_measured_faster =
+      three_wgs || (max_dim <= kMaxHeadDimTailSplitTwoWarpgroups && spec.key_block == 0);
+  const bool tail_split = tuning.tail_split >= 0
+                              ? tuning.tail_split != 0
+                              : kTailSplitDefault && tail_split_measured_faster && !masked && !spec.varlen &&
+                                    !cross_tile_overlap && backend != FLASHJIT_BACKEND_MLIR;
   if (tuning.q_desc_per_step > 0 && backend == FLASHJIT_BACKEND_MLIR)
     return refuse("fa3: q_desc_per_step has a template form only (NVRTC)");
   const bool q_desc_per_step =

@@ -187,13 +187,14 @@ INSTANTIATE_TEST_SUITE_P(Prefill, PrefillGpu,
                          case_name);
 
 // The fa3 tail split (on by default up to d128 without causal or window masks;
-// FLASHJIT_FA3_TUNING=tail_split=1 turns it on at every head dim), with the workspace flashjit_workspace_size asks for: shapes whose last waves
-// are cut between walkers (unit test Fa3Schedule.TheTailSplitGpuTestShapesCutTiles pins that; d64:
-// 162 units over 132 CTAs, d80: 160, d128 GQA 5: 160 pair units over 66 clusters, d192 with more
-// keys than queries: 150, d256: 72), so tiles are merged by the second walker to finish; every
-// element against the float64 reference, then twice more bitwise equal (which CTA merges must not
-// move the result, and the counters, zeroed once per workspace, are left at zero by each launch),
-// and without the workspace the same kernel walks whole tiles.
+// FLASHJIT_FA3_TUNING=tail_split=1 turns it on at every head dim), with the workspace
+// flashjit_workspace_size asks for: shapes whose last waves are cut between walkers (unit test
+// Fa3Schedule.TheTailSplitGpuTestShapesCutTiles pins that; d64: 162 units over 132 CTAs, d80: 160,
+// d128 GQA 5: 160 pair units over 66 clusters, d192 with more keys than queries: 150, d256: 72), so
+// tiles are merged by the second walker to finish; every element against the float64 reference,
+// then twice more bitwise equal (which CTA merges must not move the result, and the counters,
+// zeroed once per workspace, are left at zero by each launch), and without the workspace the same
+// kernel walks whole tiles.
 TEST_F(PrefillTailSplitGpu, CutTilesMergeToTheReference) {
   struct Case {
     const char *name;
