@@ -681,6 +681,18 @@ __device__ __forceinline__ i32 *merge_counter_array(const fj_decode_params &p) {
   return const_cast<i32 *>(state_merge_array(p)) + (states + kRound - 1) / kRound * kRound;
 }
 
+#ifdef FJ_DECODE_SLICE_MERGE
+__device__ __forceinline__ i32 *state_flag_array(const fj_decode_params &p) {
+  constexpr int kRound = fj_decode_i32_per_16_bytes;
+  return merge_counter_array(p) + ((int)gridDim.x + kRound - 1) / kRound * kRound;
+}
+__device__ __forceinline__ i32 *merge_epoch_array(const fj_decode_params &p) {
+  constexpr int kRound = fj_decode_i32_per_16_bytes;
+  const int states = fj_decode_states_per_cta * (int)gridDim.x;
+  return state_flag_array(p) + (states + kRound - 1) / kRound * kRound;
+}
+#endif
+
 // The merge a split piece's partial state `state` belongs to (host-written: read while the piece's
 // first tiles load, so the arrival at its end waits for no lookup).
 struct PieceMerge {
@@ -696,7 +708,7 @@ __device__ __forceinline__ PieceMerge piece_merge(const fj_decode_params &p, int
       m.index = ld_global_nc_s32(state_merge_array(p) + state);
       m.merge = load_merge(p.merges + m.index);
 #ifdef FJ_DECODE_SLICE_MERGE
-      m.epoch = ld_relaxed_gpu_s32(merge_counter_array(p) + m.index) + 1;
+      m.epoch = ld_relaxed_gpu_s32(merge_epoch_array(p) + m.index) + 1;
 #endif
     }
   return m;
@@ -729,15 +741,11 @@ __device__ __forceinline__ void arrive_and_maybe_merge(const fj_decode_params &p
 #ifdef FJ_DECODE_SLICE_MERGE // diagnostic builds only (bench/harness/decode gen's SLICE=1)
 // Sliced merge: every piece of a split unit publishes its state with a flag, then all CTAs of the
 // unit merge it together, each a slice. The flag value is the launch's epoch for the unit: one past
-// merge_counters[merge] (which holds the last epoch instead of arrivals; the host zeroes it and the
-// flags with each plan). Warp w of the unit's j-th piece takes the (row, float4 column) items
+// merge_epochs[merge] (the host zeroes the epochs and the flags with each plan; the arrival
+// counters stay zero, as a workspace shared with the other merge needs). Warp w of the unit's j-th piece takes the (row, float4 column) items
 // j * kWarps + w, + count * kWarps, ...; lane s polls, then loads, state s (s + 32, ...). A column's
 // arithmetic is merge_states_row's, in the same order. Every CTA of a unit waits for all of its
 // pieces, after its whole run: the planned grid is resident at once, so every piece is reached.
-__device__ __forceinline__ i32 *state_flag_array(const fj_decode_params &p) {
-  constexpr int kRound = fj_decode_i32_per_16_bytes;
-  return merge_counter_array(p) + ((int)gridDim.x + kRound - 1) / kRound * kRound;
-}
 
 __device__ __forceinline__ void publish_state(const fj_decode_params &p, int state, const PieceMerge &pm) {
   __syncthreads(); // every thread's partial-state stores, before thread 0's release below
@@ -772,7 +780,7 @@ __device__ __forceinline__ void merge_slices(const fj_decode_params &p, int stat
     __syncwarp();
     // Every piece of the unit has read the epoch before publishing: the next launch may use it.
     if (item == 0 && lane == 0)
-      st_relaxed_gpu_s32(merge_counter_array(p) + pm.index, pm.epoch);
+      st_relaxed_gpu_s32(merge_epoch_array(p) + pm.index, pm.epoch);
     const float *o_col = o_states + (i64)row * Cfg::kHeadDimV + vec * kF32PerVec;
     float lse0 = neg_inf();
     float v0[kF32PerVec] = {};
