@@ -748,6 +748,9 @@ __device__ __forceinline__ void arrive_and_maybe_merge(const fj_decode_params &p
 // pieces, after its whole run: the planned grid is resident at once, so every piece is reached.
 
 __device__ __forceinline__ void publish_state(const fj_decode_params &p, int state, const PieceMerge &pm) {
+#ifdef FJ_DECODE_LL_MERGE
+  return; // every 8-byte (value, epoch) pair publishes itself
+#endif
   __syncthreads(); // every thread's partial-state stores, before thread 0's release below
   if (threadIdx.x == 0) {
     fence_acq_rel_gpu();
@@ -774,6 +777,35 @@ __device__ __forceinline__ void merge_slices(const fj_decode_params &p, int stat
        item += count * Traits::kWarps) {
     const int row = item / kVecs;
     const int vec = item % kVecs;
+#ifdef FJ_DECODE_LL_MERGE
+    if (count > kWarpSize || 2 * u.rows_here > Cfg::kBlockM)
+      __trap(); // diagnostic build: one chunk of states, LL pairs in the state's own space
+    float lse0 = neg_inf();
+    float v0[kF32PerVec] = {};
+    if (lane < count) {
+      const u32 *o_pairs = reinterpret_cast<const u32 *>(o_states + lane * kStateO) +
+                           2 * (row * Cfg::kHeadDimV + vec * kF32PerVec);
+      const u32 *lse_pair = reinterpret_cast<const u32 *>(lse_states + (i64)lane * Cfg::kBlockM) + 2 * row;
+      bool ready = false;
+      while (!ready) {
+        u32 w0[4], w1[4], l[2];
+        ld_global_cg_v4_b32(w0, o_pairs);
+        ld_global_cg_v4_b32(w1, o_pairs + 4);
+        ld_global_cg_v2_b32(l, lse_pair);
+        const u32 e = (u32)pm.epoch;
+        ready = w0[1] == e && w0[3] == e && w1[1] == e && w1[3] == e && l[1] == e;
+        v0[0] = __uint_as_float(w0[0]);
+        v0[1] = __uint_as_float(w0[2]);
+        v0[2] = __uint_as_float(w1[0]);
+        v0[3] = __uint_as_float(w1[2]);
+        lse0 = __uint_as_float(l[0]);
+      }
+    }
+    __syncwarp();
+    if (item == 0 && lane == 0)
+      st_relaxed_gpu_s32(merge_epoch_array(p) + pm.index, pm.epoch);
+    const float *o_col = o_states; // unused: one chunk of states
+#else
     for (int s = lane; s < count; s += kWarpSize)
       while (ld_acquire_gpu_s32(flags + s) != pm.epoch) {
       }
@@ -788,6 +820,7 @@ __device__ __forceinline__ void merge_slices(const fj_decode_params &p, int stat
       lse0 = ld_global_cg_f32(lse_states + (i64)lane * Cfg::kBlockM + row);
       ld_global_cg_v4_f32(v0, o_col + lane * kStateO);
     }
+#endif
     float best = lse0;
     for (int s = lane + kWarpSize; s < count; s += kWarpSize)
       best = max_f32(best, ld_global_cg_f32(lse_states + (i64)s * Cfg::kBlockM + row));
@@ -813,9 +846,7 @@ __device__ __forceinline__ void merge_slices(const fj_decode_params &p, int stat
       }
       const float weight = s < count ? ex2_approx((lse - max_lse) * kLog2e) * inv_sum : 0.f;
 #pragma unroll
-      for (int j = 0; j < kWarpSize; ++j) {
-        if (first + j >= count)
-          break;
+      for (int j = 0; j < kWarpSize; ++j) { // past count: weight 0, adds +0 as merge_states_row's padding does
         const float w = shfl_idx_sync(weight, j);
 #pragma unroll
         for (int i = 0; i < kF32PerVec; ++i) {
@@ -908,6 +939,21 @@ __device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Un
       if (a.maybe_lse != nullptr && col == 0)
         st_global_f32(a.maybe_lse + ((i64)u.batch * a.heads_q + head) * a.seqlen_q + token, lse);
     } else {
+#ifdef FJ_DECODE_LL_MERGE
+      // (value, epoch) pairs, two per 16-byte store, in the state's own space: rows_here <= kBlockM / 2.
+      u32 *dst = reinterpret_cast<u32 *>(a.maybe_partial_o + (i64)u.state * Cfg::kBlockM * Cfg::kHeadDimV) +
+                 2 * (row * Cfg::kHeadDimV + col);
+      const u32 epoch = (u32)pm.epoch;
+#pragma unroll
+      for (int h = 0; h < kMergeChunk / 2; ++h) {
+        const u32 pair[4] = {__float_as_uint(out[2 * h]), epoch, __float_as_uint(out[2 * h + 1]), epoch};
+        st_global_v4_b32(dst + 4 * h, pair);
+      }
+      if (col == 0) {
+        const u32 pair[2] = {__float_as_uint(lse), epoch};
+        st_global_v2_b32(reinterpret_cast<u32 *>(a.maybe_partial_lse + (i64)u.state * Cfg::kBlockM) + 2 * row, pair);
+      }
+#else
       float *dst = a.maybe_partial_o + ((i64)u.state * Cfg::kBlockM + row) * Cfg::kHeadDimV + col;
 #pragma unroll
       for (int h = 0; h < kMergeChunk / kF32PerVec; ++h) {
@@ -917,6 +963,7 @@ __device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Un
       }
       if (col == 0)
         st_global_f32(a.maybe_partial_lse + (i64)u.state * Cfg::kBlockM + row, lse);
+#endif
     }
   }
   FJ_DECODE_MARK(p, fj_mark_stored, global_timer_ns());

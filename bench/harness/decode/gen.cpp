@@ -225,6 +225,10 @@ int main(int argc, char **argv) {
         prefix += "#define FJ_DECODE_MERGE_ONE_PASS 1\n";
         continue;
       }
+      if (key == "LL") { // the sliced merge with flags inside the states (implies SLICE)
+        prefix += "#define FJ_DECODE_SLICE_MERGE 1\n#define FJ_DECODE_LL_MERGE 1\n";
+        continue;
+      }
       if (key == "SLICE") {
         prefix += "#define FJ_DECODE_SLICE_MERGE 1\n";
         continue;

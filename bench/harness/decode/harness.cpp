@@ -451,6 +451,8 @@ static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0
     exit(2);
   }
   g.ws.alloc(g.layout.total_bytes);
+  // Zero first: the LL merge build (LL=1) reads flags inside the partial states, never epoch 0.
+  CK(cuMemsetD8(g.ws.p, 0, g.layout.total_bytes));
   g.ws.up(host.data(), host.size());
 
   fj_attention_params &a = g.params.attn;
