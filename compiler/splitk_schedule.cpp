@@ -60,13 +60,11 @@ bool splitk_layout(const SplitKShape &shape, SplitKLayout *layout, std::string *
   l.slot_offset = align_up(sizeof(fj_decode_header), kIntAlign);
   l.work_offset = align_up(l.slot_offset + sizeof(int32_t) * (l.grid + 1), kIntAlign);
   l.merge_offset = align_up(l.work_offset + sizeof(fj_decode_work) * l.max_work, kIntAlign);
-  // The device finds the arrays after merges[] from `merges` and the grid (params_decode.h): keep them right
+  // The device finds these two from `merges` and the grid (params_decode.h): keep them right
   // after merges[grid], in this order.
   l.state_merge_offset = align_up(l.merge_offset + sizeof(fj_decode_merge) * l.grid, kIntAlign);
   l.merge_counter_offset = align_up(l.state_merge_offset + sizeof(int32_t) * l.max_states, kIntAlign);
-  l.state_flag_offset = align_up(l.merge_counter_offset + sizeof(int32_t) * l.grid, kIntAlign);
-  l.merge_epoch_offset = align_up(l.state_flag_offset + sizeof(int32_t) * l.max_states, kIntAlign);
-  l.int_bytes = align_up(l.merge_epoch_offset + sizeof(int32_t) * l.grid, kIntAlign);
+  l.int_bytes = align_up(l.merge_counter_offset + sizeof(int32_t) * l.grid, kIntAlign);
   l.partial_lse_offset = align_up(l.int_bytes, kFloatAlign);
   const size_t state_rows = size_t(l.max_states) * shape.block_m;
   l.partial_o_offset = align_up(l.partial_lse_offset + sizeof(float) * state_rows, kFloatAlign);

@@ -96,8 +96,6 @@ struct SplitKLayout {
   // The fused merge (params_decode.h): right after merges[grid], where the device finds them.
   size_t state_merge_offset = 0;   // int32 [max_states]: merge of each state, -1 if unused
   size_t merge_counter_offset = 0; // int32 [grid]: arrivals per merge, zero between launches
-  size_t state_flag_offset = 0;    // int32 [max_states]: sliced merge's flags (harness builds only)
-  size_t merge_epoch_offset = 0;   // int32 [grid]: sliced merge's last epoch per merge
   size_t int_bytes = 0;
   size_t partial_lse_offset = 0; // float [max_states, block_m]
   size_t partial_o_offset = 0;   // float [max_states, block_m, head_dim_v]

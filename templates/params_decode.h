@@ -39,10 +39,7 @@ typedef struct fj_decode_header {
 //     (-1 for slots no state uses this step);
 //   merge_counters[grid] at state_merge + that count rounded up to fj_decode_i32_per_16_bytes:
 //     arrivals per merge, zero between launches (the host writes zeros; the merging CTA puts its
-//     counter back to zero);
-//   state_flags[fj_decode_states_per_cta * grid] at merge_counters + grid rounded up likewise, and
-//   merge_epochs[grid] after them: zero from the host; only diagnostic builds of the sliced merge
-//   (FJ_DECODE_SLICE_MERGE) use them.
+//     counter back to zero).
 enum {
   fj_decode_states_per_cta = 2,  // a CTA's run holds at most two pieces of split units
   fj_decode_i32_per_16_bytes = 4 // the integer region's arrays start 16-byte aligned

@@ -681,35 +681,19 @@ __device__ __forceinline__ i32 *merge_counter_array(const fj_decode_params &p) {
   return const_cast<i32 *>(state_merge_array(p)) + (states + kRound - 1) / kRound * kRound;
 }
 
-#ifdef FJ_DECODE_SLICE_MERGE
-__device__ __forceinline__ i32 *state_flag_array(const fj_decode_params &p) {
-  constexpr int kRound = fj_decode_i32_per_16_bytes;
-  return merge_counter_array(p) + ((int)gridDim.x + kRound - 1) / kRound * kRound;
-}
-__device__ __forceinline__ i32 *merge_epoch_array(const fj_decode_params &p) {
-  constexpr int kRound = fj_decode_i32_per_16_bytes;
-  const int states = fj_decode_states_per_cta * (int)gridDim.x;
-  return state_flag_array(p) + (states + kRound - 1) / kRound * kRound;
-}
-#endif
-
 // The merge a split piece's partial state `state` belongs to (host-written: read while the piece's
 // first tiles load, so the arrival at its end waits for no lookup).
 struct PieceMerge {
   int index; // into merges[] and the merge counters
   fj_decode_merge merge;
-  int epoch; // FJ_DECODE_SLICE_MERGE only: this launch's flag value for the unit's states
 };
 
 __device__ __forceinline__ PieceMerge piece_merge(const fj_decode_params &p, int state) {
-  PieceMerge m{0, {0, 0, 0, 0}, 0};
+  PieceMerge m{0, {0, 0, 0, 0}};
   if constexpr (Cfg::kFusedMerge != 0)
     if (state >= 0) {
       m.index = ld_global_nc_s32(state_merge_array(p) + state);
       m.merge = load_merge(p.merges + m.index);
-#ifdef FJ_DECODE_SLICE_MERGE
-      m.epoch = ld_relaxed_gpu_s32(merge_epoch_array(p) + m.index) + 1;
-#endif
     }
   return m;
 }
@@ -737,134 +721,6 @@ __device__ __forceinline__ void arrive_and_maybe_merge(const fj_decode_params &p
   FJ_DECODE_MARK(p, fj_mark_merge_start, global_timer_ns());
   merge_unit<Traits::kWarps, true>(p, pm.merge);
 }
-
-#ifdef FJ_DECODE_SLICE_MERGE // diagnostic builds only (bench/harness/decode gen's SLICE=1)
-// Sliced merge: every piece of a split unit publishes its state with a flag, then all CTAs of the
-// unit merge it together, each a slice. The flag value is the launch's epoch for the unit: one past
-// merge_epochs[merge] (the host zeroes the epochs and the flags with each plan; the arrival
-// counters stay zero, as a workspace shared with the other merge needs). Warp w of the unit's j-th piece takes the (row, float4 column) items
-// j * kWarps + w, + count * kWarps, ...; lane s polls, then loads, state s (s + 32, ...). A column's
-// arithmetic is merge_states_row's, in the same order. Every CTA of a unit waits for all of its
-// pieces, after its whole run: the planned grid is resident at once, so every piece is reached.
-
-__device__ __forceinline__ void publish_state(const fj_decode_params &p, int state, const PieceMerge &pm) {
-#ifdef FJ_DECODE_LL_MERGE
-  return; // every 8-byte (value, epoch) pair publishes itself
-#endif
-  __syncthreads(); // every thread's partial-state stores, before thread 0's release below
-  if (threadIdx.x == 0) {
-    fence_acq_rel_gpu();
-    st_relaxed_gpu_s32(state_flag_array(p) + state, pm.epoch);
-  }
-}
-
-// Called once a CTA's run is done (no CTA waits before its last piece, so no wait can hold up a
-// piece another CTA waits for).
-__device__ __forceinline__ void merge_slices(const fj_decode_params &p, int state, const PieceMerge &pm) {
-  FJ_DECODE_MARK(p, fj_mark_merge_start, global_timer_ns());
-  const fj_decode_merge &merge = pm.merge;
-  const fj_attention_params &a = p.attn;
-  const Unit u = decode_unit_rows(p, fj_decode_work{merge.unit, 0, 0, 0});
-  constexpr int kVecs = Cfg::kHeadDimV / kF32PerVec;
-  constexpr i64 kStateO = (i64)Cfg::kBlockM * Cfg::kHeadDimV;
-  const int lane = lane_id();
-  const int count = merge.count;
-  const i32 *flags = state_flag_array(p) + merge.first_state;
-  const float *lse_states = a.maybe_partial_lse + (i64)merge.first_state * Cfg::kBlockM;
-  const float *o_states = a.maybe_partial_o + merge.first_state * kStateO;
-  const int items = u.rows_here * kVecs;
-  for (int item = (state - merge.first_state) * Traits::kWarps + warp_id(); item < items;
-       item += count * Traits::kWarps) {
-    const int row = item / kVecs;
-    const int vec = item % kVecs;
-#ifdef FJ_DECODE_LL_MERGE
-    if (count > kWarpSize || 2 * u.rows_here > Cfg::kBlockM)
-      __trap(); // diagnostic build: one chunk of states, LL pairs in the state's own space
-    float lse0 = neg_inf();
-    float v0[kF32PerVec] = {};
-    if (lane < count) {
-      const u32 *o_pairs = reinterpret_cast<const u32 *>(o_states + lane * kStateO) +
-                           2 * (row * Cfg::kHeadDimV + vec * kF32PerVec);
-      const u32 *lse_pair = reinterpret_cast<const u32 *>(lse_states + (i64)lane * Cfg::kBlockM) + 2 * row;
-      bool ready = false;
-      while (!ready) {
-        u32 w0[4], w1[4], l[2];
-        ld_global_cg_v4_b32(w0, o_pairs);
-        ld_global_cg_v4_b32(w1, o_pairs + 4);
-        ld_global_cg_v2_b32(l, lse_pair);
-        const u32 e = (u32)pm.epoch;
-        ready = w0[1] == e && w0[3] == e && w1[1] == e && w1[3] == e && l[1] == e;
-        v0[0] = __uint_as_float(w0[0]);
-        v0[1] = __uint_as_float(w0[2]);
-        v0[2] = __uint_as_float(w1[0]);
-        v0[3] = __uint_as_float(w1[2]);
-        lse0 = __uint_as_float(l[0]);
-      }
-    }
-    __syncwarp();
-    if (item == 0 && lane == 0)
-      st_relaxed_gpu_s32(merge_epoch_array(p) + pm.index, pm.epoch);
-    const float *o_col = o_states; // unused: one chunk of states
-#else
-    for (int s = lane; s < count; s += kWarpSize)
-      while (ld_acquire_gpu_s32(flags + s) != pm.epoch) {
-      }
-    __syncwarp();
-    // Every piece of the unit has read the epoch before publishing: the next launch may use it.
-    if (item == 0 && lane == 0)
-      st_relaxed_gpu_s32(merge_epoch_array(p) + pm.index, pm.epoch);
-    const float *o_col = o_states + (i64)row * Cfg::kHeadDimV + vec * kF32PerVec;
-    float lse0 = neg_inf();
-    float v0[kF32PerVec] = {};
-    if (lane < count) { // the first 32 states: LSE and O in one burst
-      lse0 = ld_global_cg_f32(lse_states + (i64)lane * Cfg::kBlockM + row);
-      ld_global_cg_v4_f32(v0, o_col + lane * kStateO);
-    }
-#endif
-    float best = lse0;
-    for (int s = lane + kWarpSize; s < count; s += kWarpSize)
-      best = max_f32(best, ld_global_cg_f32(lse_states + (i64)s * Cfg::kBlockM + row));
-    const float max_lse = warp_reduce_max(best);
-    const bool empty = max_lse == neg_inf();
-    float sum = 0.f;
-    if (!empty) {
-      if (lane < count)
-        sum += ex2_approx((lse0 - max_lse) * kLog2e);
-      for (int s = lane + kWarpSize; s < count; s += kWarpSize)
-        sum += ex2_approx((ld_global_cg_f32(lse_states + (i64)s * Cfg::kBlockM + row) - max_lse) * kLog2e);
-      sum = warp_reduce_sum(sum);
-    }
-    const float inv_sum = empty ? 0.f : rcp_approx(sum);
-    float acc[kF32PerVec] = {};
-    for (int first = 0; !empty && first < count; first += kWarpSize) {
-      const int s = first + lane;
-      float lse = lse0;
-      float v[kF32PerVec] = {v0[0], v0[1], v0[2], v0[3]};
-      if (first > 0 && s < count) {
-        lse = ld_global_cg_f32(lse_states + (i64)s * Cfg::kBlockM + row);
-        ld_global_cg_v4_f32(v, o_col + s * kStateO);
-      }
-      const float weight = s < count ? ex2_approx((lse - max_lse) * kLog2e) * inv_sum : 0.f;
-#pragma unroll
-      for (int j = 0; j < kWarpSize; ++j) { // past count: weight 0, adds +0 as merge_states_row's padding does
-        const float w = shfl_idx_sync(weight, j);
-#pragma unroll
-        for (int i = 0; i < kF32PerVec; ++i) {
-          const float x = shfl_idx_sync(v[i], j);
-          acc[i] += w > 0.f ? w * x : 0.f;
-        }
-      }
-    }
-    if (lane == 0) {
-      float *lse_out;
-      u16 *dst = merge_out_row(a, u, row, &lse_out);
-      store_16bit<Cfg::kDType, Cfg::kAligned16, kF32PerVec>(dst + vec * kF32PerVec, acc);
-      if (vec == 0 && lse_out != nullptr)
-        st_global_f32(lse_out, empty ? neg_inf() : max_lse + lg2_approx(sum) * kLn2);
-    }
-  }
-}
-#endif
 
 __device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Unit &u, const Smem &smem, WarpState &st,
                                              const PieceMerge &pm) {
@@ -939,21 +795,6 @@ __device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Un
       if (a.maybe_lse != nullptr && col == 0)
         st_global_f32(a.maybe_lse + ((i64)u.batch * a.heads_q + head) * a.seqlen_q + token, lse);
     } else {
-#ifdef FJ_DECODE_LL_MERGE
-      // (value, epoch) pairs, two per 16-byte store, in the state's own space: rows_here <= kBlockM / 2.
-      u32 *dst = reinterpret_cast<u32 *>(a.maybe_partial_o + (i64)u.state * Cfg::kBlockM * Cfg::kHeadDimV) +
-                 2 * (row * Cfg::kHeadDimV + col);
-      const u32 epoch = (u32)pm.epoch;
-#pragma unroll
-      for (int h = 0; h < kMergeChunk / 2; ++h) {
-        const u32 pair[4] = {__float_as_uint(out[2 * h]), epoch, __float_as_uint(out[2 * h + 1]), epoch};
-        st_global_v4_b32(dst + 4 * h, pair);
-      }
-      if (col == 0) {
-        const u32 pair[2] = {__float_as_uint(lse), epoch};
-        st_global_v2_b32(reinterpret_cast<u32 *>(a.maybe_partial_lse + (i64)u.state * Cfg::kBlockM) + 2 * row, pair);
-      }
-#else
       float *dst = a.maybe_partial_o + ((i64)u.state * Cfg::kBlockM + row) * Cfg::kHeadDimV + col;
 #pragma unroll
       for (int h = 0; h < kMergeChunk / kF32PerVec; ++h) {
@@ -963,25 +804,19 @@ __device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Un
       }
       if (col == 0)
         st_global_f32(a.maybe_partial_lse + (i64)u.state * Cfg::kBlockM + row, lse);
-#endif
     }
   }
   FJ_DECODE_MARK(p, fj_mark_stored, global_timer_ns());
   if constexpr (Cfg::kFusedMerge != 0)
     if (u.state >= 0) // uniform over the CTA
-#ifdef FJ_DECODE_SLICE_MERGE
-      publish_state(p, u.state, pm);
-#else
       arrive_and_maybe_merge(p, pm);
-#endif
   __syncthreads(); // the next piece's copies overwrite `merge` and `stats`
 }
 
 // ---- one piece -----------------------------------------------------------------------------------
 
 // `first`: the CTA's first piece (timeline builds mark its first tile).
-__device__ __forceinline__ PieceMerge run_piece(const fj_decode_params &p, const Unit &u, const Smem &smem,
-                                                bool first) {
+__device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit &u, const Smem &smem, bool first) {
   const fj_attention_params &a = p.attn;
   const KvSource src = kv_source(a, u);
   zero_qk_padding(smem); // the previous piece's merge scratch may have covered the K padding
@@ -1062,7 +897,6 @@ __device__ __forceinline__ PieceMerge run_piece(const fj_decode_params &p, const
   cp_async_wait_all(); // only empty groups remain, or Q when the piece has no tile
   FJ_DECODE_MARK(p, fj_mark_loop_end, global_timer_ns());
   finish_piece(p, u, smem, st, pm);
-  return pm;
 }
 
 } // namespace fj::decode
@@ -1092,30 +926,10 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfi
     if (first_work.kv_begin <= first_work.kv_end)
       fj::griddepcontrol_wait();
   FJ_DECODE_MARK(p, fj_mark_waited, fj::global_timer_ns());
-#ifdef FJ_DECODE_SLICE_MERGE
-  // A run holds at most two pieces of split units, its first and its last (params_decode.h).
-  int first_state = -1, last_state = -1;
-  fj::decode::PieceMerge first_merge{}, last_merge{};
-#endif
   for (int i = first; i < last; ++i) {
     const fj::decode::Unit u = fj::decode::decode_unit(p, i == first ? first_work : fj::decode::load_work(p.work + i));
-    const fj::decode::PieceMerge pm = fj::decode::run_piece(p, u, smem, i == first);
-#ifdef FJ_DECODE_SLICE_MERGE
-    if (u.state >= 0 && i == first) {
-      first_state = u.state;
-      first_merge = pm;
-    } else if (u.state >= 0) {
-      last_state = u.state;
-      last_merge = pm;
-    }
-#endif
+    fj::decode::run_piece(p, u, smem, i == first);
   }
-#ifdef FJ_DECODE_SLICE_MERGE
-  if (first_state >= 0)
-    fj::decode::merge_slices(p, first_state, first_merge);
-  if (last_state >= 0)
-    fj::decode::merge_slices(p, last_state, last_merge);
-#endif
   FJ_DECODE_MARK(p, fj_mark_exit, fj::global_timer_ns());
   FJ_DECODE_MARK(p, fj_mark_sm_pieces, fj::sm_id() | (unsigned long long)(last - first) << 32);
 }

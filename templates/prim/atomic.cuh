@@ -26,18 +26,6 @@ __device__ __forceinline__ void st_relaxed_gpu_s32(i32 *address, i32 value) {
   asm volatile("st.relaxed.gpu.global.s32 [%0], %1;" ::"l"(address), "r"(value) : "memory");
 }
 
-// ld.relaxed.gpu.global.s32 d, [a] — a flag or epoch other CTAs of the grid may write.
-__device__ __forceinline__ i32 ld_relaxed_gpu_s32(const i32 *address) {
-  i32 out;
-  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(out) : "l"(address) : "memory");
-  return out;
-}
-// ld.acquire.gpu.global.s32 d, [a] — a flag whose writer released what this thread reads next.
-__device__ __forceinline__ i32 ld_acquire_gpu_s32(const i32 *address) {
-  i32 out;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(out) : "l"(address) : "memory");
-  return out;
-}
 // bar.red.or.pred p, 0, q — a CTA barrier (barrier 0, every thread) that also tells every thread
 // whether any thread's predicate was true: one thread's decision, broadcast without shared memory.
 __device__ __forceinline__ bool bar_red_or(bool predicate) {

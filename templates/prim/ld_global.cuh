@@ -64,16 +64,4 @@ __device__ __forceinline__ void ld_global_cg_v4_f32(float (&out)[4], const float
                : "l"(address));
 }
 
-// ld.global.cg.v4.b32 {d0..d3}, [a] — a must be 16-byte aligned.
-__device__ __forceinline__ void ld_global_cg_v4_b32(u32 (&out)[4], const void *address) {
-  asm volatile("ld.global.cg.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(out[0]), "=r"(out[1]), "=r"(out[2]), "=r"(out[3])
-               : "l"(address));
-}
-
-// ld.global.cg.v2.b32 {d0, d1}, [a] — a must be 8-byte aligned.
-__device__ __forceinline__ void ld_global_cg_v2_b32(u32 (&out)[2], const void *address) {
-  asm volatile("ld.global.cg.v2.b32 {%0, %1}, [%2];" : "=r"(out[0]), "=r"(out[1]) : "l"(address));
-}
-
 } // namespace fj

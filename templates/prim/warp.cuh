@@ -28,16 +28,6 @@ __device__ __forceinline__ float shfl_xor_sync(float value, int lane_mask, u32 m
   return out;
 }
 
-// shfl.sync.idx.b32 d, a, src_lane, 0x1f, membermask — value from lane `src_lane`.
-__device__ __forceinline__ float shfl_idx_sync(float value, int src_lane, u32 member_mask = kFullMask) {
-  constexpr int kClamp = 0x1f;
-  float out;
-  asm volatile("shfl.sync.idx.b32 %0, %1, %2, %3, %4;"
-               : "=f"(out)
-               : "f"(value), "r"(src_lane), "r"(kClamp), "r"(member_mask));
-  return out;
-}
-
 // vote.sync.any.pred q, p, membermask — whether `pred` holds on any lane (the same on every lane).
 __device__ __forceinline__ bool vote_any_sync(bool pred, u32 member_mask = kFullMask) {
   u32 out;

@@ -1,7 +1,7 @@
 // GPU harness for the split-K decode + combine: correctness against a float64 CPU reference, and
 // KV-read bandwidth. Loads cubins compiled here by gen (NVRTC, templates from memory), launches
 // through the driver API, schedules with compiler/splitk_schedule.
-//   harness <cubin dir> [check|perf|all|ab]
+//   harness <cubin dir> [check [TAG_PREFIX]|perf|all|ab]   (check PREFIX: each case runs PREFIX + its tag)
 // ab: the schedule balanced by keys (the default) against the tile-balanced one of runs 1-9 and
 // against keys without the piece charge, in one process on the same data: each first checked
 // against float64 with NaN-poisoned outputs, then timed interleaved (compiler/splitk_schedule.hpp).
@@ -451,8 +451,6 @@ static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0
     exit(2);
   }
   g.ws.alloc(g.layout.total_bytes);
-  // Zero first: the LL merge build (LL=1) reads flags inside the partial states, never epoch 0.
-  CK(cuMemsetD8(g.ws.p, 0, g.layout.total_bytes));
   g.ws.up(host.data(), host.size());
 
   fj_attention_params &a = g.params.attn;
@@ -526,8 +524,8 @@ struct Reference {
 };
 
 // One launch on `g` with O and LSE NaN-poisoned beforehand, every element checked against `ref`.
-// Two launches go first, so what one launch leaves in the workspace (merge counters, epochs and
-// flags) is what the checked launch starts from.
+// Two launches go first, so what one launch leaves in the workspace (the merge counters the fused
+// merge puts back to zero) is what the checked launch starts from.
 static bool check_on_gpu(const Problem &P, Gpu &g, const Reference &ref, const std::string &label,
                          std::vector<uint16_t> *o_out = nullptr) {
   const Case &c = P.c;
