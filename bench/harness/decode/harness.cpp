@@ -1,7 +1,7 @@
 // GPU harness for the split-K decode + combine: correctness against a float64 CPU reference, and
 // KV-read bandwidth. Loads cubins compiled here by gen (NVRTC, templates from memory), launches
 // through the driver API, schedules with compiler/splitk_schedule.
-//   harness <cubin dir> [check [TAG_PREFIX]|perf|all|ab]   (check PREFIX: each case runs PREFIX + its tag)
+//   harness <cubin dir> [check [PREFIX]|perf|all|ab]   (PREFIX: see main's check)
 // ab: the schedule balanced by keys (the default) against the tile-balanced one of runs 1-9 and
 // against keys without the piece charge, in one process on the same data: each first checked
 // against float64 with NaN-poisoned outputs, then timed interleaved (compiler/splitk_schedule.hpp).
