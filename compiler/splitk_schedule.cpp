@@ -35,9 +35,6 @@ bool fail(std::string *error, std::string message) {
 bool partition_knobs_valid(const SplitKShape &shape, std::string *error) {
   if (shape.split_granule <= 0 || shape.min_tiles_per_cta < 0 || shape.piece_cost_keys < 0)
     return fail(error, "splitk: split_granule must be positive, min_tiles_per_cta and piece_cost_keys not negative");
-  if (shape.heavy_runs < 0 || shape.heavy_runs > shape.num_sms * shape.ctas_per_sm || shape.heavy_run_pct < 100 ||
-      shape.heavy_run_pct > 400)
-    return fail(error, "splitk: heavy_runs must be in [0, grid] and heavy_run_pct in [100, 400]");
   return true;
 }
 
@@ -128,14 +125,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
   // at 16 and 32 tiles per run it was 2% and 5-7% slower than whole tiles (the same tile iterations
   // per run, and 8-64 more pieces whose gaps and merge states cost more than the keys they even
   // out), at 63 it was 2-4% faster, at 125 the same. Shorter runs keep the tile-balanced schedule.
-  // Budgets of unequal runs: the first heavy_runs runs hold heavy_run_pct percent of the others'.
-  const int64_t weighted_grid_pct =
-      int64_t{layout.grid} * 100 + int64_t{shape.heavy_runs} * (shape.heavy_run_pct - 100);
-  auto run_budget = [&](int64_t budget, int run) {
-    return run < shape.heavy_runs ? budget * shape.heavy_run_pct / 100 : budget;
-  };
-  // Tile iterations of a balanced (ordinary) run.
-  const int64_t tile_share = ceil_div(total_tiles * 100, weighted_grid_pct);
+  const int64_t tile_share = ceil_div(total_tiles, layout.grid); // tile iterations of a balanced run
   const bool by_keys = tile_share >= shape.key_balance_min_run_tiles;
   const int64_t granule = by_keys ? shape.split_granule : block_n;
   const int64_t piece_cost_keys = by_keys ? shape.piece_cost_keys : 0;
@@ -167,7 +157,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
     slot_begin[0] = 0;
     for (int u = 0; u < units; ++u) {
       const int64_t tiles = ceil_div(unit_hi[u] - unit_lo[u], block_n);
-      if (run_tiles + tiles > run_budget(tile_limit, cta) && slot_begin[cta] < num_work) {
+      if (run_tiles + tiles > tile_limit && slot_begin[cta] < num_work) {
         if (++cta >= layout.grid)
           return false;
         slot_begin[cta] = num_work;
@@ -240,7 +230,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
         (build_whole(mid) ? fits : too_small) = mid;
       }
       build_whole(fits); // the buffer holds the last partition built: make it the one that fits
-      if (shape.whole_units_dealt && shape.heavy_runs == 0) // dealing ignores the runs' budgets
+      if (shape.whole_units_dealt)
         deal_whole(whole_runs, fits);
       return finish(largest_keys, fits, false, true);
     }
@@ -276,8 +266,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
   auto build = [&](int64_t limit, int64_t tile_limit) -> bool {
     const int64_t min_piece = int64_t{shape.min_tiles_per_cta} * block_n;
     int cta = 0, run_pieces = 0;
-    int64_t keys_left = run_budget(limit, 0), tiles_left = run_budget(tile_limit, 0), run_keys = 0, run_tiles = 0,
-            placed = 0;
+    int64_t keys_left = limit, tiles_left = tile_limit, run_keys = 0, run_tiles = 0, placed = 0;
     num_work = num_states = num_merges = 0;
     largest_keys = largest_tiles = 0;
     slot_begin[0] = 0;
@@ -292,8 +281,8 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
       run_pieces = 0;
       ++cta;
       slot_begin[cta] = num_work;
-      keys_left = run_budget(limit, cta);
-      tiles_left = run_budget(tile_limit, cta);
+      keys_left = limit;
+      tiles_left = tile_limit;
       return true;
     };
     for (int u = 0; u < units; ++u) {
@@ -353,7 +342,7 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
   // piece charged): a tile budget that does not fit there is one too small. With granule block_n
   // and no piece cost, limit = cap = tiles * block_n: the tile-balanced schedule's linear search.
   auto round_up = [&](int64_t keys) { return ceil_div(keys, granule) * granule; };
-  const int64_t share = std::max<int64_t>(ceil_div(total_granules * 100, weighted_grid_pct) * granule, 1);
+  const int64_t share = std::max<int64_t>(ceil_div(total_granules, layout.grid) * granule, 1);
   const int64_t min_piece = int64_t{shape.min_tiles_per_cta} * block_n;
   int64_t limit = 0, tile_limit = 0, built = -1; // built: the limit whose partition the buffer holds (-1: none fits)
   auto try_build = [&](int64_t keys, int64_t tiles) {

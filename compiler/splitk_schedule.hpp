@@ -77,10 +77,6 @@ struct SplitKShape {
   // longest. Measured on the H200 (docs/perf-notes.md, session 13): +0.2..0.8% at 64 x 4096 and
   // 128 x 2048. false: next-fit's order (run r holds units 2r and 2r + 1 at 64 x 4096).
   bool whole_units_dealt = true;
-  // Runs of unequal length: the first `heavy_runs` runs get heavy_run_pct percent of every other run's
-  // key and tile budgets (for CTAs on SMs that stream faster; 0 / 100: all runs equal).
-  int heavy_runs = 0;
-  int heavy_run_pct = 100;
 };
 
 // piece_cost_keys for 16-bit K/V of these head dims: the keys that move 32 KB per CTA.

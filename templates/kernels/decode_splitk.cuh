@@ -72,18 +72,6 @@ __device__ unsigned long long fj_decode_timeline[fj_decode_timeline_steps][fj_de
   } while (0)
 #endif
 
-// Diagnostic builds only (FJ_DECODE_SM_RUNS; bench/harness/decode, session 16): a CTA takes the run
-// the harness assigned to its SM and slot instead of run blockIdx.x, so runs of unequal length can go
-// to SMs that stream faster. The slot is the parity of a per-SM ticket: valid only while every SM
-// hosts exactly kCtasPerSm CTAs of each grid (a whole, unshared GPU).
-#ifdef FJ_DECODE_SM_RUNS
-enum { fj_decode_sm_runs_max_sms = 256 };
-extern "C" {
-__device__ unsigned fj_decode_sm_ticket[fj_decode_sm_runs_max_sms];
-__device__ int fj_decode_sm_runs[fj_decode_sm_runs_max_sms * 4];
-}
-#endif
-
 namespace fj::decode {
 
 using Cfg = KernelConfig;
@@ -922,23 +910,10 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfi
   FJ_DECODE_MARK(p, fj_mark_entry, fj::global_timer_ns());
   // The next grid of the stream (the combine, or with kFusedMerge the next step's decode) may get
   // resident now and wait (PDL).
-#ifdef FJ_DECODE_SM_RUNS
-  // The ticket is taken before the next grid may start (launch_dependents), so grids never interleave.
-  __shared__ int sm_run;
-  if (threadIdx.x == 0) {
-    const unsigned sm = fj::sm_id();
-    const unsigned slot = atomicAdd(&fj_decode_sm_ticket[sm], 1u) % KernelConfig::kCtasPerSm;
-    sm_run = fj_decode_sm_runs[sm * KernelConfig::kCtasPerSm + slot];
-  }
-  __syncthreads();
-  const int run = sm_run;
-#else
-  const int run = blockIdx.x;
-#endif
   if constexpr (KernelConfig::kArch >= 90)
     fj::griddepcontrol_launch_dependents();
-  const int first = p.slot_begin[run];
-  const int last = p.slot_begin[run + 1];
+  const int first = p.slot_begin[blockIdx.x];
+  const int last = p.slot_begin[blockIdx.x + 1];
   if (first == last) // no work: this CTA touches no memory, so it need not wait (PDL) either
     return;
   // The work list is the host's (no kernel writes it): read before the wait. Q, K, V, lengths and

@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
   std::vector<KernelSpec> specs;
   std::vector<std::string> tags;
   std::vector<std::string> extras; // per harness spec: "NAME=VALUE,..." plan constants to set; TL=1: timeline build;
-                                   // ONEPASS=1: one-pass merge build; SMRUNS=1: runs by SM; WARPS / WARPKEYS: DecodeTuning
+                                   // ONEPASS=1: one-pass merge build; WARPS / WARPKEYS: DecodeTuning
   auto base = [](int sm, flashjit_dtype dt, int dqk, int dv, int group, int qlen, int page) {
     KernelSpec s;
     s.op = Op::decode;
@@ -223,10 +223,6 @@ int main(int argc, char **argv) {
       }
       if (key == "ONEPASS") {
         prefix += "#define FJ_DECODE_MERGE_ONE_PASS 1\n";
-        continue;
-      }
-      if (key == "SMRUNS") {
-        prefix += "#define FJ_DECODE_SM_RUNS 1\n";
         continue;
       }
       bool found = false;

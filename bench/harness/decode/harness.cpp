@@ -116,9 +116,6 @@ struct Kernel {
   CUmodule mod;
   CUfunction decode, combine, merge;
   std::map<std::string, long> c;
-  // Builds with FJ_DECODE_SM_RUNS (gen's SMRUNS=1): the kernel's SM -> run table and per-SM tickets.
-  CUdeviceptr sm_runs = 0, sm_ticket = 0;
-  bool sm_runs_ready = false;
 };
 static std::map<std::string, std::string> g_index;
 static std::string g_dir;
@@ -142,13 +139,6 @@ static Kernel load_kernel(const std::string &tag) {
   while (m >> name >> v)
     k.c[name] = v;
   CK(cuFuncSetAttribute(k.decode, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)k.c["smem"]));
-  size_t bytes = 0;
-  if (cuModuleGetGlobal(&k.sm_runs, &bytes, k.mod, "fj_decode_sm_runs") != CUDA_SUCCESS)
-    k.sm_runs = 0;
-  if (k.sm_runs != 0) {
-    CK(cuModuleGetGlobal(&k.sm_ticket, &bytes, k.mod, "fj_decode_sm_ticket"));
-    CK(cuMemsetD8(k.sm_ticket, 0, bytes)); // each grid adds kCtasPerSm per SM: the parity stays aligned
-  }
   return k;
 }
 
@@ -169,12 +159,6 @@ struct Dev {
 };
 
 static int g_sms = 132;
-// SMs that stream faster than the rest (session 16: 24 of 132 on the H200, ~1.3x at 1 x 131072):
-// FJ_FAST_SMS="a-b,c,..." or calibrated from a timeline build (calibrate_fast_sms). SMRUNS builds
-// give their CTAs the first kCtasPerSm * |fast| runs, which get FJ_HEAVY_PCT (or the tag's
-// ":hNNN") percent of the others' budgets.
-static std::vector<int> g_fast_sms;
-static int g_heavy_pct = 100;
 
 // ---- one decode problem ----
 struct Case {
@@ -400,7 +384,7 @@ static const char *sched_name(Sched s) {
 }
 
 static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0, Sched sched = Sched::keys,
-                      const Gpu *share = nullptr, bool dealt = SplitKShape{}.whole_units_dealt, int heavy_pct = -1) {
+                      const Gpu *share = nullptr, bool dealt = SplitKShape{}.whole_units_dealt) {
   const Case &c = P.c;
   g.kern = &K;
   if (share != nullptr) {
@@ -450,22 +434,6 @@ static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0
       g.shape.split_granule = g.shape.block_n;
     else
       g.shape.key_balance_min_run_tiles = 0; // 'keys' is always by keys; the runtime's default chooses per shape
-  }
-  if (K.sm_runs != 0) {
-    const int per_sm = g.shape.ctas_per_sm;
-    g.shape.heavy_runs = per_sm * (int)g_fast_sms.size();
-    g.shape.heavy_run_pct = heavy_pct >= 100 ? heavy_pct : g_heavy_pct;
-    if (!K.sm_runs_ready) { // fast SMs' slots take runs [0, heavy_runs), the others the rest
-      std::vector<int> table(256 * 4, 0), is_fast(g_sms, 0);
-      for (int sm : g_fast_sms)
-        is_fast[sm] = 1;
-      int next_heavy = 0, next_other = g.shape.heavy_runs;
-      for (int sm = 0; sm < g_sms; ++sm)
-        for (int slot = 0; slot < per_sm; ++slot)
-          table[sm * per_sm + slot] = is_fast[sm] ? next_heavy++ : next_other++;
-      CK(cuMemcpyHtoD(K.sm_runs, table.data(), table.size() * 4));
-      K.sm_runs_ready = true;
-    }
   }
   std::string err;
   if (!splitk_layout(g.shape, &g.layout, &err)) {
@@ -952,8 +920,7 @@ static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> k
   for (int i = 0; i < copies; ++i)
     for (int v = 0; v < V; ++v)
       setup_gpu(gs[v][i], P, *kernels[v], 0, sched_of(v), v == 0 ? nullptr : &gs[0][i],
-                tags[v].find(":nextfit") == std::string::npos,
-                tags[v].find(":h") != std::string::npos ? atoi(tags[v].c_str() + tags[v].find(":h") + 2) : -1);
+                tags[v].find(":nextfit") == std::string::npos);
   for (int v = 0; v < V; ++v) {
     char label[96];
     snprintf(label, sizeof label, "kab %dx%d page%d %s", batch, len, c.page, tags[v].c_str());
@@ -984,8 +951,7 @@ static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> k
 // has landed (2), at the end of its last piece's key loop (3), after its last state / O store (4),
 // at the start of a fused merge (5), at exit (6); (7) = smid | pieces << 32. Printed per step
 // relative to the previous step's last exit; the raw marks go to $OUT (or .) as CSV.
-static void run_tl(const std::string &tag, Kernel &K, int batch, int len,
-                   std::map<int, double> *sm_loop_end = nullptr) {
+static void run_tl(const std::string &tag, Kernel &K, int batch, int len) {
   Case c;
   c.name = "perf";
   c.tag = tag;
@@ -1047,22 +1013,6 @@ static void run_tl(const std::string &tag, Kernel &K, int batch, int len,
       e = std::max(e, at(st, b, 6));
     return e;
   };
-  if (sm_loop_end != nullptr) { // mean over steps 1.. of each SM's latest loop end, from the step's start
-    std::map<int, std::vector<double>> per_sm;
-    for (int st = 1; st < kSteps; ++st) {
-      const double t0 = (double)step_end(st - 1);
-      std::map<int, double> last;
-      for (int b = 0; b < grid; ++b)
-        if (at(st, b, 6) != 0) {
-          const int sm = (int)(at(st, b, 7) & 0xffffffffull);
-          last[sm] = std::max(last[sm], (at(st, b, 3) - t0) * 1e-3);
-        }
-      for (auto [sm, t] : last)
-        per_sm[sm].push_back(t);
-    }
-    for (auto &[sm, v] : per_sm)
-      (*sm_loop_end)[sm] = std::accumulate(v.begin(), v.end(), 0.0) / v.size();
-  }
   printf("TL %s %dx%d grid %d (us from the previous step's last exit; min / p50 / max over working CTAs)\n",
          tag.c_str(), batch, len, grid);
   for (int st = 1; st < kSteps; ++st) {
@@ -1096,41 +1046,6 @@ static void run_tl(const std::string &tag, Kernel &K, int batch, int len,
   fflush(stdout);
   for (int i = copies - 1; i >= 0; --i)
     free_gpu(gs[i]);
-}
-
-// The SMs whose key loops end before 0.9 x the median one at 1 x 131072 (the timeline build `tag`),
-// unless FJ_FAST_SMS lists them ("a-b,c,...").
-static void calibrate_fast_sms(Kernel &K, const std::string &tag) {
-  g_fast_sms.clear();
-  if (const char *list = getenv("FJ_FAST_SMS")) {
-    std::istringstream in(list);
-    std::string item;
-    while (std::getline(in, item, ','))
-      if (!item.empty()) {
-        const size_t dash = item.find('-');
-        const int lo = atoi(item.c_str()), hi = dash == std::string::npos ? lo : atoi(item.c_str() + dash + 1);
-        for (int sm = lo; sm <= hi; ++sm)
-          g_fast_sms.push_back(sm);
-      }
-  } else {
-    std::map<int, double> ends;
-    run_tl(tag, K, 1, 131072, &ends);
-    std::vector<double> v;
-    for (auto [sm, t] : ends)
-      v.push_back(t);
-    std::sort(v.begin(), v.end());
-    const double median = v[v.size() / 2];
-    for (auto [sm, t] : ends)
-      if (t < 0.9 * median)
-        g_fast_sms.push_back(sm);
-  }
-  if (const char *pct = getenv("FJ_HEAVY_PCT"))
-    g_heavy_pct = atoi(pct);
-  printf("FAST SMs (%zu):", g_fast_sms.size());
-  for (int sm : g_fast_sms)
-    printf(" %d", sm);
-  printf(" | heavy runs get %d%% by default\n", g_heavy_pct);
-  fflush(stdout);
 }
 
 // Time of fj_combine on the 1x32768 merge shape (session 11's open question: is the fused merge's
@@ -1234,9 +1149,6 @@ int main(int argc, char **argv) {
   cuDeviceGetName(devname, sizeof devname, dev);
   printf("device %s, %d SMs\n", devname, g_sms);
   std::map<std::string, Kernel> kernels;
-  bool sm_runs_variant = false;
-  for (int i = 3; i < argc; ++i)
-    sm_runs_variant |= strstr(argv[i], "smr") != nullptr;
   auto K = [&](const std::string &tag) -> Kernel & {
     auto it = kernels.find(tag);
     if (it == kernels.end()) {
@@ -1249,8 +1161,6 @@ int main(int argc, char **argv) {
     }
     return it->second;
   };
-  if (sm_runs_variant)
-    calibrate_fast_sms(K("pftl_p0"), "pftl_p0");
   int fails = 0;
   if (what == "check" || what == "all") {
     // check PREFIX: every case runs the kernel tagged PREFIX + its tag (a variant's check set).
