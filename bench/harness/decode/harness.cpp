@@ -384,7 +384,7 @@ static const char *sched_name(Sched s) {
 }
 
 static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0, Sched sched = Sched::keys,
-                      const Gpu *share = nullptr, bool dealt = SplitKShape{}.whole_units_dealt) {
+                      const Gpu *share = nullptr, bool dealt = SplitKShape{}.whole_units_dealt, int grid = 0) {
   const Case &c = P.c;
   g.kern = &K;
   if (share != nullptr) {
@@ -415,7 +415,9 @@ static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0
     g.lens.up(c.lens.data(), P.batch * 4);
   }
 
-  g.shape.num_sms = g_sms;
+  // grid > 0: a grid of that many CTAs instead of kCtasPerSm per SM (more than fit at once: the
+  // hardware deals the later CTAs to the SMs that free up first).
+  g.shape.num_sms = grid > 0 ? grid / (int)K.c["kCtasPerSm"] : g_sms;
   g.shape.ctas_per_sm = (int)K.c["kCtasPerSm"];
   g.shape.block_m = (int)K.c["kBlockM"];
   g.shape.block_n = (int)K.c["kBlockN"];
@@ -894,7 +896,8 @@ static int tag_page(const std::string &tag) {
 static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> kernels, int batch, int len,
                    const Reference &ref) {
   // "TAG:whole" / "TAG:split" / "TAG:keys" / "TAG:tiles": kernel TAG with that Sched; ":nextfit" (with
-  // any of them) keeps whole units in next-fit order (SplitKShape::whole_units_dealt = false).
+  // any of them) keeps whole units in next-fit order (SplitKShape::whole_units_dealt = false); ":gN" a
+  // grid of N CTAs.
   auto sched_of = [&](int v) {
     return tags[v].find(":whole") != std::string::npos   ? Sched::whole
            : tags[v].find(":split") != std::string::npos ? Sched::split
@@ -920,7 +923,8 @@ static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> k
   for (int i = 0; i < copies; ++i)
     for (int v = 0; v < V; ++v)
       setup_gpu(gs[v][i], P, *kernels[v], 0, sched_of(v), v == 0 ? nullptr : &gs[0][i],
-                tags[v].find(":nextfit") == std::string::npos);
+                tags[v].find(":nextfit") == std::string::npos,
+                tags[v].find(":g") != std::string::npos ? atoi(tags[v].c_str() + tags[v].find(":g") + 2) : 0);
   for (int v = 0; v < V; ++v) {
     char label[96];
     snprintf(label, sizeof label, "kab %dx%d page%d %s", batch, len, c.page, tags[v].c_str());
