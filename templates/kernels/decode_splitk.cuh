@@ -813,41 +813,6 @@ __device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Un
   __syncthreads(); // the next piece's copies overwrite `merge` and `stats`
 }
 
-#ifdef FJ_DECODE_PREFETCH_TILES
-// Diagnostic (session 16): before griddepcontrol.wait, ask L2 for the K and V rows of the first
-// FJ_DECODE_PREFETCH_TILES tiles of the CTA's first piece, so the DRAM works while the previous grid
-// ends. Addresses come from the host's work list and the parameters (paged: block-table reads that
-// bypass L1, so the loads after the wait do not find a stale line there).
-__device__ __forceinline__ void prefetch_first_tiles(const fj_decode_params &p, const fj_decode_work &w) {
-  if constexpr (!Cfg::kAligned16)
-    return; // bulk prefetches take whole 16-byte aligned rows
-  const Unit u = decode_unit_rows(p, w);
-  const KvSource src = kv_source(p.attn, u);
-  const int keys = u.kv_end - u.kv_begin;
-  const int rows = keys < FJ_DECODE_PREFETCH_TILES * Cfg::kBlockN ? keys : FJ_DECODE_PREFETCH_TILES * Cfg::kBlockN;
-  for (int r = (int)threadIdx.x; r < 2 * rows; r += Cfg::kThreads) {
-    const bool is_v = r >= rows;
-    const int key = u.kv_begin + (is_v ? r - rows : r);
-    i64 offset;
-    if constexpr (Traits::kPaged) {
-      const i32 page = ld_global_cg_s32(src.table + key / Cfg::kPageSize);
-      offset = page * (is_v ? src.v_page : src.k_page) + (i64)(key % Cfg::kPageSize) * (is_v ? src.v_row : src.k_row);
-    } else {
-      offset = (i64)key * (is_v ? src.v_row : src.k_row);
-    }
-    const u16 *row = (is_v ? src.v : src.k) + offset;
-    const u32 row_bytes = (is_v ? Cfg::kHeadDimV : Cfg::kHeadDimQK) * kElemBytes;
-#ifdef FJ_DECODE_PREFETCH_LINES
-    constexpr u32 kLineBytes = 128;
-    for (u32 at = 0; at < row_bytes; at += kLineBytes)
-      prefetch_l2_line(reinterpret_cast<const char *>(row) + at);
-#else
-    cp_async_bulk_prefetch_l2(row, row_bytes);
-#endif
-  }
-}
-#endif
-
 // ---- one piece -----------------------------------------------------------------------------------
 
 // `first`: the CTA's first piece (timeline builds mark its first tile).
@@ -957,9 +922,6 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfi
   // The wait is conditional on the loaded entry only so that its load issues before the wait
   // (ptxas sinks an unconditional one below it); an entry always has kv_begin <= kv_end.
   const fj_decode_work first_work = fj::decode::load_work(p.work + first);
-#ifdef FJ_DECODE_PREFETCH_TILES
-  fj::decode::prefetch_first_tiles(p, first_work);
-#endif
   if constexpr (KernelConfig::kArch >= 90)
     if (first_work.kv_begin <= first_work.kv_end)
       fj::griddepcontrol_wait();

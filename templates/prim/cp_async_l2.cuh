@@ -16,19 +16,4 @@ __device__ __forceinline__ void cp_async_cg_16_l2_hint_128b(u32 smem_addr, const
                : "memory");
 }
 
-// cp.async.bulk.prefetch.L2.global [src], bytes (sm_90+): asks L2 to fetch `bytes` (a multiple of 16,
-// `global` 16-byte aligned) from DRAM; no data reaches the SM and nothing waits on it. L2 is the
-// point of coherence, so a prefetch issued before another grid's writes land cannot make a later
-// load read stale data.
-__device__ __forceinline__ void cp_async_bulk_prefetch_l2(const void *global, u32 bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(global), "r"(bytes) : "memory");
-}
-
-// prefetch.global.L2::evict_normal [a]: asks L2 for the 128-byte line holding `global`; one address
-// per thread (the bulk prefetch above takes a uniform operand, so per-thread addresses loop over
-// the warp).
-__device__ __forceinline__ void prefetch_l2_line(const void *global) {
-  asm volatile("prefetch.global.L2::evict_normal [%0];" ::"l"(global) : "memory");
-}
-
 } // namespace fj

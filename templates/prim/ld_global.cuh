@@ -57,13 +57,6 @@ __device__ __forceinline__ float ld_global_cg_f32(const float *address) {
   return out;
 }
 
-// ld.global.cg.s32 d, [a]
-__device__ __forceinline__ i32 ld_global_cg_s32(const i32 *address) {
-  i32 out;
-  asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(out) : "l"(address));
-  return out;
-}
-
 // ld.global.cg.v4.f32 {d0..d3}, [a] — a must be 16-byte aligned.
 __device__ __forceinline__ void ld_global_cg_v4_f32(float (&out)[4], const float *address) {
   asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"

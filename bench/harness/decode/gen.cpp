@@ -96,8 +96,7 @@ int main(int argc, char **argv) {
   std::vector<KernelSpec> specs;
   std::vector<std::string> tags;
   std::vector<std::string> extras; // per harness spec: "NAME=VALUE,..." plan constants to set; TL=1: timeline build;
-                                   // ONEPASS=1: one-pass merge build; PREFETCH=N: L2 prefetch of N tiles before the wait;
-                                   // WARPS / WARPKEYS: DecodeTuning
+                                   // ONEPASS=1: one-pass merge build; WARPS / WARPKEYS: DecodeTuning
   auto base = [](int sm, flashjit_dtype dt, int dqk, int dv, int group, int qlen, int page) {
     KernelSpec s;
     s.op = Op::decode;
@@ -224,14 +223,6 @@ int main(int argc, char **argv) {
       }
       if (key == "ONEPASS") {
         prefix += "#define FJ_DECODE_MERGE_ONE_PASS 1\n";
-        continue;
-      }
-      if (key == "PFLINES") {
-        prefix += "#define FJ_DECODE_PREFETCH_LINES 1\n";
-        continue;
-      }
-      if (key == "PREFETCH") {
-        prefix += "#define FJ_DECODE_PREFETCH_TILES " + std::to_string(value) + "\n";
         continue;
       }
       bool found = false;
