@@ -73,6 +73,8 @@ template <Mode kMode> static void run(const char *name, const u32 *init, float *
   cudaEventSynchronize(e1);
   float ms;
   cudaEventElapsedTime(&ms, e0, e1);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
   std::vector<long long> c(sms);
   cudaMemcpy(c.data(), cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost);
   long long most = 0;

@@ -905,6 +905,10 @@ static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> k
            : tags[v].find(":tiles") != std::string::npos ? Sched::tiles
                                                          : Sched::runtime;
   };
+  auto grid_of = [&](int v) { // ":gN": N CTAs; 0: the planner's kCtasPerSm per SM
+    const size_t at = tags[v].find(":g");
+    return at == std::string::npos ? 0 : atoi(tags[v].c_str() + at + 2);
+  };
   Case c;
   c.name = "ab";
   c.tag = tags[0];
@@ -923,8 +927,7 @@ static int run_kab(const std::vector<std::string> &tags, std::vector<Kernel *> k
   for (int i = 0; i < copies; ++i)
     for (int v = 0; v < V; ++v)
       setup_gpu(gs[v][i], P, *kernels[v], 0, sched_of(v), v == 0 ? nullptr : &gs[0][i],
-                tags[v].find(":nextfit") == std::string::npos,
-                tags[v].find(":g") != std::string::npos ? atoi(tags[v].c_str() + tags[v].find(":g") + 2) : 0);
+                tags[v].find(":nextfit") == std::string::npos, grid_of(v));
   for (int v = 0; v < V; ++v) {
     char label[96];
     snprintf(label, sizeof label, "kab %dx%d page%d %s", batch, len, c.page, tags[v].c_str());
