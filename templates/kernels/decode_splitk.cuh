@@ -27,13 +27,16 @@
 
 #include "kernels/combine.cuh"
 #include "params_decode.h"
+#include "params_fa3.h" // fj_tensor_map (TMA tile builds)
 #include "prim/atomic.cuh"
 #include "prim/cp_async.cuh"
 #include "prim/cp_async_l2.cuh"
+#include "prim/fence.cuh"
 #include "prim/griddep.cuh"
 #include "prim/ld_global.cuh"
 #include "prim/ldmatrix.cuh"
 #include "prim/math.cuh"
+#include "prim/mbarrier.cuh"
 #include "prim/mma.cuh"
 #include "prim/st_global.cuh"
 #include "prim/timer.cuh"
@@ -119,6 +122,50 @@ struct Traits {
                 "row addresses fit");
 };
 
+// Diagnostic builds only (FJ_DECODE_TMA_KV, harness spec extra TMAKV=1; prediction in
+// docs/perf-notes.md, run 21): contiguous K/V tiles land by TMA, one 64-column box per panel with
+// the 128-byte swizzle, credited to one mbarrier per stage, instead of 16-byte cp.async copies by
+// every thread. The tensor maps follow the parameter block (fj_decode_tma_entry).
+#ifdef FJ_DECODE_TMA_KV
+constexpr bool kTmaKv = true;
+typedef struct fj_decode_tma_entry {
+  fj_decode_params p;
+  fj_tensor_map k_map, v_map; // 4-D {dim, heads_kv, keys, batch}, box {64, 1, kBlockN, 1}
+} fj_decode_tma_entry;
+#else
+constexpr bool kTmaKv = false;
+#endif
+
+struct TmaTile {
+  static constexpr int kSwizzleBytes = 128; // one swizzled panel row
+  static constexpr int kSwizzleRows = 8;    // the XOR pattern's period, in rows
+  static constexpr int kChunkBytes = 16;    // the unit the pattern permutes
+  static constexpr int kPanelCols = kSwizzleBytes / kElemBytes;
+  static constexpr int kPanelBytes = Cfg::kBlockN * kSwizzleBytes;
+  static constexpr int kPanelsQK = Cfg::kHeadDimQK / kPanelCols;
+  static constexpr int kPanelsV = Cfg::kHeadDimV / kPanelCols;
+  static constexpr u32 kTxBytes = (kPanelsQK + kPanelsV) * kPanelBytes; // K and V of one tile
+  static constexpr int kAtomBytes = kSwizzleRows * kSwizzleBytes;      // swizzled boxes start on one
+
+  static_assert(!kTmaKv || (!Traits::kPaged && Cfg::kAligned16), "TMA tiles: contiguous, 16-byte aligned rows");
+  static_assert(!kTmaKv || (Cfg::kHeadDimQK % kPanelCols == 0 && Cfg::kHeadDimV % kPanelCols == 0 &&
+                            Cfg::kHeadDimQKMma == Cfg::kHeadDimQK),
+                "TMA tiles: head dims of whole 64-column panels");
+  static_assert(!kTmaKv || (Cfg::kSmemOffsetKV % kAtomBytes == 0 && Cfg::kSmemStageBytes % kAtomBytes == 0 &&
+                            Cfg::kSmemOffsetVInStage % kAtomBytes == 0),
+                "TMA tiles: stages on the swizzle atom");
+  static_assert(!kTmaKv || (kPanelsQK * kPanelBytes <= Cfg::kSmemOffsetVInStage &&
+                            kPanelsV * kPanelBytes <= Cfg::kSmemStageBytes - Cfg::kSmemOffsetVInStage),
+                "TMA tiles fit the stage");
+
+  // Byte offset of (row, col) in a tile of kBlockN-row panels: chunk c of row r sits at c ^ (r % 8).
+  __device__ static u32 offset(int row, int col) {
+    const int panel = col / kPanelCols;
+    const int chunk = (col % kPanelCols) / kChunkElems;
+    return (u32)(panel * kPanelBytes + row * kSwizzleBytes + (chunk ^ (row % kSwizzleRows)) * kChunkBytes);
+  }
+};
+
 // ---- shared memory -------------------------------------------------------------------------------
 
 struct Smem {
@@ -134,6 +181,8 @@ struct Smem {
   __device__ const u16 **row_addrs(int stage) const {
     return reinterpret_cast<const u16 **>(base + Cfg::kSmemOffsetPages) + stage * Traits::kRowAddrsPerStage;
   }
+  // TMA tiles: the full barrier of `stage` (contiguous KV leaves the row-address region free).
+  __device__ u32 full_bar(int stage) const { return cvta_to_shared_u32(base + Cfg::kSmemOffsetPages) + stage * 8; }
   // Per-warp (max, sum) of every row, for the cross-warp merge.
   __device__ float *stats() const { return reinterpret_cast<float *>(base + Cfg::kSmemOffsetStats); }
   // Per-warp unnormalized O rows; aliases the KV ring, which is idle once a piece is done.
@@ -322,6 +371,8 @@ struct KvSource {
   const i32 *table; // this sequence's block-table row
   int kv_begin, kv_end;
   u64 policy; // L2 policy of the copies (kKvL2Hints)
+  const fj_tensor_map *maps; // TMA tiles: K's map, then V's
+  int batch, head_kv;
 
   __device__ int tile_key(int tile) const { return kv_begin + tile * Cfg::kBlockN; }
 
@@ -352,7 +403,19 @@ struct KvSource {
     const int key0 = tile_key(tile);
     const int rows_valid = kv_end - key0;
     const int stage = tile % Cfg::kStages;
-    if constexpr (Traits::kPaged) {
+    if constexpr (kTmaKv) {
+      if (threadIdx.x == 0) {
+        const u32 bar = smem.full_bar(stage);
+        mbarrier_arrive_expect_tx(bar, TmaTile::kTxBytes);
+        const u32 k_dst = cvta_to_shared_u32(smem.k(stage)), v_dst = cvta_to_shared_u32(smem.v(stage));
+        for (int panel = 0; panel < TmaTile::kPanelsQK; ++panel)
+          tma_load_4d(k_dst + panel * TmaTile::kPanelBytes, maps, bar, panel * TmaTile::kPanelCols, head_kv, key0,
+                      batch, policy);
+        for (int panel = 0; panel < TmaTile::kPanelsV; ++panel)
+          tma_load_4d(v_dst + panel * TmaTile::kPanelBytes, maps + 1, bar, panel * TmaTile::kPanelCols, head_kv, key0,
+                      batch, policy);
+      }
+    } else if constexpr (Traits::kPaged) {
       const u16 *const *rows = smem.row_addrs(stage);
       KCopy::issue_rows(smem.k(stage), rows, rows_valid, policy);
       VCopy::issue_rows(smem.v(stage), rows + Cfg::kBlockN, rows_valid, policy);
@@ -379,6 +442,9 @@ __device__ __forceinline__ KvSource kv_source(const fj_attention_params &a, cons
   s.kv_begin = u.kv_begin;
   s.kv_end = u.kv_end;
   s.policy = 0;
+  s.maps = nullptr;
+  s.batch = u.batch;
+  s.head_kv = u.head_kv;
   if constexpr (Cfg::kKvL2Hints != 0)
     s.policy = l2_policy_evict_first();
   return s;
@@ -502,6 +568,7 @@ __device__ __forceinline__ void qk_gemm(const Smem &smem, int stage, float (&s)[
   const int matrix = lane / kHalfTile;
   const int row8 = lane % kHalfTile;
   const u32 k_base = cvta_to_shared_u32(smem.k(stage) + warp_id() * Cfg::kWarpN * Cfg::kSmemRowQK);
+  const u32 k_stage = cvta_to_shared_u32(smem.k(stage)); // TMA tiles
 #pragma unroll
   for (int m = 0; m < Traits::kMTiles; ++m)
 #pragma unroll
@@ -519,7 +586,10 @@ __device__ __forceinline__ void qk_gemm(const Smem &smem, int stage, float (&s)[
       const int key = np * 2 * kMmaN + (matrix / 2) * kHalfTile + row8;
       const int col = ks * kMmaK + (matrix % 2) * kHalfTile;
       u32 b[4];
-      ldmatrix_x4(b, k_base + (key * Cfg::kSmemRowQK + col) * kElemBytes);
+      if constexpr (kTmaKv)
+        ldmatrix_x4(b, k_stage + TmaTile::offset(warp_id() * Cfg::kWarpN + key, col));
+      else
+        ldmatrix_x4(b, k_base + (key * Cfg::kSmemRowQK + col) * kElemBytes);
       const u32 b0[2] = {b[0], b[1]};
       const u32 b1[2] = {b[2], b[3]};
 #pragma unroll
@@ -538,6 +608,7 @@ __device__ __forceinline__ void pv_gemm(const Smem &smem, int stage,
   const int matrix = lane / kHalfTile;
   const int row8 = lane % kHalfTile;
   const u32 v_base = cvta_to_shared_u32(smem.v(stage) + warp_id() * Cfg::kWarpN * Cfg::kSmemRowV);
+  const u32 v_stage = cvta_to_shared_u32(smem.v(stage)); // TMA tiles
 #pragma unroll
   for (int ks = 0; ks < Traits::kKStepsPV; ++ks) {
     u32 a[Traits::kMTiles][4];
@@ -554,7 +625,10 @@ __device__ __forceinline__ void pv_gemm(const Smem &smem, int stage,
       const int key = ks * kMmaK + (matrix % 2) * kHalfTile + row8;
       const int col = np * 2 * kMmaN + (matrix / 2) * kHalfTile;
       u32 b[4];
-      ldmatrix_x4_trans(b, v_base + (key * Cfg::kSmemRowV + col) * kElemBytes);
+      if constexpr (kTmaKv)
+        ldmatrix_x4_trans(b, v_stage + TmaTile::offset(warp_id() * Cfg::kWarpN + key, col));
+      else
+        ldmatrix_x4_trans(b, v_base + (key * Cfg::kSmemRowV + col) * kElemBytes);
       const u32 b0[2] = {b[0], b[1]};
       const u32 b1[2] = {b[2], b[3]};
 #pragma unroll
@@ -815,10 +889,34 @@ __device__ __forceinline__ void finish_piece(const fj_decode_params &p, const Un
 
 // ---- one piece -----------------------------------------------------------------------------------
 
-// `first`: the CTA's first piece (timeline builds mark its first tile).
-__device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit &u, const Smem &smem, bool first) {
+// TMA tiles: the V rows of a tile at or past the piece's end are zeroed once the tile has landed.
+// P is 0 there, but rows past the sequence are not ours to trust (NaN * 0 = NaN); the cp.async
+// copies zero-fill them instead. Each writer fences before the TMA overwrites the stage.
+__device__ __forceinline__ void zero_v_rows_past(const Smem &smem, int stage, int rows_valid) {
+  constexpr int kChunksPerRow = TmaTile::kPanelsV * TmaTile::kSwizzleBytes / TmaTile::kChunkBytes;
+  constexpr int kChunksPerPanelRow = TmaTile::kSwizzleBytes / TmaTile::kChunkBytes;
+  char *v = reinterpret_cast<char *>(smem.v(stage));
+  for (int c = (int)threadIdx.x; c < (Cfg::kBlockN - rows_valid) * kChunksPerRow; c += Cfg::kThreads) {
+    const int row = rows_valid + c / kChunksPerRow;
+    const int panel = (c % kChunksPerRow) / kChunksPerPanelRow;
+    const int chunk = c % kChunksPerPanelRow;
+    *reinterpret_cast<uint4 *>(v + panel * TmaTile::kPanelBytes + row * TmaTile::kSwizzleBytes +
+                               chunk * TmaTile::kChunkBytes) = make_uint4(0, 0, 0, 0);
+  }
+  fence_proxy_async_shared();
+}
+
+// `first`: the CTA's first piece (timeline builds mark its first tile). TMA tiles: `kv_maps` are the
+// K and V tensor maps, bit s of `phase_bits` the parity stage s's barrier completes next.
+__device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit &u, const Smem &smem, bool first,
+                                          const fj_tensor_map *kv_maps, u32 &phase_bits) {
   const fj_attention_params &a = p.attn;
-  const KvSource src = kv_source(a, u);
+  KvSource src = kv_source(a, u);
+  src.maps = kv_maps;
+  if constexpr (kTmaKv) { // the previous piece's merge scratch (generic stores) before the TMA writes
+    fence_proxy_async_shared();
+    __syncthreads();
+  }
   zero_qk_padding(smem); // the previous piece's merge scratch may have covered the K padding
   const int num_tiles = (u.kv_end - u.kv_begin + Cfg::kBlockN - 1) / Cfg::kBlockN;
 
@@ -855,8 +953,19 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
   st.reset();
   QFragments q_held; // kHoldQ only
   for (int t = 0; t < num_tiles; ++t) {
-    cp_async_wait_group<Cfg::kStages - 2>(); // tile t (and Q) has landed for this thread
-    __syncthreads();                         // ... and for every thread; stage t-1 is free again
+    if constexpr (kTmaKv) {
+      if (t == 0)
+        cp_async_wait_all(); // Q, the only cp.async copies
+      const int stage = t % Cfg::kStages;
+      mbarrier_wait_parity(smem.full_bar(stage), (phase_bits >> stage) & 1u);
+      phase_bits ^= 1u << stage;
+      const int rows_valid = u.kv_end - (u.kv_begin + t * Cfg::kBlockN);
+      if (rows_valid < Cfg::kBlockN)
+        zero_v_rows_past(smem, stage, rows_valid);
+    } else {
+      cp_async_wait_group<Cfg::kStages - 2>(); // tile t (and Q) has landed for this thread
+    }
+    __syncthreads(); // ... and for every thread; stage t-1 is free again
 #ifdef FJ_DECODE_TIMELINE
     if (first && t == 0)
       FJ_DECODE_MARK(p, fj_mark_first_tile, global_timer_ns());
@@ -904,7 +1013,14 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
 // kCtasPerSm CTAs share an SM (the plan sized their rings for it); the bound keeps ptxas inside the
 // register budget that allows it.
 extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfig::kCtasPerSm)
+#ifdef FJ_DECODE_TMA_KV
+    fj_decode_splitk(const __grid_constant__ fj::decode::fj_decode_tma_entry entry) {
+  const fj_decode_params &p = entry.p;
+  const fj_tensor_map *kv_maps = &entry.k_map;
+#else
     fj_decode_splitk(const __grid_constant__ fj_decode_params p) {
+  const fj_tensor_map *kv_maps = nullptr;
+#endif
   extern __shared__ __align__(128) char smem_raw[];
   const fj::decode::Smem smem{smem_raw};
   FJ_DECODE_MARK(p, fj_mark_entry, fj::global_timer_ns());
@@ -926,9 +1042,20 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfi
     if (first_work.kv_begin <= first_work.kv_end)
       fj::griddepcontrol_wait();
   FJ_DECODE_MARK(p, fj_mark_waited, fj::global_timer_ns());
+  fj::u32 phase_bits = 0; // TMA tiles
+  if constexpr (fj::decode::kTmaKv) {
+    if (threadIdx.x == 0) {
+      if ((fj::cvta_to_shared_u32(smem.k(0)) & (fj::decode::TmaTile::kAtomBytes - 1)) != 0)
+        __trap(); // the swizzle pattern of TmaTile::offset needs stages on the 1024-byte atom
+      for (int stage = 0; stage < KernelConfig::kStages; ++stage)
+        fj::mbarrier_init(smem.full_bar(stage), 1);
+      fj::fence_mbarrier_init();
+    }
+    __syncthreads();
+  }
   for (int i = first; i < last; ++i) {
     const fj::decode::Unit u = fj::decode::decode_unit(p, i == first ? first_work : fj::decode::load_work(p.work + i));
-    fj::decode::run_piece(p, u, smem, i == first);
+    fj::decode::run_piece(p, u, smem, i == first, kv_maps, phase_bits);
   }
   FJ_DECODE_MARK(p, fj_mark_exit, fj::global_timer_ns());
   FJ_DECODE_MARK(p, fj_mark_sm_pieces, fj::sm_id() | (unsigned long long)(last - first) << 32);

@@ -96,7 +96,8 @@ int main(int argc, char **argv) {
   std::vector<KernelSpec> specs;
   std::vector<std::string> tags;
   std::vector<std::string> extras; // per harness spec: "NAME=VALUE,..." plan constants to set; TL=1: timeline build;
-                                   // ONEPASS=1: one-pass merge build; WARPS / WARPKEYS: DecodeTuning
+                                   // ONEPASS=1: one-pass merge build; WARPS / WARPKEYS: DecodeTuning;
+                                   // TMAKV=1: K/V tiles by TMA (contiguous KV)
   auto base = [](int sm, flashjit_dtype dt, int dqk, int dv, int group, int qlen, int page) {
     KernelSpec s;
     s.op = Op::decode;
@@ -223,6 +224,21 @@ int main(int argc, char **argv) {
       }
       if (key == "ONEPASS") {
         prefix += "#define FJ_DECODE_MERGE_ONE_PASS 1\n";
+        continue;
+      }
+      if (key == "TMAKV") {
+        // TMA tiles (contiguous KV): the ring starts on a 1024-byte swizzle atom, and the stage
+        // barriers take the row-address region that contiguous KV leaves empty.
+        constexpr int64_t kAtom = 1024, kBarrierBytes = 64;
+        prefix += "#define FJ_DECODE_TMA_KV 1\n";
+        const int64_t kv = plan.constant("kSmemOffsetKV");
+        const int64_t shift = (kv + kAtom - 1) / kAtom * kAtom - kv;
+        for (const char *n : {"kSmemOffsetKV", "kSmemOffsetStats", "kSmemOffsetPages"})
+          for (auto &c : plan.constants)
+            if (c.name == n)
+              c.value += shift;
+        plan.smem_bytes += shift + kBarrierBytes;
+        plan.add("kTmaKv", 1);
         continue;
       }
       bool found = false;
