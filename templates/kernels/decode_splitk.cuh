@@ -145,7 +145,7 @@ struct TmaTile {
   static constexpr int kPanelsQK = Cfg::kHeadDimQK / kPanelCols;
   static constexpr int kPanelsV = Cfg::kHeadDimV / kPanelCols;
   static constexpr u32 kTxBytes = (kPanelsQK + kPanelsV) * kPanelBytes; // K and V of one tile
-  static constexpr int kAtomBytes = kSwizzleRows * kSwizzleBytes;      // swizzled boxes start on one
+  static constexpr int kAtomBytes = kSwizzleRows * kSwizzleBytes;       // swizzled boxes start on one
 
   static_assert(!kTmaKv || (!Traits::kPaged && Cfg::kAligned16), "TMA tiles: contiguous, 16-byte aligned rows");
   static_assert(!kTmaKv || (Cfg::kHeadDimQK % kPanelCols == 0 && Cfg::kHeadDimV % kPanelCols == 0 &&
@@ -370,7 +370,7 @@ struct KvSource {
   i64 k_row, v_row, k_page, v_page;
   const i32 *table; // this sequence's block-table row
   int kv_begin, kv_end;
-  u64 policy; // L2 policy of the copies (kKvL2Hints)
+  u64 policy;                // L2 policy of the copies (kKvL2Hints)
   const fj_tensor_map *maps; // TMA tiles: K's map, then V's
   int batch, head_kv;
 
@@ -1022,7 +1022,11 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfi
   const fj_tensor_map *kv_maps = nullptr;
 #endif
   extern __shared__ __align__(128) char smem_raw[];
-  const fj::decode::Smem smem{smem_raw};
+  // TMA tiles: the swizzle atoms need the map's offsets from a 1024-byte boundary (the plan leaves
+  // that much room); other builds take the block as it comes.
+  const fj::u32 smem_pad =
+      fj::decode::kTmaKv ? (0u - fj::cvta_to_shared_u32(smem_raw)) % fj::decode::TmaTile::kAtomBytes : 0u;
+  const fj::decode::Smem smem{smem_raw + smem_pad};
   FJ_DECODE_MARK(p, fj_mark_entry, fj::global_timer_ns());
   // The next grid of the stream (the combine, or with kFusedMerge the next step's decode) may get
   // resident now and wait (PDL).

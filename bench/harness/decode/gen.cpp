@@ -227,8 +227,9 @@ int main(int argc, char **argv) {
         continue;
       }
       if (key == "TMAKV") {
-        // TMA tiles (contiguous KV): the ring starts on a 1024-byte swizzle atom, and the stage
-        // barriers take the row-address region that contiguous KV leaves empty.
+        // TMA tiles (contiguous KV): the ring starts on a 1024-byte swizzle atom (the kernel rounds
+        // its block's base up to one: kAtom more bytes), and the stage barriers take the
+        // row-address region that contiguous KV leaves empty.
         constexpr int64_t kAtom = 1024, kBarrierBytes = 64;
         prefix += "#define FJ_DECODE_TMA_KV 1\n";
         const int64_t kv = plan.constant("kSmemOffsetKV");
@@ -237,7 +238,7 @@ int main(int argc, char **argv) {
           for (auto &c : plan.constants)
             if (c.name == n)
               c.value += shift;
-        plan.smem_bytes += shift + kBarrierBytes;
+        plan.smem_bytes += shift + kBarrierBytes + kAtom;
         plan.add("kTmaKv", 1);
         continue;
       }

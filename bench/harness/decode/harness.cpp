@@ -524,10 +524,10 @@ static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0
       exit(2);
     }
     const int block_n = (int)K.c["kBlockN"];
-    g.tma.k_map = kv_tensor_map(g.k, c.dqk, c.heads_kv, P.max_len, P.batch, P.k_row, P.k_head, P.k_page_or_batch,
-                                block_n);
-    g.tma.v_map = kv_tensor_map(g.v, c.dv, c.heads_kv, P.max_len, P.batch, P.v_row, P.v_head, P.v_page_or_batch,
-                                block_n);
+    g.tma.k_map =
+        kv_tensor_map(g.k, c.dqk, c.heads_kv, P.max_len, P.batch, P.k_row, P.k_head, P.k_page_or_batch, block_n);
+    g.tma.v_map =
+        kv_tensor_map(g.v, c.dv, c.heads_kv, P.max_len, P.batch, P.v_row, P.v_head, P.v_page_or_batch, block_n);
   }
 }
 
