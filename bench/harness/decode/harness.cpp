@@ -7,6 +7,7 @@
 // against float64 with NaN-poisoned outputs, then timed interleaved (compiler/splitk_schedule.hpp).
 #include "compiler/splitk_schedule.hpp"
 #include "params_decode.h"
+#include "params_fa3.h"
 
 #include <cuda.h>
 
@@ -358,11 +359,13 @@ static void reference(const Problem &P, std::vector<double> &o64, std::vector<do
 }
 
 // The parameter block of a TMA-tile build (FJ_DECODE_TMA_KV): the decode parameters, then the
-// K and V tensor maps, as decode_splitk.cuh's fj_decode_tma_entry lays them out.
+// K and V tensor maps, as decode_splitk.cuh's fj_decode_tma_entry lays them out (fj_tensor_map is
+// 64-byte aligned; CUDA 13's CUtensorMap is 128-byte aligned and would move the maps).
 struct TmaEntry {
   fj_decode_params params;
-  alignas(64) CUtensorMap k_map, v_map;
+  fj_tensor_map k_map, v_map;
 };
+static_assert(sizeof(fj_tensor_map) == sizeof(CUtensorMap), "an encoded map is copied byte for byte");
 
 struct Gpu {
   Dev q, k, v, o, lse, table, lens, ws;
@@ -384,8 +387,8 @@ struct Gpu {
 
 // A 4-D map {dim, heads_kv, keys, batch} over contiguous K or V, box {64, 1, block_n, 1}, 128-byte
 // swizzle (decode_splitk.cuh TmaTile); keys past the allocation read as zeros.
-static CUtensorMap kv_tensor_map(const Dev &buf, int dim, int heads_kv, int keys, int batch, long row, long head,
-                                 long batch_stride, int block_n) {
+static fj_tensor_map kv_tensor_map(const Dev &buf, int dim, int heads_kv, int keys, int batch, long row, long head,
+                                   long batch_stride, int block_n) {
   constexpr int kPanelCols = 64;
   CUtensorMap map;
   const cuuint64_t dims[4] = {(cuuint64_t)dim, (cuuint64_t)heads_kv, (cuuint64_t)keys, (cuuint64_t)batch};
@@ -395,7 +398,9 @@ static CUtensorMap kv_tensor_map(const Dev &buf, int dim, int heads_kv, int keys
   CK(cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, (void *)buf.p, dims, strides, box, elem_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
-  return map;
+  fj_tensor_map out;
+  memcpy(&out, &map, sizeof out);
+  return out;
 }
 
 // Schedules compared by `ab` (compiler/splitk_schedule.hpp): the default, balanced by keys with a
