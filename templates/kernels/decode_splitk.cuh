@@ -144,10 +144,17 @@ struct TmaTile {
   static constexpr int kPanelBytes = Cfg::kBlockN * kSwizzleBytes;
   static constexpr int kPanelsQK = Cfg::kHeadDimQK / kPanelCols;
   static constexpr int kPanelsV = Cfg::kHeadDimV / kPanelCols;
-  static constexpr u32 kTxBytes = (kPanelsQK + kPanelsV) * kPanelBytes; // K and V of one tile
-  static constexpr int kAtomBytes = kSwizzleRows * kSwizzleBytes;       // swizzled boxes start on one
+  static constexpr int kAtomBytes = kSwizzleRows * kSwizzleBytes; // swizzled boxes start on one
+  // Paged KV: a box is kPagedBoxRows keys of one page (pieces start on multiples of it, and page
+  // sizes are multiples of it), so a tile is kGroups boxes per panel; contiguous: one box of kBlockN.
+  static constexpr int kPagedBoxRows = 16;
+  static constexpr int kBoxRows = Traits::kPaged ? kPagedBoxRows : Cfg::kBlockN;
+  static constexpr int kGroups = Cfg::kBlockN / kBoxRows;
+  static constexpr u32 kGroupTxBytes = (kPanelsQK + kPanelsV) * kBoxRows * kSwizzleBytes; // K and V of a group
 
-  static_assert(!kTmaKv || (!Traits::kPaged && Cfg::kAligned16), "TMA tiles: contiguous, 16-byte aligned rows");
+  static_assert(!kTmaKv || Cfg::kAligned16, "TMA tiles: 16-byte aligned rows");
+  static_assert(!kTmaKv || !Traits::kPaged || (Cfg::kPageSize % kPagedBoxRows == 0 && kGroups <= kWarpSize),
+                "TMA tiles: page sizes of whole boxes");
   static_assert(!kTmaKv || (Cfg::kHeadDimQK % kPanelCols == 0 && Cfg::kHeadDimV % kPanelCols == 0 &&
                             Cfg::kHeadDimQKMma == Cfg::kHeadDimQK),
                 "TMA tiles: head dims of whole 64-column panels");
@@ -399,21 +406,44 @@ struct KvSource {
       }
   }
 
-  __device__ void issue(const Smem &smem, int tile) const {
+  // TMA tiles, paged: the page of row group threadIdx.x of `tile` (threads past the groups or the
+  // piece: 0, unused).
+  __device__ i32 group_page(int tile) const {
+    if constexpr (kTmaKv && Traits::kPaged) {
+      const int key = tile_key(tile) + (int)threadIdx.x * TmaTile::kBoxRows;
+      if ((int)threadIdx.x < TmaTile::kGroups && key < kv_end)
+        return ld_global_nc_s32(table + key / Cfg::kPageSize);
+    }
+    return 0;
+  }
+
+  __device__ void issue(const Smem &smem, int tile, i32 group_page = 0) const {
     const int key0 = tile_key(tile);
     const int rows_valid = kv_end - key0;
     const int stage = tile % Cfg::kStages;
     if constexpr (kTmaKv) {
-      if (threadIdx.x == 0) {
-        const u32 bar = smem.full_bar(stage);
-        mbarrier_arrive_expect_tx(bar, TmaTile::kTxBytes);
-        const u32 k_dst = cvta_to_shared_u32(smem.k(stage)), v_dst = cvta_to_shared_u32(smem.v(stage));
+      // Thread g < kGroups loads row group g (paged: the page `group_page` came from group_page()).
+      const int group = (int)threadIdx.x;
+      const int groups_valid = min(TmaTile::kGroups, (rows_valid + TmaTile::kBoxRows - 1) / TmaTile::kBoxRows);
+      const u32 bar = smem.full_bar(stage);
+      if (group == 0) {
+        if (Traits::kPaged && key0 % TmaTile::kBoxRows != 0)
+          __trap(); // the schedule must cut pieces on whole boxes
+        mbarrier_arrive_expect_tx(bar, groups_valid * TmaTile::kGroupTxBytes);
+      }
+      if (group < groups_valid) {
+        const int key = key0 + group * TmaTile::kBoxRows;
+        const int row_coord = Traits::kPaged ? key % Cfg::kPageSize : key;
+        const int outer_coord = Traits::kPaged ? group_page : batch;
+        const u32 offset = group * TmaTile::kBoxRows * TmaTile::kSwizzleBytes;
+        const u32 k_dst = cvta_to_shared_u32(smem.k(stage)) + offset,
+                  v_dst = cvta_to_shared_u32(smem.v(stage)) + offset;
         for (int panel = 0; panel < TmaTile::kPanelsQK; ++panel)
-          tma_load_4d(k_dst + panel * TmaTile::kPanelBytes, maps, bar, panel * TmaTile::kPanelCols, head_kv, key0,
-                      batch, policy);
+          tma_load_4d(k_dst + panel * TmaTile::kPanelBytes, maps, bar, panel * TmaTile::kPanelCols, head_kv, row_coord,
+                      outer_coord, policy);
         for (int panel = 0; panel < TmaTile::kPanelsV; ++panel)
-          tma_load_4d(v_dst + panel * TmaTile::kPanelBytes, maps + 1, bar, panel * TmaTile::kPanelCols, head_kv, key0,
-                      batch, policy);
+          tma_load_4d(v_dst + panel * TmaTile::kPanelBytes, maps + 1, bar, panel * TmaTile::kPanelCols, head_kv,
+                      row_coord, outer_coord, policy);
       }
     } else if constexpr (Traits::kPaged) {
       const u16 *const *rows = smem.row_addrs(stage);
@@ -922,7 +952,7 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
 
   // Prologue: pages of tiles 0 .. kStages-1 (their lookups go out together), then Q and the
   // first kStages - 1 tiles, one commit group per tile.
-  if constexpr (Traits::kPaged) {
+  if constexpr (Traits::kPaged && !kTmaKv) {
     i32 first_pages[Cfg::kStages];
 #pragma unroll
     for (int t = 0; t < Cfg::kStages; ++t)
@@ -936,10 +966,12 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
 #pragma unroll
   for (int t = 0; t < Cfg::kStages - 1; ++t) {
     if (t < num_tiles)
-      src.issue(smem, t);
+      src.issue(smem, t, src.group_page(t));
     cp_async_commit_group(); // one group per tile, empty or not, keeps the wait count uniform
   }
-  i32 next_page = src.lookup(Cfg::kStages); // stored at step 0, read by the copies at step 1
+  // Paged: cp.async copies, the page of this thread's row of tile kStages (stored at step 0, read
+  // by the copies at step 1); TMA tiles, the page of its row group of tile kStages - 1.
+  i32 next_page = kTmaKv ? src.group_page(Cfg::kStages - 1) : src.lookup(Cfg::kStages);
   const PieceMerge pm = piece_merge(p, u.state);
 
   RowRange ranges[Traits::kMTiles][kRowsPerThreadTile];
@@ -972,9 +1004,12 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
 #endif
     const int ahead = t + Cfg::kStages - 1;
     if (ahead < num_tiles)
-      src.issue(smem, ahead);
+      src.issue(smem, ahead, next_page);
     cp_async_commit_group();
-    if constexpr (Traits::kPaged) {
+    if constexpr (kTmaKv && Traits::kPaged) {
+      if (ahead + 1 < num_tiles)
+        next_page = src.group_page(ahead + 1);
+    } else if constexpr (Traits::kPaged) {
       // Slot (t + kStages) % kStages is tile t's, whose copies went out kStages - 1 steps ago.
       if (ahead + 1 < num_tiles) {
         src.store_row_addrs(smem, ahead + 1, next_page);

@@ -385,15 +385,16 @@ struct Gpu {
   }
 };
 
-// A 4-D map {dim, heads_kv, keys, batch} over contiguous K or V, box {64, 1, block_n, 1}, 128-byte
-// swizzle (decode_splitk.cuh TmaTile); keys past the allocation read as zeros.
-static fj_tensor_map kv_tensor_map(const Dev &buf, int dim, int heads_kv, int keys, int batch, long row, long head,
-                                   long batch_stride, int block_n) {
+// A 4-D map {dim, heads_kv, rows, outer} over K or V (contiguous: rows are keys, outer the batch;
+// paged: a page's rows, outer the pages), box {64, 1, box_rows, 1}, 128-byte swizzle
+// (decode_splitk.cuh TmaTile); rows past the extent read as zeros.
+static fj_tensor_map kv_tensor_map(const Dev &buf, int dim, int heads_kv, int rows, int outer, long row, long head,
+                                   long outer_stride, int box_rows) {
   constexpr int kPanelCols = 64;
   CUtensorMap map;
-  const cuuint64_t dims[4] = {(cuuint64_t)dim, (cuuint64_t)heads_kv, (cuuint64_t)keys, (cuuint64_t)batch};
-  const cuuint64_t strides[3] = {(cuuint64_t)head * 2, (cuuint64_t)row * 2, (cuuint64_t)batch_stride * 2};
-  const cuuint32_t box[4] = {kPanelCols, 1, (cuuint32_t)block_n, 1};
+  const cuuint64_t dims[4] = {(cuuint64_t)dim, (cuuint64_t)heads_kv, (cuuint64_t)rows, (cuuint64_t)outer};
+  const cuuint64_t strides[3] = {(cuuint64_t)head * 2, (cuuint64_t)row * 2, (cuuint64_t)outer_stride * 2};
+  const cuuint32_t box[4] = {kPanelCols, 1, (cuuint32_t)box_rows, 1};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
   CK(cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, (void *)buf.p, dims, strides, box, elem_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -473,6 +474,8 @@ static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0
     else
       g.shape.key_balance_min_run_tiles = 0; // 'keys' is always by keys; the runtime's default chooses per shape
   }
+  if (K.c.count("kTmaKv") != 0 && c.page > 0)
+    g.shape.split_granule = 16; // paged TMA tiles: pieces start on whole 16-key boxes
   std::string err;
   if (!splitk_layout(g.shape, &g.layout, &err)) {
     fprintf(stderr, "layout: %s\n", err.c_str());
@@ -524,15 +527,13 @@ static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0
   g.params.merges = (const fj_decode_merge *)(g.ws.p + g.layout.merge_offset);
   g.params.m_blocks = g.shape.m_blocks;
   if (K.c.count("kTmaKv") != 0) {
-    if (c.page != 0) {
-      fprintf(stderr, "TMA tiles: contiguous KV only\n");
-      exit(2);
-    }
-    const int block_n = (int)K.c["kBlockN"];
-    g.tma.k_map =
-        kv_tensor_map(g.k, c.dqk, c.heads_kv, P.max_len, P.batch, P.k_row, P.k_head, P.k_page_or_batch, block_n);
-    g.tma.v_map =
-        kv_tensor_map(g.v, c.dv, c.heads_kv, P.max_len, P.batch, P.v_row, P.v_head, P.v_page_or_batch, block_n);
+    // Contiguous: {dim, heads_kv, keys, batch}, a box of a whole tile; paged: {dim, heads_kv,
+    // page, pages}, a box of kPagedBoxRows keys (decode_splitk.cuh TmaTile).
+    constexpr int kPagedBoxRows = 16;
+    const int box_rows = c.page > 0 ? kPagedBoxRows : (int)K.c["kBlockN"];
+    const int rows = c.page > 0 ? c.page : P.max_len, outer = c.page > 0 ? P.num_pages : P.batch;
+    g.tma.k_map = kv_tensor_map(g.k, c.dqk, c.heads_kv, rows, outer, P.k_row, P.k_head, P.k_page_or_batch, box_rows);
+    g.tma.v_map = kv_tensor_map(g.v, c.dv, c.heads_kv, rows, outer, P.v_row, P.v_head, P.v_page_or_batch, box_rows);
   }
 }
 
