@@ -224,8 +224,13 @@ static Problem make_problem(const Case &c, uint64_t seed) {
     P.num_pages = P.batch * P.max_pages + 3; // a few unused pages
     std::vector<int> perm(P.num_pages);
     std::iota(perm.begin(), perm.end(), 0);
-    std::mt19937_64 shuffle_rng(seed ^ 0x5eed);
-    std::shuffle(perm.begin(), perm.end(), shuffle_rng);
+    // FJ_HARNESS_ORDERED_PAGES=1: the block table in page order (a diagnostic of how the page
+    // pool's order costs); otherwise shuffled.
+    const char *ordered = getenv("FJ_HARNESS_ORDERED_PAGES");
+    if (ordered == nullptr || ordered[0] != '1') {
+      std::mt19937_64 shuffle_rng(seed ^ 0x5eed);
+      std::shuffle(perm.begin(), perm.end(), shuffle_rng);
+    }
     P.table.assign(P.batch * P.max_pages, 0);
     for (int i = 0; i < P.batch * P.max_pages; ++i)
       P.table[i] = perm[i];
