@@ -963,10 +963,17 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
     __syncthreads();
   }
   load_q(a, u, smem);
+  // TMA tiles, paged: the pages of the first kStages - 1 tiles are looked up together, so their
+  // table reads overlap instead of each delaying its tile's loads.
+  i32 first_group_pages[Cfg::kStages - 1] = {};
+  if constexpr (kTmaKv && Traits::kPaged)
+#pragma unroll
+    for (int t = 0; t < Cfg::kStages - 1; ++t)
+      first_group_pages[t] = src.group_page(t);
 #pragma unroll
   for (int t = 0; t < Cfg::kStages - 1; ++t) {
     if (t < num_tiles)
-      src.issue(smem, t, src.group_page(t));
+      src.issue(smem, t, first_group_pages[t]);
     cp_async_commit_group(); // one group per tile, empty or not, keeps the wait count uniform
   }
   // Paged: cp.async copies, the page of this thread's row of tile kStages (stored at step 0, read
