@@ -481,6 +481,10 @@ static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0
   }
   if (K.c.count("kTmaKv") != 0 && c.page > 0)
     g.shape.split_granule = 16; // paged TMA tiles: pieces start on whole 16-key boxes
+  // FJ_HARNESS_TMA_PIECE_COST=N: TMA kernels charge N keys per extra piece of a run (a diagnostic
+  // of what a piece costs them; the runtime's charge otherwise).
+  if (const char *cost = getenv("FJ_HARNESS_TMA_PIECE_COST"); cost != nullptr && K.c.count("kTmaKv") != 0)
+    g.shape.piece_cost_keys = atoi(cost);
   std::string err;
   if (!splitk_layout(g.shape, &g.layout, &err)) {
     fprintf(stderr, "layout: %s\n", err.c_str());
