@@ -123,14 +123,15 @@ struct Traits {
 };
 
 // Diagnostic builds only (FJ_DECODE_TMA_KV, harness spec extra TMAKV=1; prediction in
-// docs/perf-notes.md, run 21): contiguous K/V tiles land by TMA, one 64-column box per panel with
-// the 128-byte swizzle, credited to one mbarrier per stage, instead of 16-byte cp.async copies by
-// every thread. The tensor maps follow the parameter block (fj_decode_tma_entry).
+// docs/perf-notes.md, runs 21-21e): K/V tiles land by TMA, 64-column boxes with the 128-byte
+// swizzle (a whole tile contiguous, 16 keys of one page paged), credited to one mbarrier per stage,
+// instead of 16-byte cp.async copies by every thread. The tensor maps follow the parameter block
+// (fj_decode_tma_entry).
 #ifdef FJ_DECODE_TMA_KV
 constexpr bool kTmaKv = true;
 typedef struct fj_decode_tma_entry {
   fj_decode_params p;
-  fj_tensor_map k_map, v_map; // 4-D {dim, heads_kv, keys, batch}, box {64, 1, kBlockN, 1}
+  fj_tensor_map k_map, v_map; // {dim, heads_kv, keys, batch} or {dim, heads_kv, page, pages}; TmaTile's boxes
 } fj_decode_tma_entry;
 #else
 constexpr bool kTmaKv = false;
@@ -188,7 +189,7 @@ struct Smem {
   __device__ const u16 **row_addrs(int stage) const {
     return reinterpret_cast<const u16 **>(base + Cfg::kSmemOffsetPages) + stage * Traits::kRowAddrsPerStage;
   }
-  // TMA tiles: the full barrier of `stage` (contiguous KV leaves the row-address region free).
+  // TMA tiles: the full barrier of `stage`, in the row-address region (TMA tiles need no addresses).
   __device__ u32 full_bar(int stage) const { return cvta_to_shared_u32(base + Cfg::kSmemOffsetPages) + stage * 8; }
   // Per-warp (max, sum) of every row, for the cross-warp merge.
   __device__ float *stats() const { return reinterpret_cast<float *>(base + Cfg::kSmemOffsetStats); }
@@ -1091,8 +1092,6 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfi
   fj::u32 phase_bits = 0; // TMA tiles
   if constexpr (fj::decode::kTmaKv) {
     if (threadIdx.x == 0) {
-      if ((fj::cvta_to_shared_u32(smem.k(0)) & (fj::decode::TmaTile::kAtomBytes - 1)) != 0)
-        __trap(); // the swizzle pattern of TmaTile::offset needs stages on the 1024-byte atom
       for (int stage = 0; stage < KernelConfig::kStages; ++stage)
         fj::mbarrier_init(smem.full_bar(stage), 1);
       fj::fence_mbarrier_init();

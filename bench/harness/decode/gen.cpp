@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
   std::vector<std::string> tags;
   std::vector<std::string> extras; // per harness spec: "NAME=VALUE,..." plan constants to set; TL=1: timeline build;
                                    // ONEPASS=1: one-pass merge build; WARPS / WARPKEYS: DecodeTuning;
-                                   // TMAKV=1: K/V tiles by TMA (contiguous KV)
+                                   // TMAKV=1: K/V tiles by TMA
   auto base = [](int sm, flashjit_dtype dt, int dqk, int dv, int group, int qlen, int page) {
     KernelSpec s;
     s.op = Op::decode;
@@ -227,9 +227,9 @@ int main(int argc, char **argv) {
         continue;
       }
       if (key == "TMAKV") {
-        // TMA tiles (contiguous KV): the ring starts on a 1024-byte swizzle atom (the kernel rounds
-        // its block's base up to one: kAtom more bytes), and the stage barriers take the
-        // row-address region that contiguous KV leaves empty.
+        // TMA tiles: the ring starts on a 1024-byte swizzle atom (the kernel rounds its block's base
+        // up to one: kAtom more bytes), and the stage barriers take the row-address region, which
+        // TMA tiles do not use (kBarrierBytes covers it when contiguous KV has none).
         constexpr int64_t kAtom = 1024, kBarrierBytes = 64;
         prefix += "#define FJ_DECODE_TMA_KV 1\n";
         const int64_t kv = plan.constant("kSmemOffsetKV");
