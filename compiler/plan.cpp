@@ -70,6 +70,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 with Q's A fragments in registers (RS QK; NVRTC builds only).
   if (plan.constant("kQInRegisters", 0) != 0)
     name += ".qr";
+  // decode with K/V tiles by TMA (NVRTC builds only).
+  if (plan.constant("kTmaKv", 0) != 0)
+    name += ".tma";
   name += ".al" + std::to_string(spec.align_bytes);
   return name;
 }

@@ -46,7 +46,7 @@ PlanChoice choose_prefill(const KernelSpec &spec, flashjit_backend backend, cons
 PlanChoice choose_decode(const KernelSpec &spec, flashjit_backend backend, const Fa3Tuning *fa3_tuning) {
   Plan plan;
   std::string decode_reason;
-  if (plan_decode(spec, &plan, &decode_reason))
+  if (plan_decode(spec, &plan, &decode_reason, backend))
     return planned(spec, plan, Variant::decode_splitk, "");
   // The prefill kernel computes the same function for short query lengths, only slower.
   KernelSpec prefill = spec;
@@ -76,7 +76,7 @@ PlanChoice choose_forced(const KernelSpec &spec, Variant forced, flashjit_backen
     ok = forced == Variant::fa2 ? plan_fa2(effective, &plan, &reason, backend)
                                 : plan_fa3_with(effective, fa3_tuning, &plan, &reason, backend);
     break;
-  case Variant::decode_splitk: ok = spec.op == Op::decode && plan_decode(spec, &plan, &reason); break;
+  case Variant::decode_splitk: ok = spec.op == Op::decode && plan_decode(spec, &plan, &reason, backend); break;
   case Variant::combine: ok = plan_combine(spec, &plan, &reason); break;
   }
   if (!ok)

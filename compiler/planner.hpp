@@ -15,12 +15,14 @@ struct Fa3Tuning; // compiler/plans/fa3_plan.hpp
 
 // `backend` is the one that will render the plan (AUTO renders with NVRTC): fa2's widest key blocks
 // fit 255 registers in one backend's build and not in the other's (compiler/plans/fa2_plan.cpp);
-// fa3's CTA-pair (cluster) kernel has a template form only (compiler/plans/fa3_plan.cpp).
+// fa3's CTA-pair (cluster) kernel has a template form only (compiler/plans/fa3_plan.cpp), and so
+// do decode's TMA tiles (compiler/plans/decode_plan.cpp).
 bool plan_fa2(const KernelSpec &spec, Plan *plan, std::string *why_not,
               flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
 bool plan_fa3(const KernelSpec &spec, Plan *plan, std::string *why_not,
               flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
-bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not);
+bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not,
+                 flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
 bool plan_combine(const KernelSpec &spec, Plan *plan, std::string *why_not);
 
 // fa3 prefill: the key block (KernelSpec::key_block) that runs `seqlen_k` keys per sequence faster

@@ -73,11 +73,16 @@ bool splitk_layout(const SplitKShape &shape, SplitKLayout *layout, std::string *
   return true;
 }
 
-int splitk_piece_cost_keys(int head_dim_qk, int head_dim_v) {
+int splitk_piece_cost_keys(int head_dim_qk, int head_dim_v, bool paged_tma) {
   constexpr int kPieceCostBytes = 32 * 1024; // K + V of one 64-key tile at d128, 16-bit
+  // Paged TMA tiles: a CTA's second piece cost ~10 us at 1 x 131072 (its first tiles wait on
+  // table reads and 16-key boxes), ~300 keys of d128; a 320-key charge took that shape from 3.91
+  // to 4.04 TB/s (docs/perf-notes.md, decode run 21e).
+  constexpr int kPagedTmaCostFactor = 5;
   constexpr int kElemBytes = 2;
   const int key_bytes = (head_dim_qk + head_dim_v) * kElemBytes;
-  return key_bytes > 0 ? std::max(1, kPieceCostBytes / key_bytes) : 1;
+  const int keys = key_bytes > 0 ? std::max(1, kPieceCostBytes / key_bytes) : 1;
+  return paged_tma ? keys * kPagedTmaCostFactor : keys;
 }
 
 void splitk_visible_keys(int kv_len, int q_len, int window_left, int *lo, int *hi) {

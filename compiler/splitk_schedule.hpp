@@ -79,8 +79,9 @@ struct SplitKShape {
   bool whole_units_dealt = true;
 };
 
-// piece_cost_keys for 16-bit K/V of these head dims: the keys that move 32 KB per CTA.
-int splitk_piece_cost_keys(int head_dim_qk, int head_dim_v);
+// piece_cost_keys for 16-bit K/V of these head dims: the keys that move 32 KB per CTA, five times
+// that for paged KV with TMA tiles (plan constant kTmaKv), whose extra pieces cost more.
+int splitk_piece_cost_keys(int head_dim_qk, int head_dim_v, bool paged_tma = false);
 
 // Byte offsets in the workspace. The integer region [0, int_bytes) is what the host schedule
 // writes (the merge counters as zeros: copying a schedule in also resets them); the float region

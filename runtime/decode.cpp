@@ -3,9 +3,11 @@
 #include "runtime/driver.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/params.hpp"
+#include "runtime/tma_desc.hpp"
 
 #include "params_decode.h"
 
+#include <string>
 #include <vector>
 
 namespace flashjit {
@@ -22,7 +24,12 @@ Status decode_layout(const KernelRecord &kernel, const NormalizedProblem &n, con
   s.head_dim_v = n.p.head_dim_v;
   s.heads_kv = n.p.heads_kv;
   s.max_batch = n.p.batch;
-  s.piece_cost_keys = splitk_piece_cost_keys(n.p.head_dim_qk, n.p.head_dim_v);
+  // Paged TMA tiles load 16-key boxes of one page: pieces start on whole boxes, and a run's extra
+  // piece costs such a CTA more (splitk_piece_cost_keys).
+  const bool paged_tma = n.paged && plan.constant("kTmaKv", 0) != 0;
+  if (paged_tma)
+    s.split_granule = static_cast<int>(plan.constant("kTmaBoxRows"));
+  s.piece_cost_keys = splitk_piece_cost_keys(n.p.head_dim_qk, n.p.head_dim_v, paged_tma);
   std::string error;
   if (!splitk_layout(s, layout, &error))
     return Status::error(FLASHJIT_INTERNAL, kernel.name + ": workspace layout: " + error);
@@ -81,6 +88,17 @@ Status launch_decode(const KernelRecord &kernel, const NormalizedProblem &n, con
   params.merges = reinterpret_cast<const fj_decode_merge *>(workspace + d.layout.merge_offset);
   params.m_blocks = d.shape.m_blocks;
   void *args[] = {&params};
+  // TMA tiles: the K/V maps follow the parameters, encoded per launch (an engine passes each
+  // layer's cache; the host time is in docs/performance.md). The combine takes fj_decode_params.
+  fj_decode_tma_params tma_params;
+  if (plan.constant("kTmaKv", 0) != 0) {
+    tma_params.base = params;
+    std::string why_not;
+    if (!decode_encode_tensor_maps(kernel.choice.spec, plan, n.p.num_pages, driver::api()->cuTensorMapEncodeTiled,
+                                   &tma_params, &why_not))
+      return Status::error(FLASHJIT_INVALID_ARGUMENT, kernel.name + ": TMA cannot address this layout: " + why_not);
+    args[0] = &tma_params;
+  }
   const Dim3 grid{static_cast<unsigned>(d.layout.grid)};
   // sm_90: the kernels go out with PDL. The decode reads only its work list before
   // griddepcontrol.wait, so its launch overlaps the previous kernel of the stream; the merge waits
@@ -100,7 +118,8 @@ Status launch_decode(const KernelRecord &kernel, const NormalizedProblem &n, con
     return Status::success();
   // Launched even when this schedule split nothing (it then exits at once): a captured graph stays
   // valid when the workspace is planned again for lengths that do split.
-  return kernel.companion.launch(grid, Dim3{d.combine_threads}, 0, stream, args, Dim3{}, pdl);
+  void *combine_args[] = {&params};
+  return kernel.companion.launch(grid, Dim3{d.combine_threads}, 0, stream, combine_args, Dim3{}, pdl);
 }
 
 } // namespace flashjit

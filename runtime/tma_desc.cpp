@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 
 namespace flashjit {
 namespace {
@@ -12,7 +14,8 @@ constexpr size_t kTensorMapAlign = 64;
 static_assert(alignof(fj_tensor_map) >= kTensorMapAlign, "tensor maps must be 64-byte aligned");
 
 constexpr int kElemBytes = 2; // fp16 / bf16
-constexpr int kMapRank = 4;   // {dim, tokens, heads, batch}
+constexpr int kMapRank = 4;   // fa3 {dim, tokens, heads, batch}; decode {dim, heads, keys, batch or pages}
+constexpr uint32_t kDecodePanelCols = 64; // one 128-byte swizzle span of 16-bit elements
 constexpr uint64_t kTmaAddressAlign = 16;
 constexpr uint64_t kTmaStrideAlign = 16;
 // Share of L2 a section's K/V may fill: FA-3 uses 32 MB on a 50 MB L2.
@@ -28,27 +31,28 @@ bool fail(std::string *why_not, const std::string &reason) {
   return false;
 }
 
-// One operand: rows of `dim` contiguous elements, `rows` tokens per sequence (or packed total).
-bool operand_map(const char *name, const fj_tensor_ref &ref, int dim, uint64_t rows, uint64_t heads, uint64_t batch,
-                 bool varlen, uint32_t box_cols, uint32_t box_rows, CUtensorMapDataType type, TensorMapArgs *out,
-                 std::string *why_not) {
-  const auto address = reinterpret_cast<uintptr_t>(ref.ptr);
+// A 4-D map with the 128-byte swizzle: `dims` innermost first (dims[0] contiguous elements),
+// `strides` in elements for dims[1..3], box `box`. A dimension of one index may have any stride (a
+// caller's zero stride there is replaced; TMA wants multiples of 16 bytes).
+bool swizzled_map(const std::string &name, const void *ptr, const cuuint64_t (&dims)[kMapRank],
+                  const int64_t (&strides)[kMapRank - 1], const cuuint32_t (&box)[kMapRank], CUtensorMapDataType type,
+                  TensorMapArgs *out, std::string *why_not) {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
   if (address % kTmaAddressAlign != 0)
-    return fail(why_not, std::string(name) + ": base pointer is not 16-byte aligned (TMA)");
-  const uint64_t row_bytes = static_cast<uint64_t>(ref.row_stride) * kElemBytes;
-  const uint64_t head_bytes = static_cast<uint64_t>(ref.head_stride) * kElemBytes;
-  const uint64_t batch_bytes = varlen ? row_bytes * rows : static_cast<uint64_t>(ref.batch_stride) * kElemBytes;
-  for (uint64_t stride : {row_bytes, head_bytes, batch_bytes})
-    if (stride % kTmaStrideAlign != 0 || stride == 0)
-      return fail(why_not, std::string(name) + ": strides must be non-zero multiples of 16 bytes (TMA)");
+    return fail(why_not, name + ": base pointer is not 16-byte aligned (TMA)");
+  cuuint64_t stride_bytes[kMapRank - 1];
+  for (int i = 0; i < kMapRank - 1; ++i) {
+    stride_bytes[i] = static_cast<uint64_t>(strides[i]) * kElemBytes;
+    if (dims[i + 1] == 1 && stride_bytes[i] == 0)
+      stride_bytes[i] = kTmaStrideAlign;
+    if (stride_bytes[i] % kTmaStrideAlign != 0 || stride_bytes[i] == 0)
+      return fail(why_not, name + ": strides must be non-zero multiples of 16 bytes (TMA)");
+  }
   out->data_type = type;
   out->rank = kMapRank;
-  out->global_address = const_cast<void *>(ref.ptr);
-  const cuuint64_t dims[kMapRank] = {static_cast<cuuint64_t>(dim), rows, heads, varlen ? 1 : batch};
-  const cuuint64_t strides[kMapRank - 1] = {row_bytes, head_bytes, batch_bytes};
-  const cuuint32_t box[kMapRank] = {box_cols, box_rows, 1, 1};
+  out->global_address = const_cast<void *>(ptr);
   std::copy(dims, dims + kMapRank, out->dims);
-  std::copy(strides, strides + kMapRank - 1, out->strides);
+  std::copy(stride_bytes, stride_bytes + kMapRank - 1, out->strides);
   std::copy(box, box + kMapRank, out->box);
   std::fill(out->element_strides, out->element_strides + kMapRank, 1);
   out->interleave = CU_TENSOR_MAP_INTERLEAVE_NONE;
@@ -58,12 +62,37 @@ bool operand_map(const char *name, const fj_tensor_ref &ref, int dim, uint64_t r
   return true;
 }
 
+// One fa3 operand, {dim, tokens, heads, batch}: rows of `dim` contiguous elements, `rows` tokens per
+// sequence (or the packed total).
+bool operand_map(const char *name, const fj_tensor_ref &ref, int dim, uint64_t rows, uint64_t heads, uint64_t batch,
+                 bool varlen, uint32_t box_cols, uint32_t box_rows, CUtensorMapDataType type, TensorMapArgs *out,
+                 std::string *why_not) {
+  const int64_t batch_stride = varlen ? ref.row_stride * static_cast<int64_t>(rows) : ref.batch_stride;
+  return swizzled_map(name, ref.ptr, {static_cast<cuuint64_t>(dim), rows, heads, varlen ? 1 : batch},
+                      {ref.row_stride, ref.head_stride, batch_stride}, {box_cols, box_rows, 1, 1}, type, out, why_not);
+}
+
+CUtensorMapDataType map_type(const KernelSpec &spec) {
+  return spec.dtype == FLASHJIT_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+}
+
+bool encode_all(TensorMapEncodeTiledFn encode, std::initializer_list<std::pair<const TensorMapArgs *, fj_tensor_map *>> all,
+                std::string *why_not) {
+  for (const auto &[args, dst] : all) {
+    const CUresult result = encode(reinterpret_cast<CUtensorMap *>(dst), args->data_type, args->rank,
+                                   args->global_address, args->dims, args->strides, args->box, args->element_strides,
+                                   args->interleave, args->swizzle, args->l2_promotion, args->oob_fill);
+    if (result != CUDA_SUCCESS)
+      return fail(why_not, "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(static_cast<int>(result)));
+  }
+  return true;
+}
+
 } // namespace
 
 bool fa3_tensor_map_args(const KernelSpec &spec, const Plan &plan, const fj_attention_params &p, int total_k,
                          Fa3TensorMaps *maps, std::string *why_not) {
-  const CUtensorMapDataType type =
-      spec.dtype == FLASHJIT_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUtensorMapDataType type = map_type(spec);
   const auto box_cols = static_cast<uint32_t>(plan.constant("kPanelCols"));
   const auto box_rows_q = static_cast<uint32_t>(plan.constant("kTmaBoxRows"));
   // A CTA of a pair loads (and multicasts) its share of each K/V block's rows.
@@ -85,16 +114,37 @@ bool fa3_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int total_
   Fa3TensorMaps maps;
   if (!fa3_tensor_map_args(spec, plan, params->base, total_k, &maps, why_not))
     return false;
-  const std::pair<const TensorMapArgs *, fj_tensor_map *> all[] = {
-      {&maps.q, &params->tma_q}, {&maps.k, &params->tma_k}, {&maps.v, &params->tma_v}, {&maps.o, &params->tma_o}};
-  for (const auto &[args, dst] : all) {
-    const CUresult result = encode(reinterpret_cast<CUtensorMap *>(dst), args->data_type, args->rank,
-                                   args->global_address, args->dims, args->strides, args->box, args->element_strides,
-                                   args->interleave, args->swizzle, args->l2_promotion, args->oob_fill);
-    if (result != CUDA_SUCCESS)
-      return fail(why_not, "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(static_cast<int>(result)));
-  }
+  return encode_all(
+      encode,
+      {{&maps.q, &params->tma_q}, {&maps.k, &params->tma_k}, {&maps.v, &params->tma_v}, {&maps.o, &params->tma_o}},
+      why_not);
+}
+
+bool decode_kv_tensor_map_args(const KernelSpec &spec, const Plan &plan, const fj_attention_params &p, int num_pages,
+                               DecodeKvTensorMaps *maps, std::string *why_not) {
+  const bool paged = spec.page_size > 0;
+  const auto box_rows = static_cast<uint32_t>(plan.constant("kTmaBoxRows"));
+  // Contiguous: a sequence's keys, then the batch; paged: a page's keys, then the pages.
+  const uint64_t rows = paged ? p.paged.page_size : p.seqlen_k;
+  const uint64_t outer = paged ? num_pages : p.batch;
+  const auto map = [&](const char *name, const fj_tensor_ref &ref, int dim, int64_t outer_stride, TensorMapArgs *out) {
+    return swizzled_map(name, ref.ptr, {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(p.heads_kv), rows, outer},
+                        {ref.head_stride, ref.row_stride, outer_stride}, {kDecodePanelCols, 1, box_rows, 1},
+                        map_type(spec), out, why_not);
+  };
+  if (!map("k", p.k, spec.head_dim_qk, paged ? p.paged.page_stride_k : p.k.batch_stride, &maps->k) ||
+      !map("v", p.v, spec.head_dim_v, paged ? p.paged.page_stride_v : p.v.batch_stride, &maps->v))
+    return false;
+  // The K/V stream is read once: promote to L2 in 128-byte lines, as the cp.async tiles' prefetch.
+  maps->k.l2_promotion = maps->v.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
   return true;
+}
+
+bool decode_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int num_pages, TensorMapEncodeTiledFn encode,
+                               fj_decode_tma_params *params, std::string *why_not) {
+  DecodeKvTensorMaps maps;
+  return decode_kv_tensor_map_args(spec, plan, params->base.attn, num_pages, &maps, why_not) &&
+         encode_all(encode, {{&maps.k, &params->k_map}, {&maps.v, &params->v_map}}, why_not);
 }
 
 int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int l2_bytes, fj_fa3_params *params,

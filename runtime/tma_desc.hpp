@@ -1,4 +1,5 @@
-// TMA descriptors and persistent schedule of the fa3 kernel, computed on the host.
+// TMA descriptors and persistent schedule of the fa3 kernel, and the decode kernel's K/V maps,
+// computed on the host.
 //
 // fa3_tensor_map_args() is pure (no driver, no GPU): it turns an attention problem and its plan
 // into the arguments of the four cuTensorMapEncodeTiled calls (Q, K, V, O). The runtime encodes
@@ -7,6 +8,7 @@
 #pragma once
 
 #include "compiler/plan.hpp"
+#include "params_decode.h"
 #include "params_fa3.h"
 
 #include <cuda.h> // types only: CUtensorMap and its enums; the driver is reached through `encode`
@@ -52,6 +54,20 @@ bool fa3_tensor_map_args(const KernelSpec &spec, const Plan &plan, const fj_atte
 // Encodes all four maps into params->tma_{q,k,v,o}.
 bool fa3_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int total_k, TensorMapEncodeTiledFn encode,
                             fj_fa3_params *params, std::string *why_not);
+
+// decode_splitk with TMA tiles (plan constant kTmaKv): K's and V's maps, 4-D {dim, heads_kv, keys,
+// batch} over contiguous KV or {dim, heads_kv, page_size, num_pages} over pages, boxes of one
+// 64-column panel x kTmaBoxRows keys, 128-byte swizzle (decode_splitk.cuh's TmaTile). Pure, as
+// fa3_tensor_map_args; false, with a reason, when TMA cannot address the layout.
+struct DecodeKvTensorMaps {
+  TensorMapArgs k, v;
+};
+bool decode_kv_tensor_map_args(const KernelSpec &spec, const Plan &plan, const fj_attention_params &params,
+                               int num_pages, DecodeKvTensorMaps *maps, std::string *why_not);
+
+// Encodes both into params->k_map / v_map (params->base.attn must be filled).
+bool decode_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int num_pages, TensorMapEncodeTiledFn encode,
+                               fj_decode_tma_params *params, std::string *why_not);
 
 // Fills num_m_blocks, num_tiles (work units: plan.cluster_m adjacent m-blocks each) and
 // heads_per_section; returns the persistent grid size in CTAs: plan.cluster_m * min(walkers, units),

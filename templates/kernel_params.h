@@ -7,6 +7,17 @@ typedef int fj_i32;
 typedef long long fj_i64;
 typedef unsigned long long fj_u64;
 
+#if defined(__cplusplus)
+#define FJ_ALIGN64 alignas(64)
+#else
+#define FJ_ALIGN64 _Alignas(64)
+#endif
+
+// An encoded CUtensorMap (cuTensorMapEncodeTiled output): opaque, 128 bytes, 64-byte aligned.
+typedef struct fj_tensor_map {
+  FJ_ALIGN64 fj_u64 opaque[16];
+} fj_tensor_map;
+
 // One attention operand: [batch | varlen] x tokens x heads x dim, last dim contiguous.
 typedef struct fj_tensor_ref {
   const void *ptr;

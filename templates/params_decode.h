@@ -57,3 +57,13 @@ typedef struct fj_decode_params {
   fj_i32 m_blocks;               // query tiles per (sequence, kv head)
   fj_i32 pad_;
 } fj_decode_params;
+
+// The parameter block of plans with TMA tiles (plan constant kTmaKv): the decode parameters, then
+// K's and V's tensor maps. 4-D, innermost first: {dim, heads_kv, keys, batch} over contiguous KV,
+// {dim, heads_kv, page_size, num_pages} over pages; boxes of one 64-column panel x kTmaBoxRows keys
+// with the 128-byte swizzle (runtime/tma_desc.cpp encodes them).
+typedef struct fj_decode_tma_params {
+  fj_decode_params base;
+  fj_tensor_map k_map;
+  fj_tensor_map v_map;
+} fj_decode_tma_params;

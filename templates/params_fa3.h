@@ -5,17 +5,6 @@
 
 #include "kernel_params.h"
 
-#if defined(__cplusplus)
-#define FJ_ALIGN64 alignas(64)
-#else
-#define FJ_ALIGN64 _Alignas(64)
-#endif
-
-// An encoded CUtensorMap (cuTensorMapEncodeTiled output): opaque, 128 bytes, 64-byte aligned.
-typedef struct fj_tensor_map {
-  FJ_ALIGN64 fj_u64 opaque[16];
-} fj_tensor_map;
-
 typedef struct fj_fa3_params {
   fj_attention_params base;
   // 4-D maps, innermost first: {dim, tokens, heads, batch}; varlen uses {dim, total, heads, 1}.

@@ -943,6 +943,9 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
                                 });
       !s)
     return s;
+  if (plan.constant("kTmaKv", 0) != 0)
+    return Status::error(FLASHJIT_UNSUPPORTED, "decode (MLIR): TMA tile plans (kTmaKv) have a template form only; plan "
+                                               "with the MLIR backend (FLASHJIT_BACKEND_MLIR) for cp.async tiles");
   // The static_asserts of decode_splitk.cuh's Traits, as errors.
   if (sh.threads % kWarpSize != 0 || sh.block_n != sh.warp_n * sh.warps() || sh.warp_n % kMmaK != 0 ||
       sh.block_m != sh.m_tiles * kMmaM || sh.stages < 2 || sh.gqa_group < 1 ||

@@ -53,6 +53,16 @@ constexpr int kKvL2HintsMinArch = 90;
 // 1x131072) in session 3's same-lease A/B (perf-notes "Session 3" and "Session 5" of the decode
 // notes). Both backends render it.
 constexpr int kFusedMergeDefault = 1;
+// K/V tiles by TMA (kTmaKv) from this arch on: boxes of one 64-column panel with the 128-byte
+// swizzle, credited to one mbarrier per stage, in place of every thread's 16-byte cp.async copies.
+// Measured on the H200 (docs/perf-notes.md, decode "Session 17", runs 21-21e): +3.5..4.7% TB/s
+// contiguous, +2..4.4% paged (page 16) against the cp.async kernel of the same tiles.
+constexpr int kTmaKvMinArch = 90;
+constexpr int kTmaPanelCols = 64;       // 128 bytes of 16-bit elements: the swizzle span
+constexpr int kTmaMaxBoxRows = 256;     // TMA's limit on a box dimension
+constexpr int kTmaPagedBoxRows = 16;    // paged: a box is 16 keys of one page
+constexpr int kSwizzleAtomBytes = 1024; // 8 swizzled 128-byte rows: a box starts on one
+constexpr int kMbarrierBytes = 8;
 
 int align_up(int value, int alignment) {
   return (value + alignment - 1) / alignment * alignment;
@@ -83,13 +93,35 @@ bool fail(std::string *why_not, std::string message) {
   return false;
 }
 
-} // namespace
-
-bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not) {
-  return plan_decode_tuned(spec, DecodeTuning{}, plan, why_not);
+// Why this spec's K/V tiles cannot land by TMA ("" when they can). Boxes are whole 64-column
+// panels, so both head dims must be multiples of 64; paged boxes are 16 keys of one page, so pieces
+// must start on multiples of 16 keys, which a sliding window's first visible key does not.
+std::string tma_kv_unsupported(const KernelSpec &spec, flashjit_backend backend, int block_n) {
+  if (spec.arch.sm < kTmaKvMinArch)
+    return "TMA needs sm_90 or later";
+  if (backend == FLASHJIT_BACKEND_MLIR)
+    return "the MLIR backend renders cp.async tiles only";
+  if (spec.align_bytes < 16)
+    return "rows are not 16-byte aligned";
+  if (spec.head_dim_qk % kTmaPanelCols != 0 || spec.head_dim_v % kTmaPanelCols != 0)
+    return "head dims are not multiples of 64 (whole 128-byte panels)";
+  if (spec.page_size == 0 && block_n > kTmaMaxBoxRows)
+    return "a tile of more than 256 keys is more than one box";
+  if (spec.page_size > 0 && spec.page_size % kTmaPagedBoxRows != 0)
+    return "the page size is not a multiple of 16 keys";
+  if (spec.page_size > 0 && spec.local)
+    return "a sliding window starts pieces off the 16-key boxes of a page";
+  return "";
 }
 
-bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan *plan, std::string *why_not) {
+} // namespace
+
+bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not, flashjit_backend backend) {
+  return plan_decode_tuned(spec, DecodeTuning{}, plan, why_not, backend);
+}
+
+bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan *plan, std::string *why_not,
+                       flashjit_backend backend) {
   if (spec.op != Op::decode)
     return fail(why_not, "not a decode spec");
   if (spec.arch.sm < 80)
@@ -111,6 +143,8 @@ bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan 
     return fail(why_not, "warps must be 0 (the planner's choice), 2, 4 or 8");
   if (tuning.warp_keys < 0 || tuning.warp_keys % kMmaK != 0 || tuning.warp_keys > kMaxWarpKeys)
     return fail(why_not, "warp_keys must be 0 (the planner's choice) or a multiple of 16 up to 64");
+  if (tuning.tma_kv < -1 || tuning.tma_kv > 1)
+    return fail(why_not, "tma_kv must be -1 (the planner's choice), 0 or 1");
   const int warp_keys = tuning.warp_keys > 0 ? tuning.warp_keys : kWarpKeys;
 
   const int rows = spec.gqa_group * spec.q_len;
@@ -130,24 +164,34 @@ bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan 
     int warps = 0, ctas = 0, stages = 0, smem = 0;
     long in_flight = 0;
     int offset_kv = 0, stage_bytes = 0, v_in_stage = 0, offset_stats = 0, merge_row = 0, offset_pages = 0;
+    bool tma = false;
   } best;
   bool found_target = false;
   const std::vector<int> warp_counts = tuning.warps > 0 ? std::vector<int>{tuning.warps} : std::vector<int>{4, 2};
   for (int warps : warp_counts) {
     const int block_n = warps * warp_keys;
-    const int q_bytes = align_up(block_m * row_qk * kElemBytes, kSmemAlign);
-    const int k_bytes = align_up(block_n * row_qk * kElemBytes, kSmemAlign);
-    const int v_bytes = align_up(block_n * row_v * kElemBytes, kSmemAlign);
+    const std::string no_tma = tma_kv_unsupported(spec, backend, block_n);
+    if (tuning.tma_kv == 1 && !no_tma.empty())
+      return fail(why_not, "TMA tiles (tma_kv = 1) cannot run this spec: " + no_tma);
+    const bool tma = tuning.tma_kv != 0 && no_tma.empty();
+    // TMA tiles: the ring's stages and V halves start on swizzle atoms (the kernel rounds its
+    // block's base up to one: kSwizzleAtomBytes of slack), and the stage barriers take the region
+    // of the cp.async kernel's paged row addresses.
+    const int ring_align = tma ? kSwizzleAtomBytes : kSmemAlign;
+    const int q_bytes = align_up(block_m * row_qk * kElemBytes, ring_align);
+    const int k_bytes = align_up(block_n * row_qk * kElemBytes, ring_align);
+    const int v_bytes = align_up(block_n * row_v * kElemBytes, ring_align);
     const int stage_bytes = k_bytes + v_bytes;
     const int merge_row = spec.head_dim_v + kMergePadFloats;
     const int merge_bytes = align_up(warps * block_m * merge_row * int(sizeof(float)), kSmemAlign);
     const int stats_bytes = align_up(warps * block_m * kStatsPerRow * int(sizeof(float)), kSmemAlign);
-    // Paged KV: per stage, the global address of every K and V row of its tile (decode_splitk.cuh's
-    // row-address ring), after the stats.
-    const int ring_stage_bytes = spec.page_size > 0 ? block_n * kRowAddrsPerRow * int(sizeof(uint64_t)) : 0;
+    // Paged KV with cp.async tiles: per stage, the global address of every K and V row of its tile
+    // (decode_splitk.cuh's row-address ring), after the stats.
+    const int ring_stage_bytes = spec.page_size > 0 && !tma ? block_n * kRowAddrsPerRow * int(sizeof(uint64_t)) : 0;
+    const int tma_bytes = tma ? align_up(kMaxStages * kMbarrierBytes, kSmemAlign) + kSwizzleAtomBytes : 0;
     for (int ctas = kMaxCtasPerSm; ctas >= 1; --ctas) {
       const int per_cta = std::min(sm_capacity / ctas - kSmemReservedPerCta, block_limit);
-      const int room = per_cta - q_bytes - stats_bytes;
+      const int room = per_cta - q_bytes - stats_bytes - tma_bytes;
       if (room <= 0)
         continue;
       const int stages = std::min(room / (stage_bytes + ring_stage_bytes), kMaxStages);
@@ -158,10 +202,10 @@ bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan 
       const bool meets = stages >= kPreferredMinStages && in_flight >= kInFlightTargetBytes;
       const bool better = meets ? !found_target : (!found_target && in_flight > best.in_flight);
       if (better) {
-        best = {warps, ctas, stages, 0, in_flight, q_bytes, stage_bytes, k_bytes, 0, merge_row, 0};
+        best = {warps, ctas, stages, 0, in_flight, q_bytes, stage_bytes, k_bytes, 0, merge_row, 0, tma};
         best.offset_stats = q_bytes + std::max(stages * stage_bytes, merge_bytes);
         best.offset_pages = best.offset_stats + stats_bytes;
-        best.smem = best.offset_pages + align_up(stages * ring_stage_bytes, kSmemAlign);
+        best.smem = best.offset_pages + align_up(stages * ring_stage_bytes, kSmemAlign) + tma_bytes;
         found_target = meets;
       }
     }
@@ -202,6 +246,10 @@ bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan 
   p.add("kCombineThreads", kCombineThreads);
   p.add("kCombineGridPerSm", kCombineGridPerSm);
   p.add("kFusedMerge", tuning.fused_merge >= 0 ? tuning.fused_merge : kFusedMergeDefault);
+  p.add_bool("kTmaKv", best.tma);
+  // Keys per TMA box: a whole tile over contiguous KV, 16 keys of one page over pages (and so the
+  // schedule's cut granule, runtime/decode.cpp).
+  p.add("kTmaBoxRows", spec.page_size > 0 ? kTmaPagedBoxRows : p.block_n);
   *plan = p;
   return true;
 }

@@ -17,8 +17,12 @@ struct DecodeTuning {
   int warps = 0;
   // Keys per warp per tile (a multiple of 16: whole P.V k steps). 0: the planner's 16.
   int warp_keys = 0;
+  // Plan constant kTmaKv. -1: the planner's choice (TMA tiles wherever the spec allows them); 0:
+  // cp.async tiles; 1: TMA tiles, or no plan (with the reason) where the spec does not allow them.
+  int tma_kv = -1;
 };
 
-bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan *plan, std::string *why_not);
+bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan *plan, std::string *why_not,
+                       flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
 
 } // namespace flashjit

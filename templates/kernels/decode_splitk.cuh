@@ -27,7 +27,6 @@
 
 #include "kernels/combine.cuh"
 #include "params_decode.h"
-#include "params_fa3.h" // fj_tensor_map (TMA tile builds)
 #include "prim/atomic.cuh"
 #include "prim/cp_async.cuh"
 #include "prim/cp_async_l2.cuh"
@@ -117,25 +116,16 @@ struct Traits {
                 "the merge scratch fits in the ring it aliases");
   static_assert(Cfg::kSmemOffsetStats + kWarps * Cfg::kBlockM * 2 * (int)sizeof(float) <= Cfg::kSmemOffsetPages,
                 "stats fit");
-  static_assert(!kPaged ||
+  static_assert(!kPaged || Cfg::kTmaKv ||
                     Cfg::kSmemOffsetPages + Cfg::kStages * kRowAddrsPerStage * (int)sizeof(void *) <= Cfg::kSmemBytes,
                 "row addresses fit");
 };
 
-// Diagnostic builds only (FJ_DECODE_TMA_KV, harness spec extra TMAKV=1; prediction in
-// docs/perf-notes.md, runs 21-21e): K/V tiles land by TMA, 64-column boxes with the 128-byte
-// swizzle (a whole tile contiguous, 16 keys of one page paged), credited to one mbarrier per stage,
-// instead of 16-byte cp.async copies by every thread. The tensor maps follow the parameter block
-// (fj_decode_tma_entry).
-#ifdef FJ_DECODE_TMA_KV
-constexpr bool kTmaKv = true;
-typedef struct fj_decode_tma_entry {
-  fj_decode_params p;
-  fj_tensor_map k_map, v_map; // {dim, heads_kv, keys, batch} or {dim, heads_kv, page, pages}; TmaTile's boxes
-} fj_decode_tma_entry;
-#else
-constexpr bool kTmaKv = false;
-#endif
+// TMA tiles (plan constant kTmaKv): K/V tiles land by TMA, 64-column boxes with the 128-byte
+// swizzle (a whole tile over contiguous KV, kTmaBoxRows keys of one page over pages), credited to one
+// mbarrier per stage, instead of 16-byte cp.async copies by every thread. The tensor maps follow
+// the parameter block (fj_decode_tma_params). Measured in docs/perf-notes.md (decode, runs 21-21e).
+constexpr bool kTmaKv = Cfg::kTmaKv;
 
 struct TmaTile {
   static constexpr int kSwizzleBytes = 128; // one swizzled panel row
@@ -146,15 +136,17 @@ struct TmaTile {
   static constexpr int kPanelsQK = Cfg::kHeadDimQK / kPanelCols;
   static constexpr int kPanelsV = Cfg::kHeadDimV / kPanelCols;
   static constexpr int kAtomBytes = kSwizzleRows * kSwizzleBytes; // swizzled boxes start on one
-  // Paged KV: a box is kPagedBoxRows keys of one page (pieces start on multiples of it, and page
-  // sizes are multiples of it), so a tile is kGroups boxes per panel; contiguous: one box of kBlockN.
-  static constexpr int kPagedBoxRows = 16;
-  static constexpr int kBoxRows = Traits::kPaged ? kPagedBoxRows : Cfg::kBlockN;
+  // Paged KV: a box is kTmaBoxRows keys of one page (pieces start on multiples of it, and page sizes
+  // are multiples of it), so a tile is kGroups boxes per panel; contiguous: one box of kBlockN.
+  static constexpr int kBoxRows = Cfg::kTmaBoxRows;
   static constexpr int kGroups = Cfg::kBlockN / kBoxRows;
+  static constexpr int kMbarrierBytes = 8;
   static constexpr u32 kGroupTxBytes = (kPanelsQK + kPanelsV) * kBoxRows * kSwizzleBytes; // K and V of a group
 
   static_assert(!kTmaKv || Cfg::kAligned16, "TMA tiles: 16-byte aligned rows");
-  static_assert(!kTmaKv || !Traits::kPaged || (Cfg::kPageSize % kPagedBoxRows == 0 && kGroups <= kWarpSize),
+  static_assert(!kTmaKv || Cfg::kBlockN % kBoxRows == 0, "TMA tiles: a tile is whole boxes");
+  static_assert(!kTmaKv || Traits::kPaged || kBoxRows == Cfg::kBlockN, "TMA tiles: one box per contiguous tile");
+  static_assert(!kTmaKv || !Traits::kPaged || (Cfg::kPageSize % kBoxRows == 0 && kGroups <= kWarpSize),
                 "TMA tiles: page sizes of whole boxes");
   static_assert(!kTmaKv || (Cfg::kHeadDimQK % kPanelCols == 0 && Cfg::kHeadDimV % kPanelCols == 0 &&
                             Cfg::kHeadDimQKMma == Cfg::kHeadDimQK),
@@ -165,6 +157,8 @@ struct TmaTile {
   static_assert(!kTmaKv || (kPanelsQK * kPanelBytes <= Cfg::kSmemOffsetVInStage &&
                             kPanelsV * kPanelBytes <= Cfg::kSmemStageBytes - Cfg::kSmemOffsetVInStage),
                 "TMA tiles fit the stage");
+  static_assert(!kTmaKv || Cfg::kSmemOffsetPages + Cfg::kStages * kMbarrierBytes + kAtomBytes <= Cfg::kSmemBytes,
+                "TMA tiles: the stage barriers and the base's rounding fit");
 
   // Byte offset of (row, col) in a tile of kBlockN-row panels: chunk c of row r sits at c ^ (r % 8).
   __device__ static u32 offset(int row, int col) {
@@ -189,8 +183,10 @@ struct Smem {
   __device__ const u16 **row_addrs(int stage) const {
     return reinterpret_cast<const u16 **>(base + Cfg::kSmemOffsetPages) + stage * Traits::kRowAddrsPerStage;
   }
-  // TMA tiles: the full barrier of `stage`, in the row-address region (TMA tiles need no addresses).
-  __device__ u32 full_bar(int stage) const { return cvta_to_shared_u32(base + Cfg::kSmemOffsetPages) + stage * 8; }
+  // TMA tiles: the full barrier of `stage`, where cp.async tiles keep their paged row addresses.
+  __device__ u32 full_bar(int stage) const {
+    return cvta_to_shared_u32(base + Cfg::kSmemOffsetPages) + stage * TmaTile::kMbarrierBytes;
+  }
   // Per-warp (max, sum) of every row, for the cross-warp merge.
   __device__ float *stats() const { return reinterpret_cast<float *>(base + Cfg::kSmemOffsetStats); }
   // Per-warp unnormalized O rows; aliases the KV ring, which is idle once a piece is done.
@@ -1051,19 +1047,25 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
   finish_piece(p, u, smem, st, pm);
 }
 
+// The kernel's parameter block: fj_decode_params, followed by the K/V tensor maps with TMA tiles.
+template <bool kWithMaps> struct EntryParams {
+  using type = fj_decode_params;
+};
+template <> struct EntryParams<true> {
+  using type = fj_decode_tma_params;
+};
+__device__ __forceinline__ const fj_decode_params &decode_params(const fj_decode_params &p) { return p; }
+__device__ __forceinline__ const fj_decode_params &decode_params(const fj_decode_tma_params &e) { return e.base; }
+__device__ __forceinline__ const fj_tensor_map *kv_maps(const fj_decode_params &) { return nullptr; }
+__device__ __forceinline__ const fj_tensor_map *kv_maps(const fj_decode_tma_params &e) { return &e.k_map; }
 } // namespace fj::decode
 
 // kCtasPerSm CTAs share an SM (the plan sized their rings for it); the bound keeps ptxas inside the
 // register budget that allows it.
 extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, KernelConfig::kCtasPerSm)
-#ifdef FJ_DECODE_TMA_KV
-    fj_decode_splitk(const __grid_constant__ fj::decode::fj_decode_tma_entry entry) {
-  const fj_decode_params &p = entry.p;
-  const fj_tensor_map *kv_maps = &entry.k_map;
-#else
-    fj_decode_splitk(const __grid_constant__ fj_decode_params p) {
-  const fj_tensor_map *kv_maps = nullptr;
-#endif
+    fj_decode_splitk(const __grid_constant__ fj::decode::EntryParams<fj::decode::kTmaKv>::type entry) {
+  const fj_decode_params &p = fj::decode::decode_params(entry);
+  const fj_tensor_map *kv_maps = fj::decode::kv_maps(entry);
   extern __shared__ __align__(128) char smem_raw[];
   // TMA tiles: the swizzle atoms need the map's offsets from a 1024-byte boundary (the plan leaves
   // that much room); other builds take the block as it comes.

@@ -35,7 +35,7 @@ bool build(const KernelSpec &spec, int fused_merge, flashjit_backend backend, Co
   tuning.fused_merge = fused_merge;
   Plan plan;
   std::string why;
-  EXPECT_TRUE(plan_decode_tuned(spec, tuning, &plan, &why)) << why;
+  EXPECT_TRUE(plan_decode_tuned(spec, tuning, &plan, &why, backend)) << why;
   Status s = build_kernel(spec, plan, backend, kernel);
   if (s.code == FLASHJIT_UNSUPPORTED && backend == FLASHJIT_BACKEND_MLIR)
     return false;
@@ -117,6 +117,112 @@ TEST(DecodePlan, TileShapeTunings) {
   bad_keys.warp_keys = 24;
   EXPECT_FALSE(plan_decode_tuned(spec, bad_keys, &plan, &why));
   EXPECT_NE(why.find("warp_keys"), std::string::npos) << why;
+}
+
+// TMA tiles (plan constant kTmaKv) wherever the spec allows them: sm_90, 16-byte aligned rows,
+// head dims of whole 64-column panels, contiguous KV or pages of whole 16-key boxes without a
+// window, the NVRTC backend. Everywhere else the cp.async plan, and a forced tma_kv names why.
+TEST(DecodePlan, TmaTilesWhereTheSpecAllows) {
+  struct Case {
+    Arch arch;
+    int dqk, dv, page_size;
+    bool local;
+    int align;
+    flashjit_backend backend;
+    bool tma;
+  };
+  const flashjit_backend nvrtc = FLASHJIT_BACKEND_AUTO, mlir = FLASHJIT_BACKEND_MLIR;
+  for (const Case &c : {Case{kSm90a, 128, 128, 0, false, 16, nvrtc, true}, Case{kSm90a, 128, 128, 16, false, 16, nvrtc, true},
+                        Case{kSm90a, 64, 64, 48, false, 16, nvrtc, true}, Case{kSm90a, 192, 128, 512, false, 16, nvrtc, true},
+                        Case{kSm90a, 256, 256, 0, true, 16, nvrtc, true}, Case{kSm90a, 128, 128, 16, true, 16, nvrtc, false},
+                        Case{kSm90a, 128, 128, 1, false, 16, nvrtc, false}, Case{kSm90a, 128, 128, 8, false, 16, nvrtc, false},
+                        Case{kSm90a, 80, 80, 0, false, 16, nvrtc, false}, Case{kSm90a, 128, 96, 0, false, 16, nvrtc, false},
+                        Case{kSm90a, 128, 128, 0, false, 2, nvrtc, false}, Case{kSm80, 128, 128, 0, false, 16, nvrtc, false},
+                        Case{kSm90a, 128, 128, 16, false, 16, mlir, false}}) {
+    KernelSpec spec = testing::decode_spec(c.arch, c.dqk, FLASHJIT_BF16, 4, 1, c.page_size);
+    spec.head_dim_v = c.dv;
+    spec.local = c.local;
+    spec.align_bytes = c.align;
+    Plan plan;
+    std::string why;
+    ASSERT_TRUE(plan_decode(spec, &plan, &why, c.backend)) << why;
+    const std::string name = kernel_name(spec, plan);
+    EXPECT_EQ(plan.constant("kTmaKv"), c.tma ? 1 : 0) << name;
+    EXPECT_EQ(name.find(".tma.") != std::string::npos, c.tma) << name;
+    DecodeTuning forced;
+    forced.tma_kv = 1;
+    EXPECT_EQ(plan_decode_tuned(spec, forced, &plan, &why, c.backend), c.tma) << name;
+    if (!c.tma) {
+      EXPECT_NE(why.find("tma_kv"), std::string::npos) << why;
+    }
+  }
+}
+
+// The TMA plan puts every stage and V half on a 1024-byte swizzle atom and leaves room for the stage
+// barriers and the kernel's rounding of its shared-memory base. From head dim 128 it keeps the
+// cp.async plan's tiles, ring depth and CTAs per SM (the configuration run 21 measured); at d64 its
+// extra ~3 KB per CTA moves the planner from 3 CTAs x 4 stages to 2 x 6 (paged: 5 stages to 6).
+TEST(DecodePlan, TmaPlanKeepsTheMeasuredRing) {
+  for (int page_size : {0, 16, 64})
+    for (int dim : {64, 128, 256})
+      for (int group : {1, 4, 8}) {
+        const KernelSpec spec = testing::decode_spec(kSm90a, dim, FLASHJIT_BF16, group, 1, page_size);
+        DecodeTuning cp_async;
+        cp_async.tma_kv = 0;
+        Plan tma, plain;
+        std::string why;
+        ASSERT_TRUE(plan_decode(spec, &tma, &why)) << why;
+        ASSERT_TRUE(plan_decode_tuned(spec, cp_async, &plain, &why)) << why;
+        const std::string name = kernel_name(spec, tma);
+        ASSERT_EQ(tma.constant("kTmaKv"), 1) << name;
+        EXPECT_EQ(plain.constant("kTmaKv"), 0) << name;
+        for (const char *constant : {"kBlockM", "kBlockN", "kMTiles", "kSmemStageBytes"})
+          EXPECT_EQ(tma.constant(constant), plain.constant(constant)) << name << " " << constant;
+        constexpr int kMeasuredFromDim = 128;
+        if (dim >= kMeasuredFromDim) {
+          EXPECT_EQ(tma.constant("kStages"), plain.constant("kStages")) << name;
+          EXPECT_EQ(tma.constant("kCtasPerSm"), plain.constant("kCtasPerSm")) << name;
+        }
+        constexpr int kAtom = 1024, kStageBarrierBytes = 8;
+        for (const char *offset : {"kSmemOffsetKV", "kSmemStageBytes", "kSmemOffsetVInStage"})
+          EXPECT_EQ(tma.constant(offset) % kAtom, 0) << name << " " << offset;
+        EXPECT_LE(tma.constant("kSmemOffsetPages") + tma.stages * kStageBarrierBytes + kAtom, tma.smem_bytes) << name;
+        EXPECT_LE(tma.smem_bytes * tma.constant("kCtasPerSm"), 227 * 1024) << name;
+      }
+}
+
+// TMA tiles in the PTX: 4-D tensor loads credited to an mbarrier (arrive.expect_tx, try_wait), no
+// 16-byte cp.async copies beyond Q's; no spills. The cp.async plan of the same spec has no tensor
+// loads.
+TEST(DecodeTmaTiles, LoadTilesByTensorCopies) {
+  for (int page_size : {0, 16})
+    for (int dim : {64, 128, 256}) {
+      const KernelSpec spec = testing::decode_spec(kSm90a, dim, FLASHJIT_BF16, 4, 1, page_size);
+      CompiledKernel tma, plain;
+      ASSERT_TRUE(build(spec, -1, FLASHJIT_BACKEND_NVRTC, &tma));
+      ASSERT_NE(tma.name.find(".tma."), std::string::npos) << tma.name;
+      EXPECT_EQ(tma.resources.spill_store_bytes, 0) << tma.name << "\n" << tma.log;
+      EXPECT_EQ(tma.resources.spill_load_bytes, 0) << tma.name;
+      const std::string decode = entry_ptx(tma.ptx, "fj_decode_splitk");
+      EXPECT_TRUE(testing::check_in_order(decode, {"mbarrier.init.shared", "mbarrier.arrive.expect_tx",
+                                                   "cp.async.bulk.tensor.4d.shared::cluster.global",
+                                                   "mbarrier.try_wait.parity"}))
+          << tma.name;
+      const int tma_copies = count(decode, "cp.async.cg.shared.global"); // Q's rows only
+
+      DecodeTuning cp_async;
+      cp_async.tma_kv = 0;
+      Plan plan;
+      std::string why;
+      ASSERT_TRUE(plan_decode_tuned(spec, cp_async, &plan, &why)) << why;
+      ASSERT_TRUE(build_kernel(spec, plan, FLASHJIT_BACKEND_NVRTC, &plain).ok());
+      const std::string plain_decode = entry_ptx(plain.ptx, "fj_decode_splitk");
+      EXPECT_TRUE(testing::check_not(plain_decode, {"cp.async.bulk.tensor"})) << plain.name;
+      const int plain_copies = count(plain_decode, "cp.async.cg.shared.global");
+      EXPECT_GT(plain_copies, tma_copies) << plain.name;
+      std::printf("  %-64s registers %3d, cp.async %2d (cp.async tiles: %3d, %2d)\n", tma.name.c_str(),
+                  tma.resources.registers, tma_copies, plain.resources.registers, plain_copies);
+    }
 }
 
 struct FusedCase {

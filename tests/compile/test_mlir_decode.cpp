@@ -30,7 +30,7 @@ using testing::decode_spec;
 Plan decode_plan(const KernelSpec &spec) {
   Plan plan;
   std::string why;
-  EXPECT_TRUE(plan_decode(spec, &plan, &why)) << why;
+  EXPECT_TRUE(plan_decode(spec, &plan, &why, FLASHJIT_BACKEND_MLIR)) << why;
   return plan;
 }
 

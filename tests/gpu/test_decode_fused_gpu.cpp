@@ -3,7 +3,8 @@
 // times back to back without a sync, then through a CUDA graph replay and once more after it, gives
 // bitwise-equal outputs (a counter not put back to zero would skip or repeat a merge; a merge that
 // raced its states would read stale partials); the fused plan's output equals the unfused plan's
-// (fj_decode_combine in a second launch) bit for bit, O and LSE. Skips without a GPU.
+// (fj_decode_combine in a second launch) bit for bit, O and LSE, and so does the TMA tile plan's
+// (plan constant kTmaKv) the cp.async tile plan's. Skips without a GPU.
 #include "compiler/build.hpp"
 #include "compiler/plans/decode_plan.hpp"
 #include "runtime/decode.hpp"
@@ -16,6 +17,7 @@
 
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace flashjit {
@@ -183,49 +185,78 @@ void load_record(const KernelSpec &spec, const Plan &plan, KernelRecord *record)
   ASSERT_TRUE(LoadedKernel::load(compiled.cubin, "fj_decode_combine", 0, &record->companion).ok());
 }
 
-TEST_F(DecodeFusedGpu, FusedEqualsUnfusedBitwise) {
-  const Shape shapes[] = {kSplitShape, {3, 4, 3001, 8, 1, 64, true}, {1, 1, 50000, 8, 2, 256, false}};
+// Runs `shape` with two plans of its spec (the tunings), each on its own NaN-poisoned output and
+// workspace, straight through the runtime's decode launch; both must split units (merges). True
+// when both ran; `in` then holds output 0 (tunings[0]) and 1.
+void run_two_plans(const Shape &shape, const DecodeTuning (&tunings)[2], Inputs *in, std::string *names) {
   driver::DeviceInfo device;
   ASSERT_TRUE(driver::current_device(&device).ok());
   const Arch arch = Arch::from_compute_capability(device.cc_major, device.cc_minor);
   LaunchContext ctx;
   ctx.sm_count = device.sm_count;
   ctx.l2_bytes = device.l2_bytes;
+  in->make(shape, 2);
+  NormalizedProblem n[2];
+  KernelRecord records[2];
+  harness::DeviceBuffer workspace[2];
+  for (int which : {0, 1}) {
+    AttentionProblem p = in->problem(which);
+    ASSERT_TRUE(validate_problem(&p, &n[which]).ok());
+    const KernelSpec spec = spec_for_problem(n[which], arch);
+    ASSERT_EQ(spec.op, Op::decode);
+    Plan plan;
+    std::string why;
+    ASSERT_TRUE(plan_decode_tuned(spec, tunings[which], &plan, &why)) << why;
+    load_record(spec, plan, &records[which]);
+    *names += (which == 0 ? "" : " vs ") + records[which].name;
+    SplitKShape split_shape;
+    SplitKLayout layout;
+    ASSERT_TRUE(decode_layout(records[which], n[which], ctx, &split_shape, &layout).ok());
+    ASSERT_TRUE(workspace[which].allocate(layout.total_bytes) && workspace[which].fill_bytes(kNanByte));
+    n[which].p.workspace = workspace[which].get();
+    n[which].p.workspace_bytes = layout.total_bytes;
+    DecodeSchedule schedule;
+    Status s = plan_decode_schedule(records[which], n[which], ctx, &schedule);
+    ASSERT_TRUE(s.ok()) << s.message;
+    EXPECT_GT(schedule.schedule.num_merges, 0) << "the case should split units";
+    s = launch_decode(records[which], n[which], schedule, nullptr);
+    ASSERT_TRUE(s.ok()) << s.message;
+  }
+  ASSERT_EQ(driver::api()->cuCtxSynchronize(), CUDA_SUCCESS);
+}
+
+TEST_F(DecodeFusedGpu, FusedEqualsUnfusedBitwise) {
+  const Shape shapes[] = {kSplitShape, {3, 4, 3001, 8, 1, 64, true}, {1, 1, 50000, 8, 2, 256, false}};
   for (const Shape &shape : shapes) {
-    constexpr int kFused = 0, kUnfused = 1;
+    DecodeTuning tunings[2];
+    tunings[0].fused_merge = 1;
+    tunings[1].fused_merge = 0;
     Inputs in;
-    in.make(shape, 2);
-    NormalizedProblem n[2];
-    KernelRecord records[2];
-    harness::DeviceBuffer workspace[2];
-    for (int which : {kFused, kUnfused}) {
-      AttentionProblem p = in.problem(which);
-      ASSERT_TRUE(validate_problem(&p, &n[which]).ok());
-      const KernelSpec spec = spec_for_problem(n[which], arch);
-      ASSERT_EQ(spec.op, Op::decode);
-      DecodeTuning tuning;
-      tuning.fused_merge = which == kFused ? 1 : 0;
-      Plan plan;
-      std::string why;
-      ASSERT_TRUE(plan_decode_tuned(spec, tuning, &plan, &why)) << why;
-      load_record(spec, plan, &records[which]);
-      SplitKShape split_shape;
-      SplitKLayout layout;
-      ASSERT_TRUE(decode_layout(records[which], n[which], ctx, &split_shape, &layout).ok());
-      ASSERT_TRUE(workspace[which].allocate(layout.total_bytes) && workspace[which].fill_bytes(kNanByte));
-      n[which].p.workspace = workspace[which].get();
-      n[which].p.workspace_bytes = layout.total_bytes;
-      DecodeSchedule schedule;
-      Status s = plan_decode_schedule(records[which], n[which], ctx, &schedule);
-      ASSERT_TRUE(s.ok()) << s.message;
-      EXPECT_GT(schedule.schedule.num_merges, 0) << "the case should split units";
-      s = launch_decode(records[which], n[which], schedule, nullptr);
-      ASSERT_TRUE(s.ok()) << s.message;
-    }
-    ASSERT_EQ(driver::api()->cuCtxSynchronize(), CUDA_SUCCESS);
-    EXPECT_FALSE(in.poisoned(kFused));
-    EXPECT_TRUE(in.result(kFused) == in.result(kUnfused))
-        << "d" << shape.d << " q" << shape.q_len << ": fused and unfused merges differ";
+    std::string names;
+    run_two_plans(shape, tunings, &in, &names);
+    ASSERT_FALSE(HasFatalFailure());
+    EXPECT_FALSE(in.poisoned(0)) << names;
+    EXPECT_TRUE(in.result(0) == in.result(1)) << names << ": fused and unfused merges differ";
+  }
+}
+
+// K/V tiles by TMA (plan constant kTmaKv, the default on sm_90) against 16-byte cp.async copies:
+// the same tiles in the same order of arithmetic, so the same bits, O and LSE; the TMA kernel's
+// zeroed V rows past a piece's end keep the NaN-free padding exact (the lengths end mid-tile).
+TEST_F(DecodeFusedGpu, TmaTilesEqualCpAsyncTilesBitwise) {
+  const Shape shapes[] = {kSplitShape, {3, 4, 3001, 28, 4, 64, true}, {1, 1, 50001, 8, 2, 256, false},
+                          {5, 2, 7777, 12, 2, 128, true}};
+  for (const Shape &shape : shapes) {
+    DecodeTuning tunings[2];
+    tunings[0].tma_kv = 1;
+    tunings[1].tma_kv = 0;
+    Inputs in;
+    std::string names;
+    run_two_plans(shape, tunings, &in, &names);
+    ASSERT_FALSE(HasFatalFailure());
+    EXPECT_NE(names.find(".tma."), std::string::npos) << names;
+    EXPECT_FALSE(in.poisoned(0)) << names;
+    EXPECT_TRUE(in.result(0) == in.result(1)) << names << ": TMA and cp.async tiles differ";
   }
 }
 

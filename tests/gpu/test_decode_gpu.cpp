@@ -60,6 +60,11 @@ TEST_F(DecodeGpu, SplitKMatchesReference) {
       // Element-aligned rows: each 16-byte chunk is loaded through registers.
       {"element_aligned_gqa4", 2, 1, 3001, 32, 8, 128, 0, false, -1, 0, ref::Dtype::bf16, 3},
       {"element_aligned_q4_causal_gqa7", 1, 4, 777, 14, 2, 64, 0, true, -1, 0, ref::Dtype::fp16, 5},
+      // TMA tiles over contiguous KV with a window (pieces start at any key), q_len 4 causal with
+      // GQA 7; paged with a window keeps cp.async tiles (its pieces start off the 16-key boxes).
+      {"window_contiguous_gqa4", 2, 1, 6000, 32, 8, 128, 0, false, 1000, 0, ref::Dtype::bf16},
+      {"q4_causal_gqa7_fp16", 3, 4, 2049, 28, 4, 128, 0, true, -1, 0, ref::Dtype::fp16},
+      {"window_page16", 2, 1, 3000, 8, 2, 128, 16, false, 500, 0, ref::Dtype::bf16},
   };
   for (const DecodeCase &c : cases) {
     Options options;
@@ -72,6 +77,13 @@ TEST_F(DecodeGpu, SplitKMatchesReference) {
     EXPECT_NE(r.kernel.find("decode.decode_splitk"), std::string::npos) << c.name << " ran " << r.kernel;
     if (c.row_padding % 2 != 0) {
       EXPECT_NE(r.kernel.find(".al2"), std::string::npos) << c.name << " ran " << r.kernel;
+    }
+    // sm_90: K/V tiles by TMA wherever the plan allows them (compiler/plans/decode_plan.cpp).
+    constexpr int kTmaPanel = 64, kTmaPagedBox = 16;
+    const bool tma_allowed = c.d % kTmaPanel == 0 && c.row_padding % 2 == 0 &&
+                             (c.page_size == 0 || (c.page_size % kTmaPagedBox == 0 && c.window_left < 0));
+    if (r.kernel.find(".sm90a.") != std::string::npos) {
+      EXPECT_EQ(r.kernel.find(".tma.") != std::string::npos, tma_allowed) << c.name << " ran " << r.kernel;
     }
   }
 }

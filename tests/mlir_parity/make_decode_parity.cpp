@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
     spec.align_bytes = c.align_bytes;
     Plan plan;
     std::string why;
-    if (!plan_decode(spec, &plan, &why)) {
+    if (!plan_decode(spec, &plan, &why, FLASHJIT_BACKEND_MLIR)) {
       std::printf("plan: %s\n", why.c_str());
       return 1;
     }

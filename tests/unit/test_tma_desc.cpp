@@ -1,4 +1,5 @@
-// Host-only tests of the fa3 TMA descriptor arguments, persistent schedule and plan (no GPU).
+// Host-only tests of the fa3 TMA descriptor arguments, persistent schedule and plan, and of the
+// decode kernel's K/V maps (no GPU).
 #include "compiler/planner.hpp"
 #include "compiler/plans/fa3_plan.hpp"
 #include "runtime/tma_desc.hpp"
@@ -6,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -178,6 +180,106 @@ TEST(Fa3TmaDesc, EncodesFourMapsThroughTheDriverPointer) {
   EXPECT_EQ(g_encoded[3].global_address, params.base.o.ptr);
   EXPECT_FALSE(fa3_encode_tensor_maps(spec, plan, 0, failing_encode, &params, &why));
   EXPECT_EQ(reinterpret_cast<uintptr_t>(&params.tma_q) % 64, 0u);
+}
+
+KernelSpec decode_tma_spec(int dqk, int dv, int page_size) {
+  KernelSpec spec;
+  spec.op = Op::decode;
+  spec.arch = Arch{90, true};
+  spec.head_dim_qk = dqk;
+  spec.head_dim_v = dv;
+  spec.gqa_group = 4;
+  spec.q_len = 1;
+  spec.page_size = page_size;
+  return spec;
+}
+
+Plan decode_tma_plan(const KernelSpec &spec) {
+  Plan plan;
+  std::string why;
+  EXPECT_TRUE(plan_decode(spec, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kTmaKv"), 1) << kernel_name(spec, plan);
+  return plan;
+}
+
+// Contiguous: {dim, heads_kv, keys, batch}, a whole tile per box, the caller's strides in bytes
+// (head-major K here, token-major V: the map follows either).
+TEST(DecodeTmaDesc, ContiguousMapsFollowTheStrides) {
+  const KernelSpec spec = decode_tma_spec(192, 128, 0);
+  const Plan plan = decode_tma_plan(spec);
+  fj_attention_params p = batch_params(3, 1, 1000, 8, 2, 192, 128);
+  p.k.head_stride = 1000 * 192; // [batch, heads, keys, dim]
+  p.k.row_stride = 192;
+  p.k.batch_stride = 2 * 1000 * 192;
+  DecodeKvTensorMaps maps;
+  std::string why;
+  ASSERT_TRUE(decode_kv_tensor_map_args(spec, plan, p, 0, &maps, &why)) << why;
+  const cuuint64_t k_dims[] = {192, 2, 1000, 3}, v_dims[] = {128, 2, 1000, 3};
+  const cuuint64_t k_strides[] = {1000u * 192 * kElem, 192u * kElem, 2u * 1000 * 192 * kElem};
+  const cuuint64_t v_strides[] = {128u * kElem, 2u * 128 * kElem, 1000u * 2 * 128 * kElem};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(maps.k.dims[i], k_dims[i]) << i;
+    EXPECT_EQ(maps.v.dims[i], v_dims[i]) << i;
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(maps.k.strides[i], k_strides[i]) << i;
+    EXPECT_EQ(maps.v.strides[i], v_strides[i]) << i;
+  }
+  const cuuint32_t box[] = {64, 1, static_cast<cuuint32_t>(plan.block_n), 1};
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(maps.k.box[i], box[i]) << i;
+  EXPECT_EQ(maps.k.swizzle, CU_TENSOR_MAP_SWIZZLE_128B);
+  EXPECT_EQ(maps.v.data_type, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+}
+
+// Paged: {dim, heads_kv, page_size, num_pages} with the page strides, 16-key boxes; a batch of one
+// may carry a zero batch stride, which TMA would refuse, and a misaligned pool is named.
+TEST(DecodeTmaDesc, PagedMapsAddressPages) {
+  const KernelSpec spec = decode_tma_spec(128, 128, 64);
+  const Plan plan = decode_tma_plan(spec);
+  fj_attention_params p = batch_params(1, 1, 64, 32, 8, 128, 128);
+  p.paged.page_size = 64;
+  p.paged.page_stride_k = p.paged.page_stride_v = 64 * 8 * 128;
+  DecodeKvTensorMaps maps;
+  std::string why;
+  ASSERT_TRUE(decode_kv_tensor_map_args(spec, plan, p, 500, &maps, &why)) << why;
+  EXPECT_EQ(maps.k.dims[2], 64u);
+  EXPECT_EQ(maps.k.dims[3], 500u);
+  EXPECT_EQ(maps.k.strides[2], 64u * 8 * 128 * kElem);
+  EXPECT_EQ(maps.v.box[2], 16u);
+  EXPECT_EQ(plan.constant("kTmaBoxRows"), 16);
+
+  const KernelSpec contiguous = decode_tma_spec(128, 128, 0);
+  fj_attention_params one = batch_params(1, 1, 4096, 32, 8, 128, 128);
+  one.k.batch_stride = one.v.batch_stride = 0;
+  ASSERT_TRUE(decode_kv_tensor_map_args(contiguous, decode_tma_plan(contiguous), one, 0, &maps, &why)) << why;
+  EXPECT_EQ(maps.k.strides[2] % 16, 0u);
+  EXPECT_NE(maps.k.strides[2], 0u);
+
+  p.v.ptr = reinterpret_cast<const void *>(0x30008);
+  EXPECT_FALSE(decode_kv_tensor_map_args(spec, plan, p, 500, &maps, &why));
+  EXPECT_NE(why.find("v:"), std::string::npos) << why;
+}
+
+TEST(DecodeTmaDesc, EncodesBothMapsAfterTheParameters) {
+  const KernelSpec spec = decode_tma_spec(128, 128, 16);
+  const Plan plan = decode_tma_plan(spec);
+  fj_decode_tma_params params;
+  std::memset(&params, 0, sizeof params);
+  params.base.attn = batch_params(2, 1, 64, 8, 2, 128, 128);
+  params.base.attn.paged.page_size = 16;
+  params.base.attn.paged.page_stride_k = params.base.attn.paged.page_stride_v = 16 * 2 * 128;
+  g_encoded.clear();
+  std::string why;
+  ASSERT_TRUE(decode_encode_tensor_maps(spec, plan, 40, fake_encode, &params, &why)) << why;
+  ASSERT_EQ(g_encoded.size(), 2u);
+  EXPECT_EQ(g_encoded[0].global_address, params.base.attn.k.ptr);
+  EXPECT_EQ(g_encoded[1].global_address, params.base.attn.v.ptr);
+  EXPECT_EQ(g_encoded[1].dims[3], 40u);
+  EXPECT_FALSE(decode_encode_tensor_maps(spec, plan, 40, failing_encode, &params, &why));
+  // The kernel reads the maps right after fj_decode_params, 64-byte aligned.
+  EXPECT_EQ(offsetof(fj_decode_tma_params, k_map) % 64, 0u);
+  EXPECT_EQ(offsetof(fj_decode_tma_params, k_map), (sizeof(fj_decode_params) + 63) / 64 * 64);
 }
 
 TEST(Fa3Schedule, TilesSectionsAndGrid) {

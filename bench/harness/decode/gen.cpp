@@ -170,7 +170,7 @@ int main(int argc, char **argv) {
     Plan plan;
     std::string why;
     // The spec's extras, "NAME=VALUE,..." (a bare NAME means 1), parsed once: planner tunings
-    // (WARPS, WARPKEYS: DecodeTuning), build switches (TL, ONEPASS) and plan constants.
+    // (WARPS, WARPKEYS, TMAKV: DecodeTuning), build switches (TL, ONEPASS) and plan constants.
     std::vector<std::pair<std::string, int64_t>> items;
     if (si < extras.size()) {
       std::istringstream list(extras[si]);
@@ -186,7 +186,12 @@ int main(int argc, char **argv) {
         tuning.warps = static_cast<int>(value);
       if (key == "WARPKEYS")
         tuning.warp_keys = static_cast<int>(value);
+      if (key == "TMAKV")
+        tuning.tma_kv = static_cast<int>(value);
     }
+    // The "x" experiments below re-lay out the cp.async tiles' shared memory: they keep those tiles.
+    if (si < tags.size() && tags[si][0] == 'x')
+      tuning.tma_kv = 0;
     if (!plan_decode_tuned(s, tuning, &plan, &why)) {
       std::cout << "NOPLAN " << why << "\n";
       ++failures;
@@ -226,22 +231,8 @@ int main(int argc, char **argv) {
         prefix += "#define FJ_DECODE_MERGE_ONE_PASS 1\n";
         continue;
       }
-      if (key == "TMAKV") {
-        // TMA tiles: the ring starts on a 1024-byte swizzle atom (the kernel rounds its block's base
-        // up to one: kAtom more bytes), and the stage barriers take the row-address region, which
-        // TMA tiles do not use (kBarrierBytes covers it when contiguous KV has none).
-        constexpr int64_t kAtom = 1024, kBarrierBytes = 64;
-        prefix += "#define FJ_DECODE_TMA_KV 1\n";
-        const int64_t kv = plan.constant("kSmemOffsetKV");
-        const int64_t shift = (kv + kAtom - 1) / kAtom * kAtom - kv;
-        for (const char *n : {"kSmemOffsetKV", "kSmemOffsetStats", "kSmemOffsetPages"})
-          for (auto &c : plan.constants)
-            if (c.name == n)
-              c.value += shift;
-        plan.smem_bytes += shift + kBarrierBytes + kAtom;
-        plan.add("kTmaKv", 1);
-        continue;
-      }
+      if (key == "TMAKV")
+        continue; // planned above
       bool found = false;
       for (auto &c : plan.constants)
         if (c.name == key) {

@@ -363,16 +363,9 @@ static void reference(const Problem &P, std::vector<double> &o64, std::vector<do
     t.join();
 }
 
-// The parameter block of a TMA-tile build (FJ_DECODE_TMA_KV): the decode parameters, then the
-// K and V tensor maps, as decode_splitk.cuh's fj_decode_tma_entry lays them out (fj_tensor_map is
-// 64-byte aligned; CUDA 13's CUtensorMap is 128-byte aligned and would move the maps).
-struct TmaEntry {
-  fj_decode_params params;
-  fj_tensor_map k_map, v_map;
-};
 static_assert(sizeof(fj_tensor_map) == sizeof(CUtensorMap), "an encoded map is copied byte for byte");
-// Keys per box of a paged TMA tile, and so the schedule's cut granule (decode_splitk.cuh TmaTile).
-constexpr int kTmaPagedBoxRows = 16;
+// Whether a kernel's plan loads K/V tiles by TMA (plan constant kTmaKv; older meta files lack it).
+static bool tma_tiles(Kernel &K) { return K.c.count("kTmaKv") != 0 && K.c["kTmaKv"] != 0; }
 
 struct Gpu {
   Dev q, k, v, o, lse, table, lens, ws;
@@ -380,14 +373,14 @@ struct Gpu {
   SplitKShape shape;
   SplitKSchedule sched;
   fj_decode_params params{};
-  TmaEntry tma{};
+  fj_decode_tma_params tma{}; // TMA tile plans: the parameters, then the K/V maps (params_decode.h)
   Kernel *kern;
   bool owns_inputs = true; // false: q/k/v/table/lens belong to another Gpu (setup_gpu's `share`)
   // The kernel's parameter block (`params` changes between launches, e.g. the timeline step).
   void *arg() {
-    if (kern->c.count("kTmaKv") == 0)
+    if (!tma_tiles(*kern))
       return &params;
-    tma.params = params;
+    tma.base = params;
     return &tma;
   }
 };
@@ -469,7 +462,8 @@ static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0
   g.shape.head_dim_v = c.dv;
   g.shape.heads_kv = c.heads_kv;
   g.shape.max_batch = P.batch + max_batch_pad;
-  g.shape.piece_cost_keys = splitk_piece_cost_keys(c.dqk, c.dv); // as runtime/decode.cpp
+  const bool paged_tma = tma_tiles(K) && c.page > 0;
+  g.shape.piece_cost_keys = splitk_piece_cost_keys(c.dqk, c.dv, paged_tma); // as runtime/decode.cpp
   g.shape.whole_units_dealt = dealt;
   if (sched == Sched::whole || sched == Sched::split)
     g.shape.whole_units_max_excess_pct = sched == Sched::whole ? kWholeUnitsExcessPct : -1;
@@ -481,11 +475,11 @@ static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0
     else
       g.shape.key_balance_min_run_tiles = 0; // 'keys' is always by keys; the runtime's default chooses per shape
   }
-  if (K.c.count("kTmaKv") != 0 && c.page > 0)
-    g.shape.split_granule = kTmaPagedBoxRows; // paged TMA tiles: pieces start on whole boxes
+  if (paged_tma)
+    g.shape.split_granule = (int)K.c["kTmaBoxRows"]; // paged TMA tiles: pieces start on whole boxes
   // FJ_HARNESS_TMA_PIECE_COST=N: TMA kernels charge N keys per extra piece of a run (a diagnostic
   // of what a piece costs them; the runtime's charge otherwise).
-  if (const char *cost = getenv("FJ_HARNESS_TMA_PIECE_COST"); cost != nullptr && K.c.count("kTmaKv") != 0)
+  if (const char *cost = getenv("FJ_HARNESS_TMA_PIECE_COST"); cost != nullptr && tma_tiles(K))
     g.shape.piece_cost_keys = atoi(cost);
   std::string err;
   if (!splitk_layout(g.shape, &g.layout, &err)) {
@@ -537,10 +531,10 @@ static void setup_gpu(Gpu &g, const Problem &P, Kernel &K, int max_batch_pad = 0
   g.params.work = (const fj_decode_work *)(g.ws.p + g.layout.work_offset);
   g.params.merges = (const fj_decode_merge *)(g.ws.p + g.layout.merge_offset);
   g.params.m_blocks = g.shape.m_blocks;
-  if (K.c.count("kTmaKv") != 0) {
+  if (tma_tiles(K)) {
     // Contiguous: {dim, heads_kv, keys, batch}, a box of a whole tile; paged: {dim, heads_kv,
-    // page, pages}, a box of kTmaPagedBoxRows keys.
-    const int box_rows = c.page > 0 ? kTmaPagedBoxRows : (int)K.c["kBlockN"];
+    // page, pages}, a box of kTmaBoxRows keys.
+    const int box_rows = (int)K.c["kTmaBoxRows"];
     const int rows = c.page > 0 ? c.page : P.max_len, outer = c.page > 0 ? P.num_pages : P.batch;
     g.tma.k_map = kv_tensor_map(g.k, c.dqk, c.heads_kv, rows, outer, P.k_row, P.k_head, P.k_page_or_batch, box_rows);
     g.tma.v_map = kv_tensor_map(g.v, c.dv, c.heads_kv, rows, outer, P.v_row, P.v_head, P.v_page_or_batch, box_rows);
