@@ -6,6 +6,7 @@
 //   raw_launch_fa3:   the same for forward_hot's fa3 kernel (its 896-byte parameter block, its cluster)
 //   launch_fa3_hot:   launch_fa3 alone (parameter-cache lookup + launch), the problem resolved once
 //   decode_forward_hot: a planned decode step (one launch: the split-K decode merges its splits)
+//   decode_forward_new_kv: the same with K/V at a new address every call (TMA maps encoded each time)
 //   prepare_disk_hit: problem -> loaded function with a cold memory cache and a warm disk cache
 //   validate_and_spec: the CPU-only part of the hot path (no GPU needed)
 #include "runtime/driver.hpp"
@@ -271,6 +272,52 @@ void decode_forward_hot(benchmark::State &state) {
     state.SetLabel(runtime_kernel(runtime, p));
 }
 BENCHMARK(decode_forward_hot)->Unit(benchmark::kMicrosecond)->UseManualTime()->Iterations(kHotBursts);
+
+// decode_forward_hot with K and V at another address on every call (kKvAddresses of them, more than
+// the runtime's per-thread cache of TMA maps holds): the TMA tile kernel's maps are encoded each
+// call, as for an engine's first step through its layers.
+void decode_forward_new_kv(benchmark::State &state) {
+  Fixture *fp = gpu_fixture(state);
+  if (!fp)
+    return;
+  constexpr int kKvAddresses = 1024;
+  constexpr size_t kAddressStep = 16; // TMA wants 16-byte aligned tensors
+  harness::DeviceBuffer k, v;
+  const size_t bytes = size_t(fp->p.seqlen_k) * fp->p.heads_kv * fp->p.head_dim_qk * 2;
+  if (!k.allocate(bytes + kKvAddresses * kAddressStep) || !v.allocate(bytes + kKvAddresses * kAddressStep) ||
+      !k.fill_bytes(0x3c) || !v.fill_bytes(0x3c)) {
+    state.SkipWithError("K/V buffers");
+    return;
+  }
+  Runtime runtime;
+  AttentionProblem p = fp->p;
+  p.seqlen_q = 1;
+  p.k = k.get();
+  p.v = v.get();
+  size_t workspace_bytes = 0;
+  harness::DeviceBuffer workspace;
+  if (Status s = runtime.workspace_size(p, &workspace_bytes); !s || !workspace.allocate(workspace_bytes)) {
+    state.SkipWithError("workspace");
+    return;
+  }
+  p.workspace = workspace.get();
+  p.workspace_bytes = workspace_bytes;
+  if (Status s = runtime.plan(p); !s) {
+    state.SkipWithError(s.message.c_str());
+    return;
+  }
+  int call = 0;
+  const bool ran = host_time_loop(state, [&] {
+    AttentionProblem q = p;
+    const size_t offset = size_t(call++ % kKvAddresses) * kAddressStep;
+    q.k = static_cast<const char *>(p.k) + offset;
+    q.v = static_cast<const char *>(p.v) + offset;
+    return runtime.forward(q);
+  });
+  if (ran)
+    state.SetLabel(runtime_kernel(runtime, p));
+}
+BENCHMARK(decode_forward_new_kv)->Unit(benchmark::kMicrosecond)->UseManualTime()->Iterations(kHotBursts);
 
 void prepare_disk_hit(benchmark::State &state) {
   Fixture *fp = gpu_fixture(state);

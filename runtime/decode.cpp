@@ -7,10 +7,76 @@
 
 #include "params_decode.h"
 
+#include <xxhash.h>
+
+#include <array>
+#include <cstring>
 #include <string>
 #include <vector>
 
 namespace flashjit {
+namespace {
+
+// TMA tiles: encoding K's and V's maps costs ~1 us of host time per launch (run 22's decode step
+// against run 19c's, docs/performance.md). A layer's paged pool gives the same maps step after
+// step (they do not depend on the lengths), and so does a contiguous cache passed with a fixed
+// seqlen_k, so each thread keeps the last kMapCacheEntries encodings, direct-mapped by a hash of
+// what they depend on.
+
+// Plain data, zeroed with memset before it is filled (padding included): hashed and compared as bytes.
+struct KvMapKey {
+  const KernelRecord *kernel;
+  fj_tensor_ref k, v;
+  fj_i64 page_stride_k, page_stride_v;
+  fj_i32 page_size, num_pages, seqlen_k, batch, heads_kv, pad;
+};
+struct KvMapEntry {
+  KvMapKey key{};
+  std::string kernel_key; // the record's cache key: a freed record's address may be reused
+  fj_tensor_map k_map{}, v_map{};
+  bool valid = false;
+};
+constexpr size_t kMapCacheEntries = 128;
+thread_local std::array<KvMapEntry, kMapCacheEntries> kv_map_cache;
+
+KvMapKey kv_map_key(const KernelRecord &kernel, const NormalizedProblem &n, const fj_attention_params &a) {
+  KvMapKey key;
+  std::memset(&key, 0, sizeof key);
+  key.kernel = &kernel;
+  key.k = a.k;
+  key.v = a.v;
+  key.page_stride_k = a.paged.page_stride_k;
+  key.page_stride_v = a.paged.page_stride_v;
+  key.page_size = a.paged.page_size;
+  key.num_pages = n.paged ? n.p.num_pages : 0;
+  key.seqlen_k = a.seqlen_k;
+  key.batch = a.batch;
+  key.heads_kv = a.heads_kv;
+  return key;
+}
+
+// Fills params->k_map / v_map from the cache or by encoding them (and caching the result).
+Status kv_tensor_maps(const KernelRecord &kernel, const NormalizedProblem &n, fj_decode_tma_params *params) {
+  const KvMapKey key = kv_map_key(kernel, n, params->base.attn);
+  KvMapEntry &entry = kv_map_cache[XXH64(&key, sizeof key, 0) % kMapCacheEntries];
+  if (entry.valid && std::memcmp(&entry.key, &key, sizeof key) == 0 && entry.kernel_key == kernel.key) {
+    params->k_map = entry.k_map;
+    params->v_map = entry.v_map;
+    return Status::success();
+  }
+  std::string why_not;
+  if (!decode_encode_tensor_maps(kernel.choice.spec, kernel.choice.plan, key.num_pages,
+                                 driver::api()->cuTensorMapEncodeTiled, params, &why_not))
+    return Status::error(FLASHJIT_INVALID_ARGUMENT, kernel.name + ": TMA cannot address this layout: " + why_not);
+  entry.key = key;
+  entry.kernel_key = kernel.key;
+  entry.k_map = params->k_map;
+  entry.v_map = params->v_map;
+  entry.valid = true;
+  return Status::success();
+}
+
+} // namespace
 
 Status decode_layout(const KernelRecord &kernel, const NormalizedProblem &n, const LaunchContext &ctx,
                      SplitKShape *shape, SplitKLayout *layout) {
@@ -88,15 +154,12 @@ Status launch_decode(const KernelRecord &kernel, const NormalizedProblem &n, con
   params.merges = reinterpret_cast<const fj_decode_merge *>(workspace + d.layout.merge_offset);
   params.m_blocks = d.shape.m_blocks;
   void *args[] = {&params};
-  // TMA tiles: the K/V maps follow the parameters, encoded per launch (an engine passes each
-  // layer's cache; the host time is in docs/performance.md). The combine takes fj_decode_params.
+  // TMA tiles: the K/V maps follow the parameters. The combine takes fj_decode_params alone.
   fj_decode_tma_params tma_params;
   if (plan.constant("kTmaKv", 0) != 0) {
     tma_params.base = params;
-    std::string why_not;
-    if (!decode_encode_tensor_maps(kernel.choice.spec, plan, n.p.num_pages, driver::api()->cuTensorMapEncodeTiled,
-                                   &tma_params, &why_not))
-      return Status::error(FLASHJIT_INVALID_ARGUMENT, kernel.name + ": TMA cannot address this layout: " + why_not);
+    if (Status s = kv_tensor_maps(kernel, n, &tma_params); !s)
+      return s;
     args[0] = &tma_params;
   }
   const Dim3 grid{static_cast<unsigned>(d.layout.grid)};

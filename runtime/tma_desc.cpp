@@ -13,8 +13,8 @@ static_assert(sizeof(fj_tensor_map) == sizeof(CUtensorMap), "fj_tensor_map must 
 constexpr size_t kTensorMapAlign = 64;
 static_assert(alignof(fj_tensor_map) >= kTensorMapAlign, "tensor maps must be 64-byte aligned");
 
-constexpr int kElemBytes = 2; // fp16 / bf16
-constexpr int kMapRank = 4;   // fa3 {dim, tokens, heads, batch}; decode {dim, heads, keys, batch or pages}
+constexpr int kElemBytes = 2;             // fp16 / bf16
+constexpr int kMapRank = 4;               // fa3 {dim, tokens, heads, batch}; decode {dim, heads, keys, batch or pages}
 constexpr uint32_t kDecodePanelCols = 64; // one 128-byte swizzle span of 16-bit elements
 constexpr uint64_t kTmaAddressAlign = 16;
 constexpr uint64_t kTmaStrideAlign = 16;
@@ -76,8 +76,8 @@ CUtensorMapDataType map_type(const KernelSpec &spec) {
   return spec.dtype == FLASHJIT_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
 }
 
-bool encode_all(TensorMapEncodeTiledFn encode, std::initializer_list<std::pair<const TensorMapArgs *, fj_tensor_map *>> all,
-                std::string *why_not) {
+bool encode_all(TensorMapEncodeTiledFn encode,
+                std::initializer_list<std::pair<const TensorMapArgs *, fj_tensor_map *>> all, std::string *why_not) {
   for (const auto &[args, dst] : all) {
     const CUresult result = encode(reinterpret_cast<CUtensorMap *>(dst), args->data_type, args->rank,
                                    args->global_address, args->dims, args->strides, args->box, args->element_strides,

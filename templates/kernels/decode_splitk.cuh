@@ -1048,16 +1048,20 @@ __device__ __forceinline__ void run_piece(const fj_decode_params &p, const Unit 
 }
 
 // The kernel's parameter block: fj_decode_params, followed by the K/V tensor maps with TMA tiles.
-template <bool kWithMaps> struct EntryParams {
-  using type = fj_decode_params;
-};
-template <> struct EntryParams<true> {
-  using type = fj_decode_tma_params;
-};
-__device__ __forceinline__ const fj_decode_params &decode_params(const fj_decode_params &p) { return p; }
-__device__ __forceinline__ const fj_decode_params &decode_params(const fj_decode_tma_params &e) { return e.base; }
-__device__ __forceinline__ const fj_tensor_map *kv_maps(const fj_decode_params &) { return nullptr; }
-__device__ __forceinline__ const fj_tensor_map *kv_maps(const fj_decode_tma_params &e) { return &e.k_map; }
+template <bool kWithMaps> struct EntryParams { using type = fj_decode_params; };
+template <> struct EntryParams<true> { using type = fj_decode_tma_params; };
+__device__ __forceinline__ const fj_decode_params &decode_params(const fj_decode_params &p) {
+  return p;
+}
+__device__ __forceinline__ const fj_decode_params &decode_params(const fj_decode_tma_params &e) {
+  return e.base;
+}
+__device__ __forceinline__ const fj_tensor_map *kv_maps(const fj_decode_params &) {
+  return nullptr;
+}
+__device__ __forceinline__ const fj_tensor_map *kv_maps(const fj_decode_tma_params &e) {
+  return &e.k_map;
+}
 } // namespace fj::decode
 
 // kCtasPerSm CTAs share an SM (the plan sized their rings for it); the bound keeps ptxas inside the

@@ -132,13 +132,14 @@ TEST(DecodePlan, TmaTilesWhereTheSpecAllows) {
     bool tma;
   };
   const flashjit_backend nvrtc = FLASHJIT_BACKEND_AUTO, mlir = FLASHJIT_BACKEND_MLIR;
-  for (const Case &c : {Case{kSm90a, 128, 128, 0, false, 16, nvrtc, true}, Case{kSm90a, 128, 128, 16, false, 16, nvrtc, true},
-                        Case{kSm90a, 64, 64, 48, false, 16, nvrtc, true}, Case{kSm90a, 192, 128, 512, false, 16, nvrtc, true},
-                        Case{kSm90a, 256, 256, 0, true, 16, nvrtc, true}, Case{kSm90a, 128, 128, 16, true, 16, nvrtc, false},
-                        Case{kSm90a, 128, 128, 1, false, 16, nvrtc, false}, Case{kSm90a, 128, 128, 8, false, 16, nvrtc, false},
-                        Case{kSm90a, 80, 80, 0, false, 16, nvrtc, false}, Case{kSm90a, 128, 96, 0, false, 16, nvrtc, false},
-                        Case{kSm90a, 128, 128, 0, false, 2, nvrtc, false}, Case{kSm80, 128, 128, 0, false, 16, nvrtc, false},
-                        Case{kSm90a, 128, 128, 16, false, 16, mlir, false}}) {
+  for (const Case &c :
+       {Case{kSm90a, 128, 128, 0, false, 16, nvrtc, true}, Case{kSm90a, 128, 128, 16, false, 16, nvrtc, true},
+        Case{kSm90a, 64, 64, 48, false, 16, nvrtc, true}, Case{kSm90a, 192, 128, 512, false, 16, nvrtc, true},
+        Case{kSm90a, 256, 256, 0, true, 16, nvrtc, true}, Case{kSm90a, 128, 128, 16, true, 16, nvrtc, false},
+        Case{kSm90a, 128, 128, 1, false, 16, nvrtc, false}, Case{kSm90a, 128, 128, 8, false, 16, nvrtc, false},
+        Case{kSm90a, 80, 80, 0, false, 16, nvrtc, false}, Case{kSm90a, 128, 96, 0, false, 16, nvrtc, false},
+        Case{kSm90a, 128, 128, 0, false, 2, nvrtc, false}, Case{kSm80, 128, 128, 0, false, 16, nvrtc, false},
+        Case{kSm90a, 128, 128, 16, false, 16, mlir, false}}) {
     KernelSpec spec = testing::decode_spec(c.arch, c.dqk, FLASHJIT_BF16, 4, 1, c.page_size);
     spec.head_dim_v = c.dv;
     spec.local = c.local;

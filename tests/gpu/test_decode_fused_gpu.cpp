@@ -244,8 +244,8 @@ TEST_F(DecodeFusedGpu, FusedEqualsUnfusedBitwise) {
 // the same tiles in the same order of arithmetic, so the same bits, O and LSE; the TMA kernel's
 // zeroed V rows past a piece's end keep the NaN-free padding exact (the lengths end mid-tile).
 TEST_F(DecodeFusedGpu, TmaTilesEqualCpAsyncTilesBitwise) {
-  const Shape shapes[] = {kSplitShape, {3, 4, 3001, 28, 4, 64, true}, {1, 1, 50001, 8, 2, 256, false},
-                          {5, 2, 7777, 12, 2, 128, true}};
+  const Shape shapes[] = {
+      kSplitShape, {3, 4, 3001, 28, 4, 64, true}, {1, 1, 50001, 8, 2, 256, false}, {5, 2, 7777, 12, 2, 128, true}};
   for (const Shape &shape : shapes) {
     DecodeTuning tunings[2];
     tunings[0].tma_kv = 1;

@@ -435,9 +435,9 @@ TEST(Fa3Schedule, TheTailSplitGpuTestShapesCutTiles) {
   };
   Fa3Tuning tuning;
   tuning.tail_split = 1;
-  for (const Shape &c : {Shape{2, 400, 2048, 27, 27, 64}, Shape{2, 900, 2000, 16, 16, 80},
-                         Shape{1, 1000, 2600, 40, 8, 128}, Shape{2, 600, 2000, 25, 25, 192},
-                         Shape{1, 700, 1600, 24, 24, 256}}) {
+  for (const Shape &c :
+       {Shape{2, 400, 2048, 27, 27, 64}, Shape{2, 900, 2000, 16, 16, 80}, Shape{1, 1000, 2600, 40, 8, 128},
+        Shape{2, 600, 2000, 25, 25, 192}, Shape{1, 700, 1600, 24, 24, 256}}) {
     KernelSpec spec = fa3_spec(c.d, c.d);
     spec.key_block = fa3_key_block_for(spec, c.seqlen_k);
     Plan plan;

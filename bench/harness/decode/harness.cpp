@@ -365,7 +365,9 @@ static void reference(const Problem &P, std::vector<double> &o64, std::vector<do
 
 static_assert(sizeof(fj_tensor_map) == sizeof(CUtensorMap), "an encoded map is copied byte for byte");
 // Whether a kernel's plan loads K/V tiles by TMA (plan constant kTmaKv; older meta files lack it).
-static bool tma_tiles(Kernel &K) { return K.c.count("kTmaKv") != 0 && K.c["kTmaKv"] != 0; }
+static bool tma_tiles(Kernel &K) {
+  return K.c.count("kTmaKv") != 0 && K.c["kTmaKv"] != 0;
+}
 
 struct Gpu {
   Dev q, k, v, o, lse, table, lens, ws;
