@@ -16,6 +16,7 @@ static_assert(alignof(fj_tensor_map) >= kTensorMapAlign, "tensor maps must be 64
 constexpr int kElemBytes = 2;             // fp16 / bf16
 constexpr int kMapRank = 4;               // fa3 {dim, tokens, heads, batch}; decode {dim, heads, keys, batch or pages}
 constexpr uint32_t kDecodePanelCols = 64; // one 128-byte swizzle span of 16-bit elements
+constexpr int64_t kDefaultPromotionBytes = 256; // plans made before kTmaL2PromotionBytes
 constexpr uint64_t kTmaAddressAlign = 16;
 constexpr uint64_t kTmaStrideAlign = 16;
 // Share of L2 a section's K/V may fill: FA-3 uses 32 MB on a 50 MB L2.
@@ -72,6 +73,16 @@ bool operand_map(const char *name, const fj_tensor_ref &ref, int dim, uint64_t r
                       {ref.row_stride, ref.head_stride, batch_stride}, {box_cols, box_rows, 1, 1}, type, out, why_not);
 }
 
+// A plan's kTmaL2PromotionBytes as the driver's enum (0: none).
+CUtensorMapL2promotion l2_promotion(int64_t bytes) {
+  switch (bytes) {
+  case 0: return CU_TENSOR_MAP_L2_PROMOTION_NONE;
+  case 64: return CU_TENSOR_MAP_L2_PROMOTION_L2_64B;
+  case 128: return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+  default: return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  }
+}
+
 CUtensorMapDataType map_type(const KernelSpec &spec) {
   return spec.dtype == FLASHJIT_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
 }
@@ -93,20 +104,25 @@ bool encode_all(TensorMapEncodeTiledFn encode,
 bool fa3_tensor_map_args(const KernelSpec &spec, const Plan &plan, const fj_attention_params &p, int total_k,
                          Fa3TensorMaps *maps, std::string *why_not) {
   const CUtensorMapDataType type = map_type(spec);
+  const CUtensorMapL2promotion promotion = l2_promotion(plan.constant("kTmaL2PromotionBytes", kDefaultPromotionBytes));
   const auto box_cols = static_cast<uint32_t>(plan.constant("kPanelCols"));
   const auto box_rows_q = static_cast<uint32_t>(plan.constant("kTmaBoxRows"));
   // A CTA of a pair loads (and multicasts) its share of each K/V block's rows.
   const auto box_rows_kv = static_cast<uint32_t>(plan.constant("kKVRowsPerCta", plan.block_n));
   const uint64_t q_rows = spec.varlen ? p.total_q : p.seqlen_q;
   const uint64_t k_rows = spec.varlen ? total_k : p.seqlen_k;
-  return operand_map("q", p.q, spec.head_dim_qk, q_rows, p.heads_q, p.batch, spec.varlen, box_cols, box_rows_q, type,
-                     &maps->q, why_not) &&
-         operand_map("k", p.k, spec.head_dim_qk, k_rows, p.heads_kv, p.batch, spec.varlen, box_cols, box_rows_kv, type,
-                     &maps->k, why_not) &&
-         operand_map("v", p.v, spec.head_dim_v, k_rows, p.heads_kv, p.batch, spec.varlen, box_cols, box_rows_kv, type,
-                     &maps->v, why_not) &&
-         operand_map("o", p.o, spec.head_dim_v, q_rows, p.heads_q, p.batch, spec.varlen, box_cols, box_rows_q, type,
-                     &maps->o, why_not);
+  const bool ok = operand_map("q", p.q, spec.head_dim_qk, q_rows, p.heads_q, p.batch, spec.varlen, box_cols, box_rows_q,
+                              type, &maps->q, why_not) &&
+                  operand_map("k", p.k, spec.head_dim_qk, k_rows, p.heads_kv, p.batch, spec.varlen, box_cols,
+                              box_rows_kv, type, &maps->k, why_not) &&
+                  operand_map("v", p.v, spec.head_dim_v, k_rows, p.heads_kv, p.batch, spec.varlen, box_cols,
+                              box_rows_kv, type, &maps->v, why_not) &&
+                  operand_map("o", p.o, spec.head_dim_v, q_rows, p.heads_q, p.batch, spec.varlen, box_cols, box_rows_q,
+                              type, &maps->o, why_not);
+  if (ok)
+    for (TensorMapArgs *map : {&maps->q, &maps->k, &maps->v, &maps->o})
+      map->l2_promotion = promotion;
+  return ok;
 }
 
 bool fa3_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int total_k, TensorMapEncodeTiledFn encode,

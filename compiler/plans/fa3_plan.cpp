@@ -127,6 +127,9 @@ constexpr int kShortKeyBlockCostDenom = 100; // the default block's
 // head dims 72..80.
 constexpr int kMinHeadDimLazyRescale3Wg = 72;
 constexpr int kMaxHeadDimLazyRescale3Wg = 80;
+// Bytes the TMA maps promote into L2 per miss (runtime/tma_desc.cpp; Fa3Tuning::l2_promotion A/Bs
+// it). 256 since the first fa3 kernel; the decode maps measured 256 at 6-9% below 0/64/128 (run 22d).
+constexpr int kTmaL2PromotionBytes = 256;
 // Named barriers: 0 is __syncthreads; then one pingpong barrier and one epilogue barrier per
 // consumer warpgroup.
 constexpr int kBarrierPingpong = 1;
@@ -291,6 +294,9 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   if (tuning.q_in_registers > 0 && cross_tile_overlap)
     return refuse("fa3: q_in_registers loads Q per tile (no cross_tile_overlap)");
   const bool q_in_registers = tuning.q_in_registers > 0;
+  if (tuning.l2_promotion >= 0 && tuning.l2_promotion != 0 && tuning.l2_promotion != 64 && tuning.l2_promotion != 128 &&
+      tuning.l2_promotion != 256)
+    return refuse("fa3: l2_promotion must be 0, 64, 128 or 256 bytes");
   const int column_groups = block_n / kColsPerGroup;
   int row_max_partials = three_wgs ? kRowMaxPartialsThreeWarpgroups : kRowMaxPartialsTwoWarpgroups;
   while (row_max_partials > column_groups)
@@ -379,6 +385,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add_bool("kTailSplit", tail_split);
   plan->add_bool("kQDescPerStep", q_desc_per_step);
   plan->add_bool("kQInRegisters", q_in_registers);
+  plan->add("kTmaL2PromotionBytes", tuning.l2_promotion >= 0 ? tuning.l2_promotion : kTmaL2PromotionBytes);
   plan->add("kBarrierTail", kBarrierPingpong + 2 * consumer_wgs); // all consumer warpgroups
   plan->add("kTailPieces", kTailPieces);
   // One piece's partial state per consumer thread: its O accumulators, its rows' max and sum share.
@@ -406,6 +413,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"tail_split", &Fa3Tuning::tail_split},
       {"q_desc_per_step", &Fa3Tuning::q_desc_per_step},
       {"q_in_registers", &Fa3Tuning::q_in_registers},
+      {"l2_promotion", &Fa3Tuning::l2_promotion},
   };
   size_t begin = 0;
   while (begin <= text.size()) {

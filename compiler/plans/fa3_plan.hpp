@@ -22,6 +22,7 @@ struct Fa3Tuning {
   int tail_split = -1;         // -1: the planner's choice; 1: the last waves' tiles split by keys (a workspace)
   int q_desc_per_step = -1;    // -1: the planner's choice; 1: Q's wgmma descriptors rebuilt per k-step, 0: hoisted
   int q_in_registers = -1;     // -1: the planner's choice; 1: Q's A fragments in registers (RS QK), 0: from smem
+  int l2_promotion = -1;       // -1: the planner's choice; 0, 64, 128 or 256: bytes the TMA maps promote into L2
 };
 
 bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not,
@@ -29,10 +30,10 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
 
 // "key=value,..." with the keys block_n, pingpong, exp2_poly_every, consumer_warpgroups,
 // separate_o, rescale_before_pv, cluster_m, lazy_rescale, row_max_partials, cross_tile_overlap,
-// tail_split, q_desc_per_step, q_in_registers (the fields above; unnamed fields keep the planner's choice), e.g.
-// "consumer_warpgroups=2,block_n=128": the developer override FLASHJIT_FA3_TUNING. False, naming
-// the bad item, on an unknown key or a value that is not an integer; whether the values fit a spec
-// is the planner's answer (plan_fa3_tuned).
+// tail_split, q_desc_per_step, q_in_registers, l2_promotion (the fields above; unnamed fields keep the planner's
+// choice), e.g. "consumer_warpgroups=2,block_n=128": the developer override FLASHJIT_FA3_TUNING. False, naming the bad
+// item, on an unknown key or a value that is not an integer; whether the values fit a spec is the planner's answer
+// (plan_fa3_tuned).
 bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *error);
 
 } // namespace flashjit

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace flashjit {
@@ -128,6 +129,33 @@ TEST(Fa3TmaDesc, VarlenUsesPackedRows) {
   EXPECT_EQ(maps.k.dims[2], 1u);
   EXPECT_EQ(maps.v.dims[3], 1u);
   EXPECT_EQ(maps.o.dims[1], 555u);
+}
+
+// The maps' L2 promotion is the plan's (kTmaL2PromotionBytes, Fa3Tuning::l2_promotion); a value
+// that is not one of the driver's sizes is refused by the planner.
+TEST(Fa3TmaDesc, L2PromotionFollowsThePlan) {
+  const KernelSpec spec = fa3_spec(128, 128);
+  const fj_attention_params p = batch_params(1, 256, 256, 2, 2, 128, 128);
+  Fa3TensorMaps maps;
+  std::string why;
+  ASSERT_TRUE(fa3_tensor_map_args(spec, fa3_plan(spec), p, 0, &maps, &why)) << why;
+  EXPECT_EQ(maps.k.l2_promotion, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  for (const auto &[bytes, promotion] : {std::pair{0, CU_TENSOR_MAP_L2_PROMOTION_NONE},
+                                         std::pair{64, CU_TENSOR_MAP_L2_PROMOTION_L2_64B},
+                                         std::pair{128, CU_TENSOR_MAP_L2_PROMOTION_L2_128B}}) {
+    Fa3Tuning tuning;
+    tuning.l2_promotion = bytes;
+    Plan plan;
+    ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &plan, &why)) << why;
+    ASSERT_TRUE(fa3_tensor_map_args(spec, plan, p, 0, &maps, &why)) << why;
+    for (const TensorMapArgs *map : {&maps.q, &maps.k, &maps.v, &maps.o})
+      EXPECT_EQ(map->l2_promotion, promotion) << bytes;
+  }
+  Fa3Tuning bad;
+  bad.l2_promotion = 32;
+  Plan plan;
+  EXPECT_FALSE(plan_fa3_tuned(spec, bad, &plan, &why));
+  EXPECT_NE(why.find("l2_promotion"), std::string::npos) << why;
 }
 
 TEST(Fa3TmaDesc, RejectsUnalignedLayouts) {

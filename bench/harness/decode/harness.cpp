@@ -387,6 +387,17 @@ struct Gpu {
   }
 };
 
+// The maps' L2 promotion: 128-byte lines as runtime/tma_desc.cpp, or FJ_HARNESS_TMA_L2_PROMOTION
+// = 0 (none), 64, 128 or 256 (a diagnostic).
+static CUtensorMapL2promotion l2_promotion() {
+  const char *env = getenv("FJ_HARNESS_TMA_L2_PROMOTION");
+  const int bytes = env ? atoi(env) : 128;
+  return bytes == 0    ? CU_TENSOR_MAP_L2_PROMOTION_NONE
+         : bytes == 64  ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
+         : bytes == 256 ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+                        : CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+}
+
 // A 4-D map {dim, heads_kv, rows, outer} over K or V (contiguous: rows are keys, outer the batch;
 // paged: a page's rows, outer the pages), box {64, 1, box_rows, 1}, 128-byte swizzle
 // (decode_splitk.cuh TmaTile); rows past the extent read as zeros.
@@ -400,7 +411,7 @@ static fj_tensor_map kv_tensor_map(const Dev &buf, int dim, int heads_kv, int ro
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
   CK(cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, (void *)buf.p, dims, strides, box, elem_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+                            l2_promotion(), CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
   fj_tensor_map out;
   memcpy(&out, &map, sizeof out);
   return out;
