@@ -248,26 +248,34 @@ void forward_fa2_hot(benchmark::State &state) {
 }
 BENCHMARK(forward_fa2_hot)->Unit(benchmark::kMicrosecond)->UseManualTime()->Iterations(kHotBursts);
 
+// Makes `p` a planned decode step (one query token, split-K with a workspace); false (benchmark
+// marked skipped) on failure.
+bool plan_decode_step(benchmark::State &state, Runtime &runtime, AttentionProblem *p,
+                      harness::DeviceBuffer *workspace) {
+  p->seqlen_q = 1;
+  size_t bytes = 0;
+  if (Status s = runtime.workspace_size(*p, &bytes); !s || !workspace->allocate(bytes)) {
+    state.SkipWithError("workspace");
+    return false;
+  }
+  p->workspace = workspace->get();
+  p->workspace_bytes = bytes;
+  if (Status s = runtime.plan(*p); !s) {
+    state.SkipWithError(s.message.c_str());
+    return false;
+  }
+  return true;
+}
+
 void decode_forward_hot(benchmark::State &state) {
   Fixture *fp = gpu_fixture(state);
   if (!fp)
     return;
-  Fixture &f = *fp;
   Runtime runtime;
-  AttentionProblem p = f.p;
-  p.seqlen_q = 1; // decode: split-K with a planned workspace
-  size_t bytes = 0;
+  AttentionProblem p = fp->p;
   harness::DeviceBuffer workspace;
-  if (Status s = runtime.workspace_size(p, &bytes); !s || !workspace.allocate(bytes)) {
-    state.SkipWithError("workspace");
+  if (!plan_decode_step(state, runtime, &p, &workspace))
     return;
-  }
-  p.workspace = workspace.get();
-  p.workspace_bytes = bytes;
-  if (Status s = runtime.plan(p); !s) {
-    state.SkipWithError(s.message.c_str());
-    return;
-  }
   if (forward_loop(state, runtime, p))
     state.SetLabel(runtime_kernel(runtime, p));
 }
@@ -291,21 +299,11 @@ void decode_forward_new_kv(benchmark::State &state) {
   }
   Runtime runtime;
   AttentionProblem p = fp->p;
-  p.seqlen_q = 1;
   p.k = k.get();
   p.v = v.get();
-  size_t workspace_bytes = 0;
   harness::DeviceBuffer workspace;
-  if (Status s = runtime.workspace_size(p, &workspace_bytes); !s || !workspace.allocate(workspace_bytes)) {
-    state.SkipWithError("workspace");
+  if (!plan_decode_step(state, runtime, &p, &workspace))
     return;
-  }
-  p.workspace = workspace.get();
-  p.workspace_bytes = workspace_bytes;
-  if (Status s = runtime.plan(p); !s) {
-    state.SkipWithError(s.message.c_str());
-    return;
-  }
   int call = 0;
   const bool ran = host_time_loop(state, [&] {
     AttentionProblem q = p;
