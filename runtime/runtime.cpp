@@ -1,5 +1,6 @@
 // flashjit::Runtime: validate -> spec -> kernel store (memory, disk, JIT) -> launch.
 #include "compiler/build.hpp"
+#include "compiler/plans/decode_plan.hpp"
 #include "runtime/decode.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/kernel_store.hpp"
@@ -291,8 +292,16 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
   if (choice.plan.constant("kTailSplit", 0) != 0)
     plan << ", last waves split by keys"
          << (problem.workspace ? " (where that shortens the longest walk by 8 blocks and 2%)" : " (off: no workspace)");
+  const flashjit_backend backend = resolve_backend(impl_->store.config().backend, choice.plan.variant);
+  if (choice.plan.variant == Variant::decode_splitk) {
+    const std::string no_tma = tma_kv_unsupported(choice.spec, backend, choice.plan.block_n);
+    plan << ", K/V tiles by "
+         << (choice.plan.constant("kTmaKv", 0) != 0 ? "TMA"
+             : no_tma.empty()                       ? "cp.async"
+                                                    : "cp.async (no TMA: " + no_tma + ")");
+  }
   e.plan = plan.str();
-  e.backend = backend_name(resolve_backend(impl_->store.config().backend, choice.plan.variant));
+  e.backend = backend_name(backend);
   e.origin = "not loaded";
   if (context) {
     std::shared_ptr<const KernelRecord> record;

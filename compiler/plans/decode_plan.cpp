@@ -93,9 +93,11 @@ bool fail(std::string *why_not, std::string message) {
   return false;
 }
 
-// Why this spec's K/V tiles cannot land by TMA ("" when they can). Boxes are whole 64-column
-// panels, so both head dims must be multiples of 64; paged boxes are 16 keys of one page, so pieces
-// must start on multiples of 16 keys, which a sliding window's first visible key does not.
+} // namespace
+
+// Boxes are whole 64-column panels, so both head dims must be multiples of 64; paged boxes are 16
+// keys of one page, so pieces must start on multiples of 16 keys, which a sliding window's first
+// visible key does not.
 std::string tma_kv_unsupported(const KernelSpec &spec, flashjit_backend backend, int block_n) {
   if (spec.arch.sm < kTmaKvMinArch)
     return "TMA needs sm_90 or later";
@@ -113,8 +115,6 @@ std::string tma_kv_unsupported(const KernelSpec &spec, flashjit_backend backend,
     return "a sliding window starts pieces off the 16-key boxes of a page";
   return "";
 }
-
-} // namespace
 
 bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not, flashjit_backend backend) {
   return plan_decode_tuned(spec, DecodeTuning{}, plan, why_not, backend);

@@ -22,6 +22,10 @@ struct DecodeTuning {
   int tma_kv = -1;
 };
 
+// Why the decode kernel's K/V tiles cannot land by TMA for this spec and tile of `block_n` keys
+// ("" when they can): what `explain` says of a plan with kTmaKv 0.
+std::string tma_kv_unsupported(const KernelSpec &spec, flashjit_backend backend, int block_n);
+
 bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan *plan, std::string *why_not,
                        flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
 

@@ -229,5 +229,24 @@ TEST(ValidationCApi, GoodInputWithoutADriverIsADriverErrorNotACrash) {
   flashjit_runtime_destroy(runtime);
 }
 
+// explain says how the decode kernel loads K/V: by TMA where the plan allows it, else by cp.async
+// with the reason (head dims that are not multiples of 64 here).
+TEST(ValidationCApi, ExplainSaysHowDecodeLoadsKv) {
+  Runtime runtime;
+  AttentionProblem p = good_problem();
+  p.seqlen_q = 1;
+  p.workspace = reinterpret_cast<void *>(kFakeDevicePointer + (4 << 24));
+  p.workspace_bytes = size_t{1} << 24;
+  Explanation e;
+  if (Status s = runtime.explain(p, &e); !s || e.text.find("explained for sm90a") == std::string::npos)
+    GTEST_SKIP() << "a driver is present (its GPU decides); covered by tests/gpu";
+  EXPECT_NE(e.plan.find("K/V tiles by cp.async (no TMA: head dims are not multiples of 64"), std::string::npos)
+      << e.kernel << ": " << e.plan;
+  p.head_dim_qk = 128;
+  ASSERT_TRUE(runtime.explain(p, &e).ok());
+  EXPECT_NE(e.plan.find("K/V tiles by TMA"), std::string::npos) << e.kernel << ": " << e.plan;
+  EXPECT_NE(e.kernel.find(".tma."), std::string::npos) << e.kernel;
+}
+
 } // namespace
 } // namespace flashjit
