@@ -10,7 +10,8 @@
 // unit; see arrive_and_maybe_merge), so a step is one launch; without it fj_decode_combine merges
 // them in a second launch. Both run merge_unit: the same arithmetic in the same order.
 //
-// Inside a CTA: a kStages-deep cp.async ring of kBlockN-key tiles (K and V). The warps split each
+// Inside a CTA: a kStages-deep ring of kBlockN-key tiles (K and V), loaded by TMA (kTmaKv, sm_90:
+// one mbarrier per stage) or by every thread's cp.async copies. The warps split each
 // tile's keys (kWarpN each), run an online softmax over their own keys with mma.sync m16n8k16, and
 // are merged through shared memory at the end of the piece (Q's A fragments, at head dims up to 128,
 // stay in registers for the whole piece: kHoldQ). Decode is bound by KV bandwidth, so the
