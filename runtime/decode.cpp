@@ -137,6 +137,7 @@ Status plan_decode_schedule(const KernelRecord &kernel, const NormalizedProblem 
     return driver::driver_error("copying the decode schedule into the workspace", r);
   d.fused_merge = kernel.choice.plan.constant("kFusedMerge", 0) != 0;
   d.combine_threads = static_cast<unsigned>(kernel.choice.plan.constant("kCombineThreads"));
+  d.tma_kv = kernel.choice.plan.constant("kTmaKv", 0) != 0;
   *out = d;
   return Status::success();
 }
@@ -156,7 +157,7 @@ Status launch_decode(const KernelRecord &kernel, const NormalizedProblem &n, con
   void *args[] = {&params};
   // TMA tiles: the K/V maps follow the parameters. The combine takes fj_decode_params alone.
   fj_decode_tma_params tma_params;
-  if (plan.constant("kTmaKv", 0) != 0) {
+  if (d.tma_kv) {
     tma_params.base = params;
     if (Status s = kv_tensor_maps(kernel, n, &tma_params); !s)
       return s;

@@ -19,6 +19,7 @@ struct DecodeSchedule {
   // From the plan, read once here rather than on every launch.
   bool fused_merge = false;     // kFusedMerge: one launch per step
   unsigned combine_threads = 0; // kCombineThreads of fj_decode_combine (unfused plans)
+  bool tma_kv = false;          // kTmaKv: the K/V tensor maps follow the decode's parameters
 };
 
 // The shape and workspace layout of `kernel` (a decode_splitk record) for this problem.
