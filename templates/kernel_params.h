@@ -37,18 +37,18 @@ typedef struct fj_paged_kv {
 
 typedef struct fj_attention_params {
   fj_tensor_ref q, k, v, o;
-  float *maybe_lse;                 // [batch, heads_q, seqlen_q] or varlen [heads_q, total_q]
-  const fj_i32 *maybe_cu_seqlens_q; // [batch + 1] prefix sums (varlen)
-  const fj_i32 *maybe_cu_seqlens_k; // [batch + 1] prefix sums (varlen)
-  const fj_i32 *maybe_seqlens_k;    // [batch] per-sequence KV lengths (paged / decode)
+  float *maybe_lse;                  // [batch, heads_q, seqlen_q] or varlen [heads_q, total_q]
+  const fj_i32 *maybe_cu_seqlens_q;  // [batch + 1] prefix sums (varlen)
+  const fj_i32 *maybe_cu_seqlens_k;  // [batch + 1] prefix sums (varlen)
+  const fj_i32 *maybe_seqlens_k;     // [batch] per-sequence KV lengths (paged / decode)
   fj_paged_kv paged;
   fj_i32 batch;
   fj_i32 seqlen_q; // batch mode: every sequence; varlen: max
   fj_i32 seqlen_k;
-  fj_i32 total_q; // varlen: rows of the packed Q (LSE row count)
+  fj_i32 total_q;  // varlen: rows of the packed Q (LSE row count)
   fj_i32 heads_q;
   fj_i32 heads_kv;
-  fj_i32 group;        // heads_q / heads_kv
+  fj_i32 group;    // heads_q / heads_kv
   fj_i32 window_left;  // < 0: unbounded
   fj_i32 window_right; // < 0: unbounded
   float scale_log2;    // softmax scale * log2(e)
@@ -68,9 +68,9 @@ typedef struct fj_combine_params {
   const float *partial_lse; // [num_states, rows]
   fj_i64 state_stride_o;    // elements between states in partial_o
   fj_i64 state_stride_lse;
-  void *o; // [rows, dv] in the output dtype, row stride below
+  void *o;                  // [rows, dv] in the output dtype, row stride below
   fj_i64 o_row_stride;
-  float *maybe_lse; // [rows]
+  float *maybe_lse;         // [rows]
   fj_i32 num_states;
   fj_i32 rows;
   fj_i32 head_dim_v;
