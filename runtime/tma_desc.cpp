@@ -32,24 +32,30 @@ bool fail(std::string *why_not, const std::string &reason) {
   return false;
 }
 
+// What a map loads and how it fills L2: the element type and the bytes promoted per miss.
+struct MapFormat {
+  CUtensorMapDataType type;
+  CUtensorMapL2promotion promotion;
+};
+
 // A 4-D map with the 128-byte swizzle: `dims` innermost first (dims[0] contiguous elements),
 // `strides` in elements for dims[1..3], box `box`. A dimension of one index may have any stride (a
 // caller's zero stride there is replaced; TMA wants multiples of 16 bytes).
-bool swizzled_map(const std::string &name, const void *ptr, const cuuint64_t (&dims)[kMapRank],
-                  const int64_t (&strides)[kMapRank - 1], const cuuint32_t (&box)[kMapRank], CUtensorMapDataType type,
+bool swizzled_map(const char *name, const void *ptr, const cuuint64_t (&dims)[kMapRank],
+                  const int64_t (&strides)[kMapRank - 1], const cuuint32_t (&box)[kMapRank], const MapFormat &format,
                   TensorMapArgs *out, std::string *why_not) {
   const auto address = reinterpret_cast<uintptr_t>(ptr);
   if (address % kTmaAddressAlign != 0)
-    return fail(why_not, name + ": base pointer is not 16-byte aligned (TMA)");
+    return fail(why_not, std::string(name) + ": base pointer is not 16-byte aligned (TMA)");
   cuuint64_t stride_bytes[kMapRank - 1];
   for (int i = 0; i < kMapRank - 1; ++i) {
     stride_bytes[i] = static_cast<uint64_t>(strides[i]) * kElemBytes;
     if (dims[i + 1] == 1 && stride_bytes[i] == 0)
       stride_bytes[i] = kTmaStrideAlign;
     if (stride_bytes[i] % kTmaStrideAlign != 0 || stride_bytes[i] == 0)
-      return fail(why_not, name + ": strides must be non-zero multiples of 16 bytes (TMA)");
+      return fail(why_not, std::string(name) + ": strides must be non-zero multiples of 16 bytes (TMA)");
   }
-  out->data_type = type;
+  out->data_type = format.type;
   out->rank = kMapRank;
   out->global_address = const_cast<void *>(ptr);
   std::copy(dims, dims + kMapRank, out->dims);
@@ -58,7 +64,7 @@ bool swizzled_map(const std::string &name, const void *ptr, const cuuint64_t (&d
   std::fill(out->element_strides, out->element_strides + kMapRank, 1);
   out->interleave = CU_TENSOR_MAP_INTERLEAVE_NONE;
   out->swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
-  out->l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  out->l2_promotion = format.promotion;
   out->oob_fill = CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE; // zeros: padded QK columns contribute 0
   return true;
 }
@@ -66,11 +72,12 @@ bool swizzled_map(const std::string &name, const void *ptr, const cuuint64_t (&d
 // One fa3 operand, {dim, tokens, heads, batch}: rows of `dim` contiguous elements, `rows` tokens per
 // sequence (or the packed total).
 bool operand_map(const char *name, const fj_tensor_ref &ref, int dim, uint64_t rows, uint64_t heads, uint64_t batch,
-                 bool varlen, uint32_t box_cols, uint32_t box_rows, CUtensorMapDataType type, TensorMapArgs *out,
+                 bool varlen, uint32_t box_cols, uint32_t box_rows, const MapFormat &format, TensorMapArgs *out,
                  std::string *why_not) {
   const int64_t batch_stride = varlen ? ref.row_stride * static_cast<int64_t>(rows) : ref.batch_stride;
   return swizzled_map(name, ref.ptr, {static_cast<cuuint64_t>(dim), rows, heads, varlen ? 1 : batch},
-                      {ref.row_stride, ref.head_stride, batch_stride}, {box_cols, box_rows, 1, 1}, type, out, why_not);
+                      {ref.row_stride, ref.head_stride, batch_stride}, {box_cols, box_rows, 1, 1}, format, out,
+                      why_not);
 }
 
 // A plan's kTmaL2PromotionBytes as the driver's enum (0: none).
@@ -103,26 +110,21 @@ bool encode_all(TensorMapEncodeTiledFn encode,
 
 bool fa3_tensor_map_args(const KernelSpec &spec, const Plan &plan, const fj_attention_params &p, int total_k,
                          Fa3TensorMaps *maps, std::string *why_not) {
-  const CUtensorMapDataType type = map_type(spec);
-  const CUtensorMapL2promotion promotion = l2_promotion(plan.constant("kTmaL2PromotionBytes", kDefaultPromotionBytes));
+  const MapFormat format{map_type(spec), l2_promotion(plan.constant("kTmaL2PromotionBytes", kDefaultPromotionBytes))};
   const auto box_cols = static_cast<uint32_t>(plan.constant("kPanelCols"));
   const auto box_rows_q = static_cast<uint32_t>(plan.constant("kTmaBoxRows"));
   // A CTA of a pair loads (and multicasts) its share of each K/V block's rows.
   const auto box_rows_kv = static_cast<uint32_t>(plan.constant("kKVRowsPerCta", plan.block_n));
   const uint64_t q_rows = spec.varlen ? p.total_q : p.seqlen_q;
   const uint64_t k_rows = spec.varlen ? total_k : p.seqlen_k;
-  const bool ok = operand_map("q", p.q, spec.head_dim_qk, q_rows, p.heads_q, p.batch, spec.varlen, box_cols, box_rows_q,
-                              type, &maps->q, why_not) &&
-                  operand_map("k", p.k, spec.head_dim_qk, k_rows, p.heads_kv, p.batch, spec.varlen, box_cols,
-                              box_rows_kv, type, &maps->k, why_not) &&
-                  operand_map("v", p.v, spec.head_dim_v, k_rows, p.heads_kv, p.batch, spec.varlen, box_cols,
-                              box_rows_kv, type, &maps->v, why_not) &&
-                  operand_map("o", p.o, spec.head_dim_v, q_rows, p.heads_q, p.batch, spec.varlen, box_cols, box_rows_q,
-                              type, &maps->o, why_not);
-  if (ok)
-    for (TensorMapArgs *map : {&maps->q, &maps->k, &maps->v, &maps->o})
-      map->l2_promotion = promotion;
-  return ok;
+  return operand_map("q", p.q, spec.head_dim_qk, q_rows, p.heads_q, p.batch, spec.varlen, box_cols, box_rows_q, format,
+                     &maps->q, why_not) &&
+         operand_map("k", p.k, spec.head_dim_qk, k_rows, p.heads_kv, p.batch, spec.varlen, box_cols, box_rows_kv,
+                     format, &maps->k, why_not) &&
+         operand_map("v", p.v, spec.head_dim_v, k_rows, p.heads_kv, p.batch, spec.varlen, box_cols, box_rows_kv, format,
+                     &maps->v, why_not) &&
+         operand_map("o", p.o, spec.head_dim_v, q_rows, p.heads_q, p.batch, spec.varlen, box_cols, box_rows_q, format,
+                     &maps->o, why_not);
 }
 
 bool fa3_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int total_k, TensorMapEncodeTiledFn encode,
@@ -143,17 +145,16 @@ bool decode_kv_tensor_map_args(const KernelSpec &spec, const Plan &plan, const f
   // Contiguous: a sequence's keys, then the batch; paged: a page's keys, then the pages.
   const uint64_t rows = paged ? p.paged.page_size : p.seqlen_k;
   const uint64_t outer = paged ? num_pages : p.batch;
+  // The K/V stream is read once: 128-byte promotion, as the cp.async tiles' prefetch (256 bytes
+  // measured 5-9% slower, docs/perf-notes.md run 22d).
+  const MapFormat format{map_type(spec), CU_TENSOR_MAP_L2_PROMOTION_L2_128B};
   const auto map = [&](const char *name, const fj_tensor_ref &ref, int dim, int64_t outer_stride, TensorMapArgs *out) {
     return swizzled_map(name, ref.ptr, {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(p.heads_kv), rows, outer},
-                        {ref.head_stride, ref.row_stride, outer_stride}, {kDecodePanelCols, 1, box_rows, 1},
-                        map_type(spec), out, why_not);
+                        {ref.head_stride, ref.row_stride, outer_stride}, {kDecodePanelCols, 1, box_rows, 1}, format,
+                        out, why_not);
   };
-  if (!map("k", p.k, spec.head_dim_qk, paged ? p.paged.page_stride_k : p.k.batch_stride, &maps->k) ||
-      !map("v", p.v, spec.head_dim_v, paged ? p.paged.page_stride_v : p.v.batch_stride, &maps->v))
-    return false;
-  // The K/V stream is read once: promote to L2 in 128-byte lines, as the cp.async tiles' prefetch.
-  maps->k.l2_promotion = maps->v.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
-  return true;
+  return map("k", p.k, spec.head_dim_qk, paged ? p.paged.page_stride_k : p.k.batch_stride, &maps->k) &&
+         map("v", p.v, spec.head_dim_v, paged ? p.paged.page_stride_v : p.v.batch_stride, &maps->v);
 }
 
 bool decode_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int num_pages, TensorMapEncodeTiledFn encode,

@@ -3,6 +3,7 @@
 #include "compiler/planner.hpp"
 #include "compiler/plans/fa3_plan.hpp"
 #include "runtime/tma_desc.hpp"
+#include "tests/compile/compile_matrix.hpp"
 
 #include <gtest/gtest.h>
 
@@ -140,9 +141,9 @@ TEST(Fa3TmaDesc, L2PromotionFollowsThePlan) {
   std::string why;
   ASSERT_TRUE(fa3_tensor_map_args(spec, fa3_plan(spec), p, 0, &maps, &why)) << why;
   EXPECT_EQ(maps.k.l2_promotion, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
-  for (const auto &[bytes, promotion] : {std::pair{0, CU_TENSOR_MAP_L2_PROMOTION_NONE},
-                                         std::pair{64, CU_TENSOR_MAP_L2_PROMOTION_L2_64B},
-                                         std::pair{128, CU_TENSOR_MAP_L2_PROMOTION_L2_128B}}) {
+  for (const auto &[bytes, promotion] :
+       {std::pair{0, CU_TENSOR_MAP_L2_PROMOTION_NONE}, std::pair{64, CU_TENSOR_MAP_L2_PROMOTION_L2_64B},
+        std::pair{128, CU_TENSOR_MAP_L2_PROMOTION_L2_128B}}) {
     Fa3Tuning tuning;
     tuning.l2_promotion = bytes;
     Plan plan;
@@ -210,15 +211,10 @@ TEST(Fa3TmaDesc, EncodesFourMapsThroughTheDriverPointer) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(&params.tma_q) % 64, 0u);
 }
 
+// A decode spec on sm_90a: GQA 4, one query token.
 KernelSpec decode_tma_spec(int dqk, int dv, int page_size) {
-  KernelSpec spec;
-  spec.op = Op::decode;
-  spec.arch = Arch{90, true};
-  spec.head_dim_qk = dqk;
+  KernelSpec spec = testing::decode_spec(Arch{90, true}, dqk, FLASHJIT_BF16, 4, 1, page_size);
   spec.head_dim_v = dv;
-  spec.gqa_group = 4;
-  spec.q_len = 1;
-  spec.page_size = page_size;
   return spec;
 }
 
