@@ -64,6 +64,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 splitting the last waves' tiles by keys (NVRTC builds only).
   if (plan.constant("kTailSplit", 0) != 0)
     name += ".ts";
+  // fa3 with a tile's first key block in the key loop (NVRTC builds only).
+  if (plan.constant("kFirstBlockInLoop", 0) != 0)
+    name += ".fl";
   // fa3 rebuilding Q's descriptors per k-step (two consumer warpgroups by default).
   if (plan.constant("kQDescPerStep", 0) != 0)
     name += ".qs";

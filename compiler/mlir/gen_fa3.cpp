@@ -136,6 +136,10 @@ Status read_config(const KernelSpec &spec, const Plan &plan, Config *c) {
     return Status::error(FLASHJIT_UNSUPPORTED,
                          "fa3 (MLIR): tail split plans (kTailSplit) have a template form only; plan with the MLIR "
                          "backend (FLASHJIT_BACKEND_MLIR) for whole tiles");
+  if (plan.constant("kFirstBlockInLoop", 0) != 0)
+    return Status::error(FLASHJIT_UNSUPPORTED,
+                         "fa3 (MLIR): first-block-in-loop plans (kFirstBlockInLoop) have a template form only; plan "
+                         "with the MLIR backend (FLASHJIT_BACKEND_MLIR) for a prologue block");
   if (plan.constant("kLazyRescale", 0) != 0)
     return Status::error(FLASHJIT_UNSUPPORTED,
                          "fa3 (MLIR): lazy-rescale plans (kLazyRescale) have a template form only; "

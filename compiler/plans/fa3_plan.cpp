@@ -79,6 +79,12 @@ constexpr bool kCrossTileOverlapDefault = false;
 // split, and its walks are too short to cut).
 constexpr bool kTailSplitDefault = true;
 constexpr int kMaxHeadDimTailSplitTwoWarpgroups = 128;
+// A tile's first key block as the key loop's first step, which issues no PV (kFirstBlockInLoop),
+// instead of a prologue of its own: the softmax and the QK GEMM are then compiled once, not twice,
+// which takes ~25% off the cold compile (d128 N160 with the tail split: 1.11-1.22 s -> 0.86-0.92 s on
+// the 2-core machine, session 19). One tile at a time only; NVRTC only (the MLIR generator renders
+// its own loop).
+constexpr bool kFirstBlockInLoopDefault = true;
 // Q's wgmma descriptors, one per k-step of the QK GEMM, are the same for every key block; hoisted
 // out of the key loop (the compiler's choice) they outnumber the uniform registers from d ~192 on,
 // so ptxas parks them in ordinary registers and moves each back (R2UR) before its GEMM. kQDescPerStep
@@ -282,6 +288,13 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
                               ? tuning.tail_split != 0
                               : kTailSplitDefault && tail_split_measured_faster && !masked && !spec.varlen &&
                                     !cross_tile_overlap && backend != FLASHJIT_BACKEND_MLIR;
+  if (tuning.first_block_in_loop > 0 && backend == FLASHJIT_BACKEND_MLIR)
+    return refuse("fa3: first_block_in_loop has a template form only (NVRTC)");
+  if (tuning.first_block_in_loop > 0 && cross_tile_overlap)
+    return refuse("fa3: first_block_in_loop walks one tile at a time (no cross_tile_overlap)");
+  const bool first_block_in_loop = tuning.first_block_in_loop >= 0 ? tuning.first_block_in_loop != 0
+                                                                   : kFirstBlockInLoopDefault && !cross_tile_overlap &&
+                                                                         backend != FLASHJIT_BACKEND_MLIR;
   if (tuning.q_desc_per_step > 0 && backend == FLASHJIT_BACKEND_MLIR)
     return refuse("fa3: q_desc_per_step has a template form only (NVRTC)");
   const bool q_desc_per_step =
@@ -383,6 +396,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add("kRowMaxPartials", row_max_partials);
   plan->add_bool("kCrossTileOverlap", cross_tile_overlap);
   plan->add_bool("kTailSplit", tail_split);
+  plan->add_bool("kFirstBlockInLoop", first_block_in_loop);
   plan->add_bool("kQDescPerStep", q_desc_per_step);
   plan->add_bool("kQInRegisters", q_in_registers);
   plan->add("kTmaL2PromotionBytes", tuning.l2_promotion >= 0 ? tuning.l2_promotion : kTmaL2PromotionBytes);
@@ -411,6 +425,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"row_max_partials", &Fa3Tuning::row_max_partials},
       {"cross_tile_overlap", &Fa3Tuning::cross_tile_overlap},
       {"tail_split", &Fa3Tuning::tail_split},
+      {"first_block_in_loop", &Fa3Tuning::first_block_in_loop},
       {"q_desc_per_step", &Fa3Tuning::q_desc_per_step},
       {"q_in_registers", &Fa3Tuning::q_in_registers},
       {"l2_promotion", &Fa3Tuning::l2_promotion},

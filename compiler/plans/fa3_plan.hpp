@@ -9,20 +9,21 @@
 namespace flashjit {
 
 struct Fa3Tuning {
-  int block_n = 0;             // 0: the planner's choice; else a multiple of 16 that must fit
-  int pingpong = -1;           // -1: the planner's choice; 0 / 1 force it
-  int exp2_poly_every = -1;    // -1: the planner's choice; 0: MUFU only; k: every k-th column group on FMA
-  int consumer_warpgroups = 0; // 0: the planner's choice; 2 (M = 128, 240 regs) or 3 (M = 192, 160 regs)
-  int separate_o = -1;         // -1: the planner's choice; 1: O staged in its own smem, Q freed after the last QK
-  int rescale_before_pv = -1;  // -1: the planner's choice; 1: rescale O between the QK and PV issues
-  int cluster_m = 0;           // 0: the planner's choice; 1: one CTA per tile; 2: CTA pairs multicast K/V
-  int lazy_rescale = -1;       // -1: the planner's choice; 1: raise the row max only by more than 2^8
-  int row_max_partials = 0;    // 0: the planner's choice; else 1, 2, 4 or 8 running maxima per row
-  int cross_tile_overlap = -1; // -1: the planner's choice; 1: next tile's first QK with this tile's last PV
-  int tail_split = -1;         // -1: the planner's choice; 1: the last waves' tiles split by keys (a workspace)
-  int q_desc_per_step = -1;    // -1: the planner's choice; 1: Q's wgmma descriptors rebuilt per k-step, 0: hoisted
-  int q_in_registers = -1;     // -1: the planner's choice; 1: Q's A fragments in registers (RS QK), 0: from smem
-  int l2_promotion = -1;       // -1: the planner's choice; 0, 64, 128 or 256: bytes the TMA maps promote into L2
+  int block_n = 0;              // 0: the planner's choice; else a multiple of 16 that must fit
+  int pingpong = -1;            // -1: the planner's choice; 0 / 1 force it
+  int exp2_poly_every = -1;     // -1: the planner's choice; 0: MUFU only; k: every k-th column group on FMA
+  int consumer_warpgroups = 0;  // 0: the planner's choice; 2 (M = 128, 240 regs) or 3 (M = 192, 160 regs)
+  int separate_o = -1;          // -1: the planner's choice; 1: O staged in its own smem, Q freed after the last QK
+  int rescale_before_pv = -1;   // -1: the planner's choice; 1: rescale O between the QK and PV issues
+  int cluster_m = 0;            // 0: the planner's choice; 1: one CTA per tile; 2: CTA pairs multicast K/V
+  int lazy_rescale = -1;        // -1: the planner's choice; 1: raise the row max only by more than 2^8
+  int row_max_partials = 0;     // 0: the planner's choice; else 1, 2, 4 or 8 running maxima per row
+  int cross_tile_overlap = -1;  // -1: the planner's choice; 1: next tile's first QK with this tile's last PV
+  int tail_split = -1;          // -1: the planner's choice; 1: the last waves' tiles split by keys (a workspace)
+  int first_block_in_loop = -1; // -1: the planner's choice; 1: a tile's first block is the key loop's first step
+  int q_desc_per_step = -1;     // -1: the planner's choice; 1: Q's wgmma descriptors rebuilt per k-step, 0: hoisted
+  int q_in_registers = -1;      // -1: the planner's choice; 1: Q's A fragments in registers (RS QK), 0: from smem
+  int l2_promotion = -1;        // -1: the planner's choice; 0, 64, 128 or 256: bytes the TMA maps promote into L2
 };
 
 bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not,
@@ -30,10 +31,10 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
 
 // "key=value,..." with the keys block_n, pingpong, exp2_poly_every, consumer_warpgroups,
 // separate_o, rescale_before_pv, cluster_m, lazy_rescale, row_max_partials, cross_tile_overlap,
-// tail_split, q_desc_per_step, q_in_registers, l2_promotion (the fields above; unnamed fields keep the planner's
-// choice), e.g. "consumer_warpgroups=2,block_n=128": the developer override FLASHJIT_FA3_TUNING. False, naming the bad
-// item, on an unknown key or a value that is not an integer; whether the values fit a spec is the planner's answer
-// (plan_fa3_tuned).
+// tail_split, first_block_in_loop, q_desc_per_step, q_in_registers, l2_promotion (the fields above; unnamed fields keep
+// the planner's choice), e.g. "consumer_warpgroups=2,block_n=128": the developer override FLASHJIT_FA3_TUNING. False,
+// naming the bad item, on an unknown key or a value that is not an integer; whether the values fit a spec is the
+// planner's answer (plan_fa3_tuned).
 bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *error);
 
 } // namespace flashjit

@@ -9,6 +9,9 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace flashjit {
 namespace {
@@ -258,6 +261,51 @@ TEST_F(PrefillQInRegistersGpu, RegisterQMatchesTheReference) {
     std::cout << "q_in_registers_" << name << ": " << result.summary() << "\n";
     EXPECT_TRUE(result.pass()) << name << ": " << result.summary();
     EXPECT_NE(result.kernel.find(".qr"), std::string::npos) << result.kernel;
+  }
+}
+
+class PrefillFirstBlockInLoopGpu : public GpuTest {};
+
+// The first key block in the key loop (the default, kFirstBlockInLoop) against the prologue form
+// (FLASHJIT_FA3_TUNING=first_block_in_loop=0): the same arithmetic in the same order, so the outputs
+// must be equal bit for bit, and both pass the float64 check. Cases: the tail split's cut tiles
+// (d128), lengths off the tile, causal with seqlen_q < seqlen_k and GQA 6 (three warpgroups, lazy
+// rescale at d80), varlen with a length-1 sequence, a window with softcap, d192/128 and d256.
+TEST_F(PrefillFirstBlockInLoopGpu, EqualsThePrologueFormBitwise) {
+  const char *previous = std::getenv("FLASHJIT_FA3_TUNING");
+  const std::string saved = previous ? previous : "";
+  Options options;
+  options.strict = 1; // the fa3 kernels themselves, no fallback
+  unsetenv("FLASHJIT_FA3_TUNING");
+  Runtime in_loop(options);
+  setenv("FLASHJIT_FA3_TUNING", "first_block_in_loop=0", 1); // read when the runtime is made
+  Runtime prologue(options);
+  previous ? setenv("FLASHJIT_FA3_TUNING", saved.c_str(), 1) : unsetenv("FLASHJIT_FA3_TUNING");
+  std::vector<std::pair<std::string, CaseOptions>> cases = {
+      {"d128_gqa5_cut_tiles", dense(1, 1000, 2600, 40, 8, 128, 128, ref::Dtype::fp16)},
+      {"d128_varlen_len1", varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::bf16)},
+      {"d192v128", dense(2, 333, 777, 8, 8, 192, 128, ref::Dtype::bf16)},
+      {"d256", dense(1, 700, 1600, 24, 24, 256, 256, ref::Dtype::bf16)},
+  };
+  cases[0].second.with_workspace = true;
+  CaseOptions causal = dense(2, 700, 1300, 12, 2, 80, 80, ref::Dtype::bf16);
+  causal.problem.causal = true;
+  cases.push_back({"d80_causal_sq_lt_sk_gqa6", causal});
+  CaseOptions window = dense(1, 900, 1200, 8, 8, 64, 64, ref::Dtype::fp16);
+  window.problem.window_left = 200;
+  window.problem.window_right = 0;
+  window.problem.softcap = 30.0f;
+  cases.push_back({"d64_window_softcap", window});
+  for (auto &[name, o] : cases) {
+    o.seed = 53;
+    const harness::CaseResult a = harness::run_case(in_loop, o);
+    const harness::CaseResult b = harness::run_case(prologue, o);
+    std::cout << "first_block_in_loop_" << name << ": " << a.summary() << " | prologue: " << b.summary() << "\n";
+    EXPECT_TRUE(a.pass()) << name << ": " << a.summary();
+    EXPECT_TRUE(b.pass()) << name << " (prologue form): " << b.summary();
+    EXPECT_NE(a.kernel.find(".fl"), std::string::npos) << a.kernel;
+    EXPECT_EQ(b.kernel.find(".fl"), std::string::npos) << b.kernel;
+    EXPECT_EQ(a.o_values, b.o_values) << name << ": the two forms differ";
   }
 }
 

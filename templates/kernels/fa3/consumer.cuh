@@ -208,21 +208,27 @@ template <class C> struct Consumer {
   }
 
   // One step of the key loop: the QK of the block in `cur` issued with the PV of the block in `prev`
-  // (one turn), returning once S is ready and the K slot released; the PV may still run.
+  // (one turn), returning once S is ready and the K slot released; the PV may still run. A tile's
+  // first block has no PV before it (with_pv false).
   __device__ __forceinline__ void issue_step(float (&s)[C::kBlockN / 2], float (&o)[C::kHeadDimV / 2],
                                              const u32 (&frag)[C::kBlockN / 4], const float (&scale)[kRowsPerThread],
-                                             const RingSlot<C> &cur, const RingSlot<C> &prev) const {
+                                             const RingSlot<C> &cur, const RingSlot<C> &prev, bool with_pv) const {
     mbarrier_wait_parity(smem.k_full(cur.stage), cur.phase);
     turn_wait();
     wgmma_fence();
     issue_qk(s, cur.stage);
-    if constexpr (C::kRescaleBeforePv)
-      rescale_o(o, scale); // FMULs under the QK GEMM instead of after the PV wait
-    mbarrier_wait_parity(smem.v_full(prev.stage), prev.phase);
-    wgmma_fence(); // the V wait sits between the two GEMMs: re-fence the PV operands
-    issue_pv(o, frag, prev.stage);
+    if (with_pv) {
+      if constexpr (C::kRescaleBeforePv)
+        rescale_o(o, scale); // FMULs under the QK GEMM instead of after the PV wait
+      mbarrier_wait_parity(smem.v_full(prev.stage), prev.phase);
+      wgmma_fence(); // the V wait sits between the two GEMMs: re-fence the PV operands
+      issue_pv(o, frag, prev.stage);
+    }
     turn_pass();
-    wgmma_wait_group<1>(); // S ready; the PV may still run
+    if (with_pv)
+      wgmma_wait_group<1>(); // S ready; the PV may still run
+    else
+      wgmma_wait_group<0>();
     wgmma_fence_operand(s);
     release_kv(smem.k_empty(cur.stage));
   }
@@ -246,7 +252,7 @@ template <class C> struct Consumer {
     for (int n = t.n_max - 2; n >= t.n_min; --n) {
       const RingSlot<C> prev = cur;
       cur = RingSlot<C>::at(++block_index);
-      issue_step(s, o, frag, scale, cur, prev);
+      issue_step(s, o, frag, scale, cur, prev, true);
       release_q_after_qk(t, n);
       softmax(s, st, scale, lg, t, w, n);
       finish_step(o, frag, prev);
@@ -257,23 +263,44 @@ template <class C> struct Consumer {
   }
 
   // Prologue of tile t: S for its last (possibly partial / diagonal) block, alone on the tensor cores.
-  __device__ __forceinline__ void first_block(float (&s)[C::kBlockN / 2], u32 (&frag)[C::kBlockN / 4], RowState<C> &st,
+  __device__ __forceinline__ void first_block(float (&s)[C::kBlockN / 2], u32 (&frag)[C::kBlockN / 4],
+                                              float (&o)[C::kHeadDimV / 2], RowState<C> &st,
                                               float (&scale)[kRowsPerThread], const Logits &lg, const Tile &t,
                                               const Window &w, const RingSlot<C> &cur, u32 tile_parity) const {
     const int n = t.n_max - 1;
     mbarrier_wait_parity(smem.q_full(), tile_parity);
     load_q_fragments();
-    mbarrier_wait_parity(smem.k_full(cur.stage), cur.phase);
-    turn_wait();
-    wgmma_fence();
-    issue_qk(s, cur.stage);
-    turn_pass();
-    wgmma_wait_group<0>();
-    wgmma_fence_operand(s);
-    release_kv(smem.k_empty(cur.stage));
+    issue_step(s, o, frag, scale, cur, cur, false);
     release_q_after_qk(t, n);
     softmax(s, st, scale, lg, t, w, n);
     to_fragments(s, frag);
+  }
+
+  // Every block of tile t in one loop (kFirstBlockInLoop): the prologue's block is the loop's first
+  // step, which issues no PV, so the softmax and the QK are compiled once instead of twice (cold
+  // compile time: docs/perf-notes.md, session 19). On entry `cur` is the tile's first slot; on exit
+  // frag holds block n_min's P (PV not issued yet) and `cur` its slot.
+  __device__ __forceinline__ void key_loop(float (&s)[C::kBlockN / 2], u32 (&frag)[C::kBlockN / 4],
+                                           float (&o)[C::kHeadDimV / 2], RowState<C> &st,
+                                           float (&scale)[kRowsPerThread], const Logits &lg, const Tile &t,
+                                           const Window &w, RingSlot<C> &cur, int &block_index, u32 tile_parity) const {
+    mbarrier_wait_parity(smem.q_full(), tile_parity);
+    load_q_fragments();
+    for (int n = t.n_max - 1; n >= t.n_min; --n) {
+      const bool first = n == t.n_max - 1;
+      const RingSlot<C> prev = cur;
+      if (!first)
+        cur = RingSlot<C>::at(++block_index);
+      issue_step(s, o, frag, scale, cur, prev, !first);
+      release_q_after_qk(t, n);
+      softmax(s, st, scale, lg, t, w, n);
+      if (!first) {
+        finish_step(o, frag, prev);
+        if constexpr (!C::kRescaleBeforePv)
+          rescale_o(o, scale);
+      }
+      to_fragments(s, frag);
+    }
   }
 
   // Tile t's last PV, alone on the tensor cores, then its epilogue (a cut tile's piece: its part
@@ -313,8 +340,12 @@ template <class C> struct Consumer {
     float scale[kRowsPerThread];
     start_tile(st, o);
     RingSlot<C> cur = RingSlot<C>::at(block_index);
-    first_block(s, frag, st, scale, lg, t, w, cur, tile_parity);
-    key_blocks(s, frag, o, st, scale, lg, t, w, cur, block_index);
+    if constexpr (C::kFirstBlockInLoop) {
+      key_loop(s, frag, o, st, scale, lg, t, w, cur, block_index, tile_parity);
+    } else {
+      first_block(s, frag, o, st, scale, lg, t, w, cur, tile_parity);
+      key_blocks(s, frag, o, st, scale, lg, t, w, cur, block_index);
+    }
     last_block(o, frag, st, scale, lg, t, cur);
     ++block_index;
     tile_parity ^= 1;
@@ -362,7 +393,7 @@ template <class C> struct Consumer {
     Window w = make_window<C>(p, t.seqlen_q, t.seqlen_k);
     start_tile(st, o);
     RingSlot<C> cur = RingSlot<C>::at(block_index);
-    first_block(s, frag, st, scale, lg, t, w, cur, tile_parity);
+    first_block(s, frag, o, st, scale, lg, t, w, cur, tile_parity);
     int n = t.n_max - 1; // the block whose P is in frag
     while (true) {
       Tile next_t = t;
@@ -378,7 +409,7 @@ template <class C> struct Consumer {
       }
       const RingSlot<C> prev = cur;
       cur = RingSlot<C>::at(++block_index);
-      issue_step(s, o, frag, scale, cur, prev);
+      issue_step(s, o, frag, scale, cur, prev, true);
       release_q_after_qk(next_t, next_n);
       RowState<C> done = st; // at a boundary: t's row state, for its epilogue
       if (boundary) {
