@@ -80,11 +80,12 @@ constexpr bool kCrossTileOverlapDefault = false;
 constexpr bool kTailSplitDefault = true;
 constexpr int kMaxHeadDimTailSplitTwoWarpgroups = 128;
 // A tile's first key block as the key loop's first step, which issues no PV (kFirstBlockInLoop),
-// instead of a prologue of its own: the softmax and the QK GEMM are then compiled once, not twice,
-// which takes ~25% off the cold compile (d128 N160 with the tail split: 1.11-1.22 s -> 0.86-0.92 s on
-// the 2-core machine, session 19). One tile at a time only; NVRTC only (the MLIR generator renders
-// its own loop).
-constexpr bool kFirstBlockInLoopDefault = true;
+// instead of a prologue of its own: the softmax is then compiled once, not twice, which takes
+// 10-39% off most kernels' cold compile (d128 N160 .ts 1366 -> 1123 ms on the 2-core machine) but
+// adds 9-21% at d176 and d256 (perf-notes, session 19). Off until a runtime A/B of this form has run
+// on the GPU (its first form, which ptxas serialized, lost 30-45%: run 23a). One tile at a time only;
+// NVRTC only (the MLIR generator renders its own loop).
+constexpr bool kFirstBlockInLoopDefault = false;
 // Q's wgmma descriptors, one per k-step of the QK GEMM, are the same for every key block; hoisted
 // out of the key loop (the compiler's choice) they outnumber the uniform registers from d ~192 on,
 // so ptxas parks them in ordinary registers and moves each back (R2UR) before its GEMM. kQDescPerStep

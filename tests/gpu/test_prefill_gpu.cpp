@@ -266,8 +266,8 @@ TEST_F(PrefillQInRegistersGpu, RegisterQMatchesTheReference) {
 
 class PrefillFirstBlockInLoopGpu : public GpuTest {};
 
-// The first key block in the key loop (the default, kFirstBlockInLoop) against the prologue form
-// (FLASHJIT_FA3_TUNING=first_block_in_loop=0): the same arithmetic in the same order, so the outputs
+// The first key block in the key loop (FLASHJIT_FA3_TUNING=first_block_in_loop=1, kFirstBlockInLoop)
+// against the prologue form (the default): the same arithmetic in the same order, so the outputs
 // must be equal bit for bit, and both pass the float64 check. Cases: the tail split's cut tiles
 // (d128), lengths off the tile, causal with seqlen_q < seqlen_k and GQA 6 (three warpgroups, lazy
 // rescale at d80), varlen with a length-1 sequence, a window with softcap, d192/128 and d256.
@@ -277,9 +277,9 @@ TEST_F(PrefillFirstBlockInLoopGpu, EqualsThePrologueFormBitwise) {
   Options options;
   options.strict = 1; // the fa3 kernels themselves, no fallback
   unsetenv("FLASHJIT_FA3_TUNING");
-  Runtime in_loop(options);
-  setenv("FLASHJIT_FA3_TUNING", "first_block_in_loop=0", 1); // read when the runtime is made
   Runtime prologue(options);
+  setenv("FLASHJIT_FA3_TUNING", "first_block_in_loop=1", 1); // read when the runtime is made
+  Runtime in_loop(options);
   previous ? setenv("FLASHJIT_FA3_TUNING", saved.c_str(), 1) : unsetenv("FLASHJIT_FA3_TUNING");
   std::vector<std::pair<std::string, CaseOptions>> cases = {
       {"d128_gqa5_cut_tiles", dense(1, 1000, 2600, 40, 8, 128, 128, ref::Dtype::fp16)},

@@ -209,26 +209,30 @@ template <class C> struct Consumer {
 
   // One step of the key loop: the QK of the block in `cur` issued with the PV of the block in `prev`
   // (one turn), returning once S is ready and the K slot released; the PV may still run. A tile's
-  // first block has no PV before it (with_pv false).
+  // first block has no PV before it (with_pv false). Each case fences and issues its own QK: with one
+  // QK before a branch around the PV, ptxas serializes every wgmma of the pingpong kernels (run 23a);
+  // with the fence before the branch, it injects fences of its own (ptxas info C7519).
   __device__ __forceinline__ void issue_step(float (&s)[C::kBlockN / 2], float (&o)[C::kHeadDimV / 2],
                                              const u32 (&frag)[C::kBlockN / 4], const float (&scale)[kRowsPerThread],
                                              const RingSlot<C> &cur, const RingSlot<C> &prev, bool with_pv) const {
     mbarrier_wait_parity(smem.k_full(cur.stage), cur.phase);
     turn_wait();
-    wgmma_fence();
-    issue_qk(s, cur.stage);
     if (with_pv) {
+      wgmma_fence();
+      issue_qk(s, cur.stage);
       if constexpr (C::kRescaleBeforePv)
         rescale_o(o, scale); // FMULs under the QK GEMM instead of after the PV wait
       mbarrier_wait_parity(smem.v_full(prev.stage), prev.phase);
       wgmma_fence(); // the V wait sits between the two GEMMs: re-fence the PV operands
       issue_pv(o, frag, prev.stage);
-    }
-    turn_pass();
-    if (with_pv)
+      turn_pass();
       wgmma_wait_group<1>(); // S ready; the PV may still run
-    else
+    } else {
+      wgmma_fence();
+      issue_qk(s, cur.stage);
+      turn_pass();
       wgmma_wait_group<0>();
+    }
     wgmma_fence_operand(s);
     release_kv(smem.k_empty(cur.stage));
   }
