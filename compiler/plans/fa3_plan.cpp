@@ -80,12 +80,13 @@ constexpr bool kCrossTileOverlapDefault = false;
 constexpr bool kTailSplitDefault = true;
 constexpr int kMaxHeadDimTailSplitTwoWarpgroups = 128;
 // A tile's first key block as the key loop's first step, which issues no PV (kFirstBlockInLoop),
-// instead of a prologue of its own: the softmax is then compiled once, not twice, which takes
-// 10-39% off most kernels' cold compile (d128 N160 .ts 1366 -> 1123 ms on the 2-core machine) but
-// adds 9-21% at d176 and d256 (perf-notes, session 19). Off until a runtime A/B of this form has run
-// on the GPU (its first form, which ptxas serialized, lost 30-45%: run 23a). One tile at a time only;
-// NVRTC only (the MLIR generator renders its own loop).
-constexpr bool kFirstBlockInLoopDefault = false;
+// instead of a prologue of its own: the softmax is compiled once, not twice. Measured on the H200
+// (runs 23b-c, runtime A/B against the prologue form): +1.1..1.3% at d192 and d256 non-causal in
+// bf16 and fp16, the kernels without pingpong; 1-7% slower on every kernel with pingpong (d64..d128,
+// causal). So the default without pingpong only. Cold compile: the NVVM optimizer's share falls by
+// ~25% (perf-notes, session 19). One tile at a time only; NVRTC only (the MLIR generator renders
+// its own loop).
+constexpr bool kFirstBlockInLoopWithoutPingpong = true;
 // Q's wgmma descriptors, one per k-step of the QK GEMM, are the same for every key block; hoisted
 // out of the key loop (the compiler's choice) they outnumber the uniform registers from d ~192 on,
 // so ptxas parks them in ordinary registers and moves each back (R2UR) before its GEMM. kQDescPerStep
@@ -293,9 +294,6 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: first_block_in_loop has a template form only (NVRTC)");
   if (tuning.first_block_in_loop > 0 && cross_tile_overlap)
     return refuse("fa3: first_block_in_loop walks one tile at a time (no cross_tile_overlap)");
-  const bool first_block_in_loop = tuning.first_block_in_loop >= 0 ? tuning.first_block_in_loop != 0
-                                                                   : kFirstBlockInLoopDefault && !cross_tile_overlap &&
-                                                                         backend != FLASHJIT_BACKEND_MLIR;
   if (tuning.q_desc_per_step > 0 && backend == FLASHJIT_BACKEND_MLIR)
     return refuse("fa3: q_desc_per_step has a template form only (NVRTC)");
   const bool q_desc_per_step =
@@ -397,7 +395,10 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add("kRowMaxPartials", row_max_partials);
   plan->add_bool("kCrossTileOverlap", cross_tile_overlap);
   plan->add_bool("kTailSplit", tail_split);
-  plan->add_bool("kFirstBlockInLoop", first_block_in_loop);
+  plan->add_bool("kFirstBlockInLoop", tuning.first_block_in_loop >= 0
+                                          ? tuning.first_block_in_loop != 0
+                                          : kFirstBlockInLoopWithoutPingpong && !plan->pingpong &&
+                                                !cross_tile_overlap && backend != FLASHJIT_BACKEND_MLIR);
   plan->add_bool("kQDescPerStep", q_desc_per_step);
   plan->add_bool("kQInRegisters", q_in_registers);
   plan->add("kTmaL2PromotionBytes", tuning.l2_promotion >= 0 ? tuning.l2_promotion : kTmaL2PromotionBytes);

@@ -231,9 +231,10 @@ std::pair<size_t, size_t> qk_pv_wgmmas(const std::string &ptx) {
   return {qk, pv};
 }
 
-// The first block in the key loop (a tuning, kFirstBlockInLoop): one copy of the softmax's
-// exponentials, where the prologue form (the default) has two. Both compile clean and keep their
-// wgmmas pipelined. Cold compile times are printed by `flashjit aot`, not tested here.
+// The first block in the key loop (kFirstBlockInLoop; at d128 a tuning, the pingpong kernels' default
+// being the prologue form): one copy of the softmax's exponentials, where the prologue form has two.
+// Both compile clean and keep their wgmmas pipelined. Cold compile times are printed by `flashjit
+// aot`, not tested here.
 TEST(Fa3CompileFeatures, FirstBlockInLoopCompilesTheSoftmaxOnce) {
   for (bool causal : {false, true}) {
     const KernelSpec spec = testing::prefill_spec(Arch{90, true}, 128, 128, FLASHJIT_BF16, causal);

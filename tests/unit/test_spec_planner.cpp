@@ -457,17 +457,21 @@ TEST(Fa3Tuning, QInRegistersIsATuning) {
   EXPECT_NE(why.find("cross_tile_overlap"), std::string::npos) << why;
 }
 
-// A tile's first key block as the key loop's first step (kFirstBlockInLoop): a tuning (NVRTC, one
-// tile at a time), off by default until measured on the GPU (perf-notes, session 19); the kernel
-// name says `.fl`.
-TEST(Fa3Tuning, FirstBlockInLoopIsATuning) {
+// A tile's first key block as the key loop's first step (kFirstBlockInLoop, kernel suffix `.fl`):
+// the NVRTC default where the kernel runs without pingpong (non-causal d > 128, runs 23b-c), a
+// tuning elsewhere; MLIR plans and the cross-tile stream keep the prologue block.
+TEST(Fa3Tuning, FirstBlockInLoopWithoutPingpong) {
   for (int d : {64, 80, 128, 192, 256})
     for (bool causal : {false, true}) {
       Plan plan;
       std::string why;
       ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why)) << why;
-      EXPECT_EQ(plan.constant("kFirstBlockInLoop"), 0) << "d" << d << (causal ? " causal" : "");
-      EXPECT_EQ(kernel_name(prefill(d, causal), plan).find(".fl"), std::string::npos) << "d" << d;
+      const bool expected = !causal && d > 128;
+      EXPECT_EQ(plan.pingpong, !expected) << "d" << d << (causal ? " causal" : "");
+      EXPECT_EQ(plan.constant("kFirstBlockInLoop"), expected ? 1 : 0) << "d" << d << (causal ? " causal" : "");
+      EXPECT_EQ(kernel_name(prefill(d, causal), plan).find(".fl") != std::string::npos, expected) << "d" << d;
+      ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why, FLASHJIT_BACKEND_MLIR)) << why;
+      EXPECT_EQ(plan.constant("kFirstBlockInLoop"), 0) << "MLIR renders its own loop";
     }
   Fa3Tuning in_loop;
   std::string why;
@@ -479,6 +483,10 @@ TEST(Fa3Tuning, FirstBlockInLoopIsATuning) {
     EXPECT_EQ(plan.constant("kFirstBlockInLoop"), 1);
     EXPECT_NE(kernel_name(prefill(128, causal), plan).find(".fl"), std::string::npos);
   }
+  Fa3Tuning prologue;
+  prologue.first_block_in_loop = 0;
+  ASSERT_TRUE(plan_fa3_tuned(prefill(256, false), prologue, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kFirstBlockInLoop"), 0);
   EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), in_loop, &plan, &why, FLASHJIT_BACKEND_MLIR));
   EXPECT_NE(why.find("first_block_in_loop"), std::string::npos) << why;
   in_loop.cross_tile_overlap = 1;
