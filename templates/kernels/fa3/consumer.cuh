@@ -298,11 +298,16 @@ template <class C> struct Consumer {
       issue_step(s, o, frag, scale, cur, prev, !first);
       release_q_after_qk(t, n);
       softmax(s, st, scale, lg, t, w, n);
-      if (!first) {
-        finish_step(o, frag, prev);
-        if constexpr (!C::kRescaleBeforePv)
-          rescale_o(o, scale);
-      }
+      // The first step has no PV to wait for or V slot to release, and its O is still zero, so
+      // the rescale multiplies zeros: it runs unconditionally, in one block with to_fragments, as
+      // in key_blocks (behind a branch, ptxas could not interleave the two).
+      wgmma_wait_group<0>();
+      wgmma_fence_operand(o);
+      wgmma_fence_operand(frag);
+      if (!first)
+        release_kv(smem.v_empty(prev.stage));
+      if constexpr (!C::kRescaleBeforePv)
+        rescale_o(o, scale);
       to_fragments(s, frag);
     }
   }
