@@ -268,10 +268,10 @@ class PrefillFirstBlockInLoopGpu : public GpuTest {};
 
 // The first key block in the key loop (FLASHJIT_FA3_TUNING=first_block_in_loop=1, kFirstBlockInLoop;
 // the default without pingpong) against the prologue form (first_block_in_loop=0; the default with
-// pingpong): the same arithmetic in the same order, so the outputs
-// must be equal bit for bit, and both pass the float64 check. Cases: the tail split's cut tiles
-// (d128), lengths off the tile, causal with seqlen_q < seqlen_k and GQA 6 (three warpgroups, lazy
-// rescale at d80), varlen with a length-1 sequence, a window with softcap, d192/128 and d256.
+// pingpong): the same arithmetic in the same order, so the outputs must be equal bit for bit, and
+// both pass the float64 check. Cases: the tail split's cut tiles (d128), lengths off the tile,
+// causal with seqlen_q < seqlen_k and GQA 6 (three warpgroups, lazy rescale at d80), varlen with a
+// length-1 sequence, a window with softcap, d192/128 and d256.
 TEST_F(PrefillFirstBlockInLoopGpu, EqualsThePrologueFormBitwise) {
   const char *previous = std::getenv("FLASHJIT_FA3_TUNING");
   const std::string saved = previous ? previous : "";
