@@ -281,8 +281,8 @@ template <class C> struct Consumer {
   }
 
   // Every block of tile t in one loop (kFirstBlockInLoop): the prologue's block is the loop's first
-  // step, which issues no PV, so the softmax and the QK are compiled once instead of twice (cold
-  // compile time: docs/perf-notes.md, session 19). On entry `cur` is the tile's first slot; on exit
+  // step, which issues no PV, so the softmax is compiled once instead of twice (cold compile time:
+  // docs/perf-notes.md, session 19). On entry `cur` is the tile's first slot; on exit
   // frag holds block n_min's P (PV not issued yet) and `cur` its slot.
   __device__ __forceinline__ void key_loop(float (&s)[C::kBlockN / 2], u32 (&frag)[C::kBlockN / 4],
                                            float (&o)[C::kHeadDimV / 2], RowState<C> &st,
