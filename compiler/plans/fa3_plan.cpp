@@ -83,9 +83,10 @@ constexpr int kMaxHeadDimTailSplitTwoWarpgroups = 128;
 // instead of a prologue of its own: the softmax is compiled once, not twice. Measured on the H200
 // (runs 23b-c, runtime A/B against the prologue form): +1.1..1.3% at d192 and d256 non-causal in
 // bf16 and fp16, the kernels without pingpong; 1-7% slower on every kernel with pingpong (d64..d128,
-// causal). So the default without pingpong only. Cold compile: the NVVM optimizer's share falls by
-// ~25% (perf-notes, session 19). One tile at a time only; NVRTC only (the MLIR generator renders
-// its own loop).
+// causal). So the default without pingpong only; the pingpong form has since changed to wait for
+// the PV before the softmax, as ptxas schedules the prologue form, and awaits its A/B (perf-notes,
+// session 19, "Prepared for the next device session"). Cold compile: the NVVM optimizer's share
+// falls by ~25%. One tile at a time only; NVRTC only (the MLIR generator renders its own loop).
 constexpr bool kFirstBlockInLoopWithoutPingpong = true;
 // Q's wgmma descriptors, one per k-step of the QK GEMM, are the same for every key block; hoisted
 // out of the key loop (the compiler's choice) they outnumber the uniform registers from d ~192 on,
