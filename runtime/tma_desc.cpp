@@ -16,7 +16,6 @@ static_assert(alignof(fj_tensor_map) >= kTensorMapAlign, "tensor maps must be 64
 constexpr int kElemBytes = 2;             // fp16 / bf16
 constexpr int kMapRank = 4;               // fa3 {dim, tokens, heads, batch}; decode {dim, heads, keys, batch or pages}
 constexpr uint32_t kDecodePanelCols = 64; // one 128-byte swizzle span of 16-bit elements
-constexpr int64_t kDefaultPromotionBytes = 256; // plans made before kTmaL2PromotionBytes
 constexpr uint64_t kTmaAddressAlign = 16;
 constexpr uint64_t kTmaStrideAlign = 16;
 // Share of L2 a section's K/V may fill: FA-3 uses 32 MB on a 50 MB L2.
@@ -80,7 +79,7 @@ bool operand_map(const char *name, const fj_tensor_ref &ref, int dim, uint64_t r
                       why_not);
 }
 
-// A plan's kTmaL2PromotionBytes as the driver's enum (0: none).
+// A plan's kTmaL2PromotionBytes as the driver's enum (0: none; the planner allows 0, 64, 128, 256).
 CUtensorMapL2promotion l2_promotion(int64_t bytes) {
   switch (bytes) {
   case 0: return CU_TENSOR_MAP_L2_PROMOTION_NONE;
@@ -110,7 +109,7 @@ bool encode_all(TensorMapEncodeTiledFn encode,
 
 bool fa3_tensor_map_args(const KernelSpec &spec, const Plan &plan, const fj_attention_params &p, int total_k,
                          Fa3TensorMaps *maps, std::string *why_not) {
-  const MapFormat format{map_type(spec), l2_promotion(plan.constant("kTmaL2PromotionBytes", kDefaultPromotionBytes))};
+  const MapFormat format{map_type(spec), l2_promotion(plan.constant("kTmaL2PromotionBytes"))};
   const auto box_cols = static_cast<uint32_t>(plan.constant("kPanelCols"));
   const auto box_rows_q = static_cast<uint32_t>(plan.constant("kTmaBoxRows"));
   // A CTA of a pair loads (and multicasts) its share of each K/V block's rows.

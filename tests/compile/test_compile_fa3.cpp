@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 namespace flashjit {
 namespace {
@@ -46,6 +47,19 @@ size_t count_of(const std::string &text, const std::string &what) {
 // few places the source does (4 in every default kernel of session 18).
 bool wgmmas_serialized(const std::string &sass) {
   return 4 * count_of(sass, "WARPGROUP.DEPBAR") > count_of(sass, "HGMMA");
+}
+
+// Every wgmma.mma_async of a kernel's PTX, up to its ';'.
+std::vector<std::string> wgmma_instructions(const std::string &ptx) {
+  std::vector<std::string> out;
+  for (size_t at = ptx.find("wgmma.mma_async"); at != std::string::npos; at = ptx.find("wgmma.mma_async", at + 1))
+    out.push_back(ptx.substr(at, ptx.find(';', at) - at));
+  return out;
+}
+
+// A QK wgmma: B = K, not transposed (the last immediate 0); P.V has B = V transposed (1).
+bool is_qk_wgmma(const std::string &instruction) {
+  return instruction.substr(instruction.size() - 2) == " 0";
 }
 
 TEST_P(Fa3Compile, HopperInstructionsNoSpillsNoSerialization) {
@@ -206,28 +220,22 @@ TEST(Fa3CompileFeatures, QInRegistersTakesQkAFromRegisters) {
   EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name << "\n" << kernel.log;
   for (const std::string &warning : kernel.resources.warnings)
     ADD_FAILURE() << kernel.name << ": ptxas warning: " << warning;
-  // Every QK wgmma (B = K not transposed: the last immediate 0) has its A operand in braces, i.e. in
-  // registers: 8 k-steps at d128, in the first block's issue and in the key loop's.
+  // Every QK wgmma has its A operand in braces, i.e. in registers: 8 k-steps at d128, in the first
+  // block's issue and in the key loop's.
   size_t rs_qk = 0, ss_qk = 0;
-  for (size_t at = kernel.ptx.find("wgmma.mma_async"); at != std::string::npos;
-       at = kernel.ptx.find("wgmma.mma_async", at + 1)) {
-    const std::string instruction = kernel.ptx.substr(at, kernel.ptx.find(';', at) - at);
-    if (instruction.substr(instruction.size() - 2) != " 0")
-      continue; // P.V (B = V, transposed)
-    (std::count(instruction.begin(), instruction.end(), '{') == 2 ? rs_qk : ss_qk) += 1;
-  }
+  for (const std::string &instruction : wgmma_instructions(kernel.ptx))
+    if (is_qk_wgmma(instruction))
+      (std::count(instruction.begin(), instruction.end(), '{') == 2 ? rs_qk : ss_qk) += 1;
   EXPECT_EQ(rs_qk, 2u * 8u) << kernel.name;
   EXPECT_EQ(ss_qk, 0u) << kernel.name;
   EXPECT_NE(kernel.ptx.find("ldmatrix.sync.aligned.m8n8.x4.shared.b16"), std::string::npos) << kernel.name;
 }
 
-// QK and PV wgmmas (B = K: the last immediate 0; B = V, transposed: 1) in a kernel's PTX.
+// QK and PV wgmmas in a kernel's PTX.
 std::pair<size_t, size_t> qk_pv_wgmmas(const std::string &ptx) {
   size_t qk = 0, pv = 0;
-  for (size_t at = ptx.find("wgmma.mma_async"); at != std::string::npos; at = ptx.find("wgmma.mma_async", at + 1)) {
-    const std::string instruction = ptx.substr(at, ptx.find(';', at) - at);
-    (instruction.substr(instruction.size() - 2) == " 0" ? qk : pv) += 1;
-  }
+  for (const std::string &instruction : wgmma_instructions(ptx))
+    (is_qk_wgmma(instruction) ? qk : pv) += 1;
   return {qk, pv};
 }
 
