@@ -296,25 +296,11 @@ template <class C> struct Consumer {
       if (!first)
         cur = RingSlot<C>::at(++block_index);
       issue_step(s, o, frag, scale, cur, prev, !first);
-      if constexpr (C::kPingpong) {
-        // With pingpong the other warpgroup's GEMMs cover this softmax, and ptxas waits for the PV
-        // here in key_blocks too (it hoists the wait above the softmax), which frees P's registers
-        // so the packing interleaves with the exponentials. The first step has nothing to wait for
-        // and no V slot to release; its O is still zero, so its rescale multiplies zeros.
-        wgmma_wait_group<0>();
-        wgmma_fence_operand(o);
-        wgmma_fence_operand(frag);
-        if (!first)
-          release_kv(smem.v_empty(prev.stage));
-      }
       release_q_after_qk(t, n);
       softmax(s, st, scale, lg, t, w, n);
-      if constexpr (C::kPingpong) {
-        if constexpr (!C::kRescaleBeforePv)
-          rescale_o(o, scale);
-      } else if (!first) {
-        // Without pingpong the PV runs under this softmax. The first step's rescale stays behind
-        // the branch: unconditional, it cost d192/d256 0.7-2.1% (run 23e).
+      // Behind the branch: the first step's rescale, run unconditionally, cost d192/d256 0.7-2.1%
+      // (run 23e), though it made the pingpong kernels' loss smaller (run 23d).
+      if (!first) {
         finish_step(o, frag, prev);
         if constexpr (!C::kRescaleBeforePv)
           rescale_o(o, scale);
