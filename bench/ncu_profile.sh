@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Nsight Compute profile of the kernels behind the open targets (GPU machine): fa3 d128 S4096 bf16
-# (B*S = 16384, heads*d = 2048, as compare.py's row) and the decode rows 64x4096 and 1x32768 (Hq 32,
-# Hkv 8, d 128), and cuDNN's kernels on the same shapes (cudnn_fa_d128, cudnn_decode_64x4096,
+# Nsight Compute profile of the kernels behind the open targets (GPU machine): fa3 d128 S4096 and S1024
+# bf16 (B*S = 16384, heads*d = 2048, as compare.py's rows) and the decode rows 64x4096 and 1x32768 (Hq 32,
+# Hkv 8, d 128), and cuDNN's kernels on the same shapes (cudnn_fa_d128, cudnn_fa_d128_s1024, cudnn_decode_64x4096,
 # cudnn_decode_1x32768, through PyTorch). One kernel launch each, after warm-up launches, clocks left
 # as the board sets them (--clock-control none). Writes RESULTS_DIR/ncu-<name>.txt with the sections
 # that say what limits a kernel (speed of light, pipe utilization, warp stalls, memory) and prints a
@@ -30,10 +30,12 @@ sections+=(--metrics "$stalls")
 problem() {
   case "$1" in
   fa3_d128) echo "fj $cli bench -b 4 -s 4096 --heads-q 16 -d 128 -n 8" ;;
+  fa3_d128_s1024) echo "fj $cli bench -b 16 -s 1024 --heads-q 16 -d 128 -n 8" ;;
   decode_64x4096) echo "fj $cli bench -b 64 -s 1 --seqlen-k 4096 --heads-q 32 --heads-kv 8 -d 128 -n 8" ;;
   decode_1x32768) echo "fj $cli bench -b 1 -s 1 --seqlen-k 32768 --heads-q 32 --heads-kv 8 -d 128 -n 8" ;;
   # cuDNN's kernels on the same shapes (PyTorch SDPA), for what ours do differently.
   cudnn_fa_d128) echo "sdpa python3 bench/sdpa_launch.py --backend cudnn --prefill d128s4096" ;;
+  cudnn_fa_d128_s1024) echo "sdpa python3 bench/sdpa_launch.py --backend cudnn --prefill d128s1024" ;;
   cudnn_decode_64x4096) echo "sdpa python3 bench/sdpa_launch.py --backend cudnn --decode 64x4096" ;;
   cudnn_decode_1x32768) echo "sdpa python3 bench/sdpa_launch.py --backend cudnn --decode 1x32768" ;;
   *) echo "unknown profile name $1" >&2; return 1 ;;
