@@ -6,6 +6,7 @@
 
 #include <flashjit/flashjit.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -31,6 +32,12 @@ bool plan_combine(const KernelSpec &spec, Plan *plan, std::string *why_not);
 int fa3_key_block_for(const KernelSpec &spec, int seqlen_k);
 // The one alternative key block of a spec (0: none), which `flashjit aot` builds beside the default.
 int fa3_short_key_block(const KernelSpec &spec);
+// decode: the key block (KernelSpec::key_block) for a problem of `key_heads` keys x KV heads in
+// all (batch x KV length, or the block table's capacity when paged, x heads_kv), or 0 for the
+// planner's tiles. Only short steps of TMA-eligible specs up to d128 take the wide block.
+int decode_key_block_for(const KernelSpec &spec, int64_t key_heads);
+// The wide key block of a decode spec (0: none), which `flashjit aot` builds beside the default.
+int decode_wide_key_block(const KernelSpec &spec);
 
 struct PlanChoice {
   KernelSpec spec; // the spec the plan realizes (a fallback may change the op)

@@ -273,6 +273,12 @@ KernelSpec spec_for_problem(const NormalizedProblem &n, const Arch &arch) {
     spec.causal = false;
   if (spec.op == Op::prefill && !n.varlen)
     spec.key_block = fa3_key_block_for(spec, p.seqlen_k);
+  if (spec.op == Op::decode) {
+    // The problem's static shape, not the lengths of the step: a graph captured with one kernel
+    // stays right when flashjit_plan sees the next step's lengths.
+    const int64_t keys = n.paged ? int64_t(p.max_pages_per_seq) * p.page_size : p.seqlen_k;
+    spec.key_block = decode_key_block_for(spec, int64_t(p.batch) * keys * p.heads_kv);
+  }
   return spec;
 }
 

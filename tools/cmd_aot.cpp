@@ -199,6 +199,9 @@ bool expand(const ShapeSet &set, std::vector<KernelSpec> *specs, std::string *er
                     // The same normalization spec_for_problem applies: one causal row sees every key.
                     decode.causal = causal && q_len > 1;
                     specs->push_back(decode);
+                    // The wide key block a short step may pick at run time (decode_key_block_for).
+                    if (KernelSpec wide = decode; (wide.key_block = decode_wide_key_block(decode)) != 0)
+                      specs->push_back(wide);
                   }
               }
       }

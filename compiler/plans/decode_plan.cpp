@@ -63,6 +63,19 @@ constexpr int kTmaMaxBoxRows = 256;     // TMA's limit on a box dimension
 constexpr int kTmaPagedBoxRows = 16;    // paged: a box is 16 keys of one page
 constexpr int kSwizzleAtomBytes = 1024; // 8 swizzled 128-byte rows: a box starts on one
 constexpr int kMbarrierBytes = 8;
+// Wide key blocks (KernelSpec::key_block): 4 warps x 32 keys, so 128-key tiles, which the ring
+// sizing below gives one CTA per SM at d128. Half the CTAs make half the partial states per split
+// unit, and a short, deeply split step ends with a shorter merge (1x32768: 16 states against 33).
+// Measured on the H200 against the 64-key tiles (harness run 24c; perf-notes decode "Session 20"),
+// contiguous / page 16 / page 64: 1x16384 +5.9 / +4.1 / +6.4%, 1x32768 +3.5 / +1.7 / +5.0%, 1x49152
+// +3.0 / +0.1 / +2.3%, 1x65536 +2.1 / -1.8 / +1.8%, 1x131072 -0.2 / -4.4 / -1.7%. So
+// decode_key_block_for takes them up to 2^18 keys x KV heads (1x32768 with 8 KV heads), where every
+// layout gains and page 16 stays within 5% of contiguous. Measured with TMA tiles, d128 and one m16
+// tile of query rows only, so the wide block needs those.
+constexpr int kWideKeyBlock = 128;
+constexpr int kWideKeyBlockWarps = 4;
+constexpr int kWideKeyBlockMaxHeadDim = 128;
+constexpr int64_t kWideKeyBlockMaxKeyHeads = int64_t(1) << 18;
 
 int align_up(int value, int alignment) {
   return (value + alignment - 1) / alignment * alignment;
@@ -116,6 +129,19 @@ std::string tma_kv_unsupported(const KernelSpec &spec, flashjit_backend backend,
   return "";
 }
 
+int decode_wide_key_block(const KernelSpec &spec) {
+  if (spec.op != Op::decode || spec.head_dim_qk > kWideKeyBlockMaxHeadDim ||
+      spec.head_dim_v > kWideKeyBlockMaxHeadDim || spec.gqa_group * spec.q_len > kMmaM)
+    return 0;
+  return tma_kv_unsupported(spec, FLASHJIT_BACKEND_AUTO, kWideKeyBlock).empty() ? kWideKeyBlock : 0;
+}
+
+int decode_key_block_for(const KernelSpec &spec, int64_t key_heads) {
+  if (key_heads <= 0 || key_heads > kWideKeyBlockMaxKeyHeads)
+    return 0;
+  return decode_wide_key_block(spec);
+}
+
 bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not, flashjit_backend backend) {
   return plan_decode_tuned(spec, DecodeTuning{}, plan, why_not, backend);
 }
@@ -145,7 +171,12 @@ bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan 
     return fail(why_not, "warp_keys must be 0 (the planner's choice) or a multiple of 16 up to 64");
   if (tuning.tma_kv < -1 || tuning.tma_kv > 1)
     return fail(why_not, "tma_kv must be -1 (the planner's choice), 0 or 1");
-  const int warp_keys = tuning.warp_keys > 0 ? tuning.warp_keys : kWarpKeys;
+  if (spec.key_block != 0 && spec.key_block != kWideKeyBlock)
+    return fail(why_not, "decode key_block must be 0 (the planner's tiles) or " + std::to_string(kWideKeyBlock) +
+                             " (got " + std::to_string(spec.key_block) + ")");
+  // A tuning's warps and keys per warp win over the spec's key block (A/B builds).
+  const bool wide = spec.key_block == kWideKeyBlock && tuning.warps == 0 && tuning.warp_keys == 0;
+  const int warp_keys = tuning.warp_keys > 0 ? tuning.warp_keys : wide ? kWideKeyBlock / kWideKeyBlockWarps : kWarpKeys;
 
   const int rows = spec.gqa_group * spec.q_len;
   const int qk_mma = align_up(spec.head_dim_qk, kMmaK);
@@ -167,7 +198,9 @@ bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan 
     bool tma = false;
   } best;
   bool found_target = false;
-  const std::vector<int> warp_counts = tuning.warps > 0 ? std::vector<int>{tuning.warps} : std::vector<int>{4, 2};
+  const std::vector<int> warp_counts = tuning.warps > 0 ? std::vector<int>{tuning.warps}
+                                       : wide             ? std::vector<int>{kWideKeyBlockWarps}
+                                                          : std::vector<int>{4, 2};
   for (int warps : warp_counts) {
     const int block_n = warps * warp_keys;
     const std::string no_tma = tma_kv_unsupported(spec, backend, block_n);

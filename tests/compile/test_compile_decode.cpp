@@ -119,6 +119,76 @@ TEST(DecodePlan, TileShapeTunings) {
   EXPECT_NE(why.find("warp_keys"), std::string::npos) << why;
 }
 
+// The wide key block (KernelSpec::key_block 128, which decode_key_block_for picks for short steps):
+// 4 warps x 32 keys, one CTA per SM, TMA tiles and a ring of at least 3 stages, compiled without
+// spills, contiguous and paged; the same plan as the A/B tuning warp_keys = 32. Another key block
+// is refused with the parameter's name; a tuning of the tile shape wins over the spec's block.
+TEST(DecodePlan, WideKeyBlock) {
+  for (int page_size : {0, 16, 64}) {
+    KernelSpec spec = testing::decode_spec(kSm90a, 128, FLASHJIT_BF16, 4, 1, page_size);
+    ASSERT_EQ(decode_wide_key_block(spec), 128);
+    spec.key_block = 128;
+    Plan plan, tuned;
+    std::string why;
+    ASSERT_TRUE(plan_decode(spec, &plan, &why)) << why;
+    const std::string name = kernel_name(spec, plan);
+    EXPECT_EQ(plan.block_n, 128) << name;
+    EXPECT_EQ(plan.constant("kWarpN"), 32) << name;
+    EXPECT_EQ(plan.threads, 4 * 32) << name;
+    EXPECT_EQ(plan.constant("kCtasPerSm"), 1) << name;
+    EXPECT_GE(plan.stages, 3) << name;
+    EXPECT_EQ(plan.constant("kTmaKv"), 1) << name;
+    KernelSpec plain = spec;
+    plain.key_block = 0;
+    DecodeTuning k32;
+    k32.warp_keys = 32;
+    ASSERT_TRUE(plan_decode_tuned(plain, k32, &tuned, &why)) << why;
+    EXPECT_EQ(plan.constants, tuned.constants) << name;
+    CompiledKernel kernel;
+    ASSERT_TRUE(build_kernel(spec, plan, FLASHJIT_BACKEND_NVRTC, &kernel).ok());
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name << "\n" << kernel.log;
+    EXPECT_EQ(kernel.resources.spill_load_bytes, 0) << kernel.name;
+    DecodeTuning narrow;
+    narrow.warp_keys = 16;
+    ASSERT_TRUE(plan_decode_tuned(spec, narrow, &tuned, &why)) << why;
+    EXPECT_EQ(tuned.block_n, 64) << name;
+  }
+  KernelSpec spec = testing::decode_spec(kSm90a, 128, FLASHJIT_BF16, 4, 1);
+  spec.key_block = 64;
+  Plan plan;
+  std::string why;
+  EXPECT_FALSE(plan_decode(spec, &plan, &why));
+  EXPECT_NE(why.find("key_block"), std::string::npos) << why;
+}
+
+// Which decode specs have the wide block, and which problems take it: TMA-eligible specs up to d128
+// with one m16 tile of query rows, and problems of at most 2^18 keys x KV heads.
+TEST(DecodePlan, WideKeyBlockOnlyForShortStepsOfMeasuredSpecs) {
+  const KernelSpec base = testing::decode_spec(kSm90a, 128, FLASHJIT_BF16, 4, 1);
+  constexpr int64_t kKvHeads = 8;
+  EXPECT_EQ(decode_key_block_for(base, 1 * 32768 * kKvHeads), 128);
+  EXPECT_EQ(decode_key_block_for(base, 1 * 32769 * kKvHeads), 0);
+  EXPECT_EQ(decode_key_block_for(base, 8 * 8192 * kKvHeads), 0);
+  EXPECT_EQ(decode_key_block_for(base, 1 * 131072 * kKvHeads), 0);
+  EXPECT_EQ(decode_key_block_for(base, 64 * 4096 * kKvHeads), 0);
+  EXPECT_EQ(decode_key_block_for(base, 0), 0);
+  auto with = [&](auto change) {
+    KernelSpec spec = base;
+    change(spec);
+    return decode_key_block_for(spec, 1024);
+  };
+  EXPECT_EQ(with([](KernelSpec &s) { s.page_size = 16; }), 128);
+  EXPECT_EQ(with([](KernelSpec &s) { s.head_dim_qk = s.head_dim_v = 64; }), 128);
+  EXPECT_EQ(with([](KernelSpec &s) { s.gqa_group = 8, s.q_len = 2; }), 128);
+  EXPECT_EQ(with([](KernelSpec &s) { s.head_dim_qk = s.head_dim_v = 256; }), 0);   // no ring of 3 at 1 CTA
+  EXPECT_EQ(with([](KernelSpec &s) { s.gqa_group = 8, s.q_len = 4; }), 0);        // two m16 tiles of rows
+  EXPECT_EQ(with([](KernelSpec &s) { s.page_size = 8; }), 0);                     // no TMA boxes
+  EXPECT_EQ(with([](KernelSpec &s) { s.head_dim_qk = s.head_dim_v = 80; }), 0);   // no TMA panels
+  EXPECT_EQ(with([](KernelSpec &s) { s.align_bytes = 2; }), 0);                   // no TMA
+  EXPECT_EQ(with([](KernelSpec &s) { s.arch = kSm80; }), 0);                      // no TMA
+  EXPECT_EQ(with([](KernelSpec &s) { s.op = Op::prefill; }), 0);
+}
+
 // TMA tiles (plan constant kTmaKv) wherever the spec allows them: sm_90, 16-byte aligned rows,
 // head dims of whole 64-column panels, contiguous KV or pages of whole 16-key boxes without a
 // window, the NVRTC backend. Everywhere else the cp.async plan, and a forced tma_kv names why.

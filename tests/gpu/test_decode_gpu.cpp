@@ -40,7 +40,11 @@ harness::CaseOptions to_options(const DecodeCase &c) {
 
 TEST_F(DecodeGpu, SplitKMatchesReference) {
   const DecodeCase cases[] = {
+      // Short steps of d <= 128 with one m16 tile of query rows run the wide key block
+      // (decode_key_block_for: 128-key tiles, one CTA per SM); 2 x 30000 x 8 KV heads is past its
+      // reach and keeps the planner's 64-key tiles.
       {"long_split_gqa4", 1, 1, 20000, 32, 8, 128, 0, false, -1, 0, ref::Dtype::bf16},
+      {"long_split_default_tiles", 2, 1, 30000, 32, 8, 128, 0, false, -1, 0, ref::Dtype::bf16},
       {"page16_gqa6", 3, 1, 1000, 12, 2, 128, 16, false, -1, 0, ref::Dtype::bf16},
       {"page1_gqa7", 2, 1, 333, 14, 2, 64, 1, false, -1, 0, ref::Dtype::fp16},
       {"q4_causal_page7", 2, 4, 513, 8, 1, 80, 7, true, -1, 0, ref::Dtype::bf16},
@@ -84,6 +88,14 @@ TEST_F(DecodeGpu, SplitKMatchesReference) {
                              (c.page_size == 0 || (c.page_size % kTmaPagedBox == 0 && c.window_left < 0));
     if (r.kernel.find(".sm90a.") != std::string::npos) {
       EXPECT_EQ(r.kernel.find(".tma.") != std::string::npos, tma_allowed) << c.name << " ran " << r.kernel;
+      // The wide key block where decode_key_block_for takes it: the key x KV-head count of the
+      // problem's shape (the table's capacity when paged) at most 2^18.
+      constexpr int64_t kWideMaxKeyHeads = int64_t(1) << 18;
+      constexpr int kWideMaxDim = 128, kRowsOfOneTile = 16;
+      const int64_t keys = c.page_size > 0 ? int64_t(c.kv_len + c.page_size - 1) / c.page_size * c.page_size : c.kv_len;
+      const bool wide = tma_allowed && c.d <= kWideMaxDim && c.heads_q / c.heads_kv * c.q_len <= kRowsOfOneTile &&
+                        int64_t(c.batch) * keys * c.heads_kv <= kWideMaxKeyHeads;
+      EXPECT_EQ(r.kernel.find(".m16n128s") != std::string::npos, wide) << c.name << " ran " << r.kernel;
     }
   }
 }

@@ -69,6 +69,42 @@ TEST(ValidationGood, ShortKeyLengthsPickTheShortKeyBlock) {
   EXPECT_EQ(spec_for_problem(n, Arch{90, true}).key_block, 0);
 }
 
+// A decode problem's key block comes from its static shape (batch x KV length, or the block table's
+// capacity when paged, x KV heads), never from the step's lengths, so flashjit_plan and a captured
+// graph agree on the kernel: the wide block for a short 1 x 32768 step, the planner's tiles for
+// 1 x 131072.
+TEST(ValidationGood, ShortDecodeStepsPickTheWideKeyBlock) {
+  AttentionProblem p = good_problem();
+  p.batch = 1;
+  p.seqlen_q = 1;
+  p.heads_q = 32;
+  p.heads_kv = 8;
+  p.head_dim_qk = 128;
+  p.seqlen_k = 32768;
+  NormalizedProblem n;
+  ASSERT_TRUE(validate_problem(&p, &n).ok());
+  KernelSpec spec = spec_for_problem(n, Arch{90, true});
+  EXPECT_EQ(spec.op, Op::decode);
+  EXPECT_EQ(spec.key_block, 128);
+  EXPECT_EQ(spec_for_problem(n, Arch{80, false}).key_block, 0);
+  p.seqlen_k = 131072;
+  ASSERT_TRUE(validate_problem(&p, &n).ok());
+  EXPECT_EQ(spec_for_problem(n, Arch{90, true}).key_block, 0);
+  // Paged: the table's capacity counts, not seqlen_k.
+  static int32_t table[4096];
+  p.seqlen_k = 16;
+  p.page_size = 16;
+  p.num_pages = 4096;
+  p.block_table = table;
+  p.seqlens_k = table;
+  p.max_pages_per_seq = 2048; // 32768 keys
+  ASSERT_TRUE(validate_problem(&p, &n).ok()) << validate_problem(&p, &n).message;
+  EXPECT_EQ(spec_for_problem(n, Arch{90, true}).key_block, 128);
+  p.max_pages_per_seq = 4096; // 65536 keys x 8 heads: past the wide block's reach
+  ASSERT_TRUE(validate_problem(&p, &n).ok());
+  EXPECT_EQ(spec_for_problem(n, Arch{90, true}).key_block, 0);
+}
+
 // DESIGN.md promises arbitrary strides: the dimensions may nest in any order as long as no two rows
 // overlap, e.g. PyTorch's head-major [B, H, S, D] and the sequence-minor [S, B, H, D].
 TEST(ValidationGood, AcceptsHeadMajorAndSequenceMinorLayouts) {
