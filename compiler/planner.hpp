@@ -34,10 +34,11 @@ int fa3_key_block_for(const KernelSpec &spec, int seqlen_k);
 int fa3_short_key_block(const KernelSpec &spec);
 // decode: the key block (KernelSpec::key_block) for a problem of `key_heads` keys x KV heads in
 // all (batch x KV length, or the block table's capacity when paged, x heads_kv), or 0 for the
-// planner's tiles. Only short steps of TMA-eligible specs up to d128 take the wide block.
-int decode_key_block_for(const KernelSpec &spec, int64_t key_heads);
+// planner's tiles. Only short steps of TMA-eligible specs up to d128 take the wide block; the MLIR
+// backend renders no TMA tiles, so it never does.
+int decode_key_block_for(const KernelSpec &spec, int64_t key_heads, flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
 // The wide key block of a decode spec (0: none), which `flashjit aot` builds beside the default.
-int decode_wide_key_block(const KernelSpec &spec);
+int decode_wide_key_block(const KernelSpec &spec, flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
 
 struct PlanChoice {
   KernelSpec spec; // the spec the plan realizes (a fallback may change the op)

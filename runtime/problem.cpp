@@ -249,7 +249,7 @@ Status validate_problem(const flashjit_problem *problem, NormalizedProblem *out)
   return Status::success();
 }
 
-KernelSpec spec_for_problem(const NormalizedProblem &n, const Arch &arch) {
+KernelSpec spec_for_problem(const NormalizedProblem &n, const Arch &arch, flashjit_backend backend) {
   const flashjit_problem &p = n.p;
   KernelSpec spec;
   spec.arch = arch;
@@ -277,7 +277,7 @@ KernelSpec spec_for_problem(const NormalizedProblem &n, const Arch &arch) {
     // The problem's static shape, not the lengths of the step: a graph captured with one kernel
     // stays right when flashjit_plan sees the next step's lengths.
     const int64_t keys = n.paged ? int64_t(p.max_pages_per_seq) * p.page_size : p.seqlen_k;
-    spec.key_block = decode_key_block_for(spec, int64_t(p.batch) * keys * p.heads_kv);
+    spec.key_block = decode_key_block_for(spec, int64_t(p.batch) * keys * p.heads_kv, backend);
   }
   return spec;
 }

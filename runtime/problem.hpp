@@ -24,6 +24,8 @@ Status validate_problem(const flashjit_problem *problem, NormalizedProblem *out)
 inline constexpr int kMaxDecodeQueryLength = 16;
 
 // The spec for a validated problem on `arch`: decode for short batch-mode queries, else prefill.
-KernelSpec spec_for_problem(const NormalizedProblem &problem, const Arch &arch);
+// `backend` is the runtime's: the decode key block depends on whether it renders TMA tiles.
+KernelSpec spec_for_problem(const NormalizedProblem &problem, const Arch &arch,
+                            flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
 
 } // namespace flashjit

@@ -46,7 +46,7 @@ struct Runtime::Impl {
   // The spec a problem runs: decode-shaped problems need a workspace for split-K; without one they
   // run the prefill kernel, and that fallback is logged (once) and refused in strict mode.
   Status runnable_spec(const NormalizedProblem &n, const Arch &arch, KernelSpec *spec) {
-    *spec = spec_for_problem(n, arch);
+    *spec = spec_for_problem(n, arch, store.config().backend);
     if (spec->op != Op::decode || n.p.workspace)
       return Status::success();
     static constexpr const char *kReason =
@@ -242,7 +242,8 @@ Status Runtime::is_served(const AttentionProblem &problem, const std::string &ar
   }
   std::string where;
   bool found = false;
-  if (Status s = impl_->store.served(spec_for_problem(normalized, arch), &found, &where); !s)
+  if (Status s = impl_->store.served(spec_for_problem(normalized, arch, impl_->store.config().backend), &found, &where);
+      !s)
     return s;
   *served = found;
   if (origin)
@@ -264,9 +265,10 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
   }
   KernelSpec spec;
   Status runnable = impl_->runnable_spec(normalized, arch, &spec);
+  const KernelSpec problem_spec = spec_for_problem(normalized, arch, impl_->store.config().backend);
   if (!runnable)
-    spec = spec_for_problem(normalized, arch);
-  const bool decode_without_workspace = spec_for_problem(normalized, arch).op == Op::decode && spec.op != Op::decode;
+    spec = problem_spec;
+  const bool decode_without_workspace = problem_spec.op == Op::decode && spec.op != Op::decode;
   Explanation e;
   PlanChoice choice;
   Status chosen = impl_->store.choose(spec, &choice);

@@ -308,12 +308,6 @@ Action add_aot(CLI::App &app) {
       std::cerr << "flashjit aot: " << error << "\n";
       return 2;
     }
-    std::sort(specs.begin(), specs.end(), SpecLess{});
-    specs.erase(std::unique(specs.begin(), specs.end()), specs.end());
-    std::vector<Job> jobs;
-    for (const KernelSpec &spec : specs)
-      jobs.push_back(Job{spec});
-
     Options options;
     options.disk_cache = o->no_cache ? 0 : 1;
     options.backend = o->backend == "mlir"    ? FLASHJIT_BACKEND_MLIR
@@ -323,6 +317,16 @@ Action add_aot(CLI::App &app) {
                       : o->variant == "fa3" ? FLASHJIT_VARIANT_FA3
                                             : FLASHJIT_VARIANT_AUTO;
     KernelStore store(store_config_from(options));
+    // The wide decode key block is a TMA-tile plan, which a runtime on the MLIR backend never picks.
+    std::erase_if(specs, [&](const KernelSpec &spec) {
+      return spec.op == Op::decode && spec.key_block != 0 && decode_wide_key_block(spec, store.config().backend) == 0;
+    });
+    std::sort(specs.begin(), specs.end(), SpecLess{});
+    specs.erase(std::unique(specs.begin(), specs.end()), specs.end());
+    std::vector<Job> jobs;
+    for (const KernelSpec &spec : specs)
+      jobs.push_back(Job{spec});
+
     const auto start = std::chrono::steady_clock::now();
     std::atomic<size_t> next{0}, done{0};
     std::mutex print_mutex;

@@ -129,17 +129,17 @@ std::string tma_kv_unsupported(const KernelSpec &spec, flashjit_backend backend,
   return "";
 }
 
-int decode_wide_key_block(const KernelSpec &spec) {
+int decode_wide_key_block(const KernelSpec &spec, flashjit_backend backend) {
   if (spec.op != Op::decode || spec.head_dim_qk > kWideKeyBlockMaxHeadDim ||
       spec.head_dim_v > kWideKeyBlockMaxHeadDim || spec.gqa_group * spec.q_len > kMmaM)
     return 0;
-  return tma_kv_unsupported(spec, FLASHJIT_BACKEND_AUTO, kWideKeyBlock).empty() ? kWideKeyBlock : 0;
+  return tma_kv_unsupported(spec, backend, kWideKeyBlock).empty() ? kWideKeyBlock : 0;
 }
 
-int decode_key_block_for(const KernelSpec &spec, int64_t key_heads) {
+int decode_key_block_for(const KernelSpec &spec, int64_t key_heads, flashjit_backend backend) {
   if (key_heads <= 0 || key_heads > kWideKeyBlockMaxKeyHeads)
     return 0;
-  return decode_wide_key_block(spec);
+  return decode_wide_key_block(spec, backend);
 }
 
 bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not, flashjit_backend backend) {
@@ -199,8 +199,8 @@ bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan 
   } best;
   bool found_target = false;
   const std::vector<int> warp_counts = tuning.warps > 0 ? std::vector<int>{tuning.warps}
-                                       : wide             ? std::vector<int>{kWideKeyBlockWarps}
-                                                          : std::vector<int>{4, 2};
+                                       : wide           ? std::vector<int>{kWideKeyBlockWarps}
+                                                        : std::vector<int>{4, 2};
   for (int warps : warp_counts) {
     const int block_n = warps * warp_keys;
     const std::string no_tma = tma_kv_unsupported(spec, backend, block_n);

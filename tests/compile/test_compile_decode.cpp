@@ -162,7 +162,8 @@ TEST(DecodePlan, WideKeyBlock) {
 }
 
 // Which decode specs have the wide block, and which problems take it: TMA-eligible specs up to d128
-// with one m16 tile of query rows, and problems of at most 2^18 keys x KV heads.
+// with one m16 tile of query rows (not on the MLIR backend: no TMA tiles), and problems of at most
+// 2^18 keys x KV heads.
 TEST(DecodePlan, WideKeyBlockOnlyForShortStepsOfMeasuredSpecs) {
   const KernelSpec base = testing::decode_spec(kSm90a, 128, FLASHJIT_BF16, 4, 1);
   constexpr int64_t kKvHeads = 8;
@@ -180,13 +181,15 @@ TEST(DecodePlan, WideKeyBlockOnlyForShortStepsOfMeasuredSpecs) {
   EXPECT_EQ(with([](KernelSpec &s) { s.page_size = 16; }), 128);
   EXPECT_EQ(with([](KernelSpec &s) { s.head_dim_qk = s.head_dim_v = 64; }), 128);
   EXPECT_EQ(with([](KernelSpec &s) { s.gqa_group = 8, s.q_len = 2; }), 128);
-  EXPECT_EQ(with([](KernelSpec &s) { s.head_dim_qk = s.head_dim_v = 256; }), 0);   // no ring of 3 at 1 CTA
-  EXPECT_EQ(with([](KernelSpec &s) { s.gqa_group = 8, s.q_len = 4; }), 0);        // two m16 tiles of rows
-  EXPECT_EQ(with([](KernelSpec &s) { s.page_size = 8; }), 0);                     // no TMA boxes
-  EXPECT_EQ(with([](KernelSpec &s) { s.head_dim_qk = s.head_dim_v = 80; }), 0);   // no TMA panels
-  EXPECT_EQ(with([](KernelSpec &s) { s.align_bytes = 2; }), 0);                   // no TMA
-  EXPECT_EQ(with([](KernelSpec &s) { s.arch = kSm80; }), 0);                      // no TMA
+  EXPECT_EQ(with([](KernelSpec &s) { s.head_dim_qk = s.head_dim_v = 256; }), 0); // no ring of 3 at 1 CTA
+  EXPECT_EQ(with([](KernelSpec &s) { s.gqa_group = 8, s.q_len = 4; }), 0);       // two m16 tiles of rows
+  EXPECT_EQ(with([](KernelSpec &s) { s.page_size = 8; }), 0);                    // no TMA boxes
+  EXPECT_EQ(with([](KernelSpec &s) { s.head_dim_qk = s.head_dim_v = 80; }), 0);  // no TMA panels
+  EXPECT_EQ(with([](KernelSpec &s) { s.align_bytes = 2; }), 0);                  // no TMA
+  EXPECT_EQ(with([](KernelSpec &s) { s.arch = kSm80; }), 0);                     // no TMA
   EXPECT_EQ(with([](KernelSpec &s) { s.op = Op::prefill; }), 0);
+  EXPECT_EQ(decode_key_block_for(base, 1024, FLASHJIT_BACKEND_NVRTC), 128);
+  EXPECT_EQ(decode_key_block_for(base, 1024, FLASHJIT_BACKEND_MLIR), 0); // renders cp.async tiles only
 }
 
 // TMA tiles (plan constant kTmaKv) wherever the spec allows them: sm_90, 16-byte aligned rows,

@@ -87,6 +87,7 @@ TEST(ValidationGood, ShortDecodeStepsPickTheWideKeyBlock) {
   EXPECT_EQ(spec.op, Op::decode);
   EXPECT_EQ(spec.key_block, 128);
   EXPECT_EQ(spec_for_problem(n, Arch{80, false}).key_block, 0);
+  EXPECT_EQ(spec_for_problem(n, Arch{90, true}, FLASHJIT_BACKEND_MLIR).key_block, 0);
   p.seqlen_k = 131072;
   ASSERT_TRUE(validate_problem(&p, &n).ok());
   EXPECT_EQ(spec_for_problem(n, Arch{90, true}).key_block, 0);
