@@ -297,6 +297,9 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
   const flashjit_backend backend = resolve_backend(impl_->store.config().backend, choice.plan.variant);
   if (choice.plan.variant == Variant::decode_splitk) {
     const std::string no_tma = tma_kv_unsupported(choice.spec, backend, choice.plan.block_n);
+    plan << ", " << choice.plan.constant("kCtasPerSm", 0) << " CTAs per SM";
+    if (choice.spec.key_block != 0)
+      plan << ", the wide key block (a short step: half the partial states to merge)";
     plan << ", K/V tiles by "
          << (choice.plan.constant("kTmaKv", 0) != 0 ? "TMA"
              : no_tma.empty()                       ? "cp.async"

@@ -267,7 +267,7 @@ TEST(ValidationCApi, GoodInputWithoutADriverIsADriverErrorNotACrash) {
 }
 
 // explain says how the decode kernel loads K/V: by TMA where the plan allows it, else by cp.async
-// with the reason (head dims that are not multiples of 64 here).
+// with the reason (head dims that are not multiples of 64 here); and when it runs the wide key block.
 TEST(ValidationCApi, ExplainSaysHowDecodeLoadsKv) {
   Runtime runtime;
   AttentionProblem p = good_problem();
@@ -283,6 +283,14 @@ TEST(ValidationCApi, ExplainSaysHowDecodeLoadsKv) {
   ASSERT_TRUE(runtime.explain(p, &e).ok());
   EXPECT_NE(e.plan.find("K/V tiles by TMA"), std::string::npos) << e.kernel << ": " << e.plan;
   EXPECT_NE(e.kernel.find(".tma."), std::string::npos) << e.kernel;
+  // A short step (2 x 120 keys x 2 KV heads) runs the wide key block, one CTA per SM; a long one
+  // (2 x 2^17 keys x 2 KV heads) the planner's 64-key tiles.
+  EXPECT_NE(e.plan.find("1 CTAs per SM, the wide key block"), std::string::npos) << e.kernel << ": " << e.plan;
+  EXPECT_NE(e.kernel.find(".m16n128s"), std::string::npos) << e.kernel;
+  p.seqlen_k = 1 << 17;
+  ASSERT_TRUE(runtime.explain(p, &e).ok());
+  EXPECT_EQ(e.plan.find("wide key block"), std::string::npos) << e.kernel << ": " << e.plan;
+  EXPECT_NE(e.kernel.find(".m16n64s"), std::string::npos) << e.kernel;
 }
 
 } // namespace
