@@ -67,6 +67,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 with a tile's first key block in the key loop (NVRTC builds only).
   if (plan.constant("kFirstBlockInLoop", 0) != 0)
     name += ".fl";
+  // fa3 launched as a programmatic dependent of the previous grid (NVRTC builds only).
+  if (plan.constant("kProgrammaticLaunch", 0) != 0)
+    name += ".pdl";
   // fa3 rebuilding Q's descriptors per k-step (two consumer warpgroups by default).
   if (plan.constant("kQDescPerStep", 0) != 0)
     name += ".qs";

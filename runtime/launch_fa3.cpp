@@ -114,7 +114,8 @@ Status fa3_launch(const KernelRecord &kernel, const NormalizedProblem &problem, 
 
 Status launch_fa3(const KernelRecord &kernel, Fa3Launch &launch, CUstream stream) {
   void *args[] = {&launch.params};
-  return kernel.kernel.launch(launch.grid, launch.block, launch.smem_bytes, stream, args, launch.cluster);
+  return kernel.kernel.launch(launch.grid, launch.block, launch.smem_bytes, stream, args, launch.cluster,
+                              kernel.choice.plan.constant("kProgrammaticLaunch", 0) != 0);
 }
 
 Status launch_fa3(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,

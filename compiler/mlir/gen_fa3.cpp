@@ -140,6 +140,10 @@ Status read_config(const KernelSpec &spec, const Plan &plan, Config *c) {
     return Status::error(FLASHJIT_UNSUPPORTED,
                          "fa3 (MLIR): first-block-in-loop plans (kFirstBlockInLoop) have a template form only; plan "
                          "with the MLIR backend (FLASHJIT_BACKEND_MLIR) for a prologue block");
+  if (plan.constant("kProgrammaticLaunch", 0) != 0)
+    return Status::error(FLASHJIT_UNSUPPORTED,
+                         "fa3 (MLIR): programmatic-launch plans (kProgrammaticLaunch) have a template form only; plan "
+                         "with the MLIR backend (FLASHJIT_BACKEND_MLIR) for an ordinary launch");
   if (plan.constant("kLazyRescale", 0) != 0)
     return Status::error(FLASHJIT_UNSUPPORTED,
                          "fa3 (MLIR): lazy-rescale plans (kLazyRescale) have a template form only; "

@@ -83,11 +83,16 @@ constexpr int kMaxHeadDimTailSplitTwoWarpgroups = 128;
 // instead of a prologue of its own: the softmax is compiled once, not twice. Measured on the H200
 // (runs 23b-c, runtime A/B against the prologue form): +1.1..1.3% at d192 and d256 non-causal in
 // bf16 and fp16, the kernels without pingpong; 1-7% slower on every kernel with pingpong (d64..d128,
-// causal). So the default without pingpong only; the pingpong form has since changed to wait for
-// the PV before the softmax, as ptxas schedules the prologue form, and awaits its A/B (perf-notes,
-// session 19, "Prepared for the next device session"). Cold compile: the NVVM optimizer's share
-// falls by ~25%. One tile at a time only; NVRTC only (the MLIR generator renders its own loop).
+// causal). So the default without pingpong only. With pingpong, neither an unconditional first-step
+// rescale (run 23d: 0-3% slower) nor the PV wait before the softmax (run 24a: 1-5.5% slower)
+// closed the loss. Cold compile: the NVVM optimizer's share falls by ~25%. One tile at a time only; NVRTC only (the
+// MLIR generator renders its own loop).
 constexpr bool kFirstBlockInLoopWithoutPingpong = true;
+// Launched as a programmatic dependent (kProgrammaticLaunch, PDL): the kernel's prologue (barrier
+// init, descriptor prefetch, cluster sync) runs while the previous grid of the stream drains, every
+// thread waits (griddepcontrol.wait) before it touches global memory, and the next grid may be
+// scheduled on the SMs this one frees. Not measured yet: off by default (a tuning).
+constexpr bool kProgrammaticLaunchDefault = false;
 // Q's wgmma descriptors, one per k-step of the QK GEMM, are the same for every key block; hoisted
 // out of the key loop (the compiler's choice) they outnumber the uniform registers from d ~192 on,
 // so ptxas parks them in ordinary registers and moves each back (R2UR) before its GEMM. kQDescPerStep
@@ -297,6 +302,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: first_block_in_loop walks one tile at a time (no cross_tile_overlap)");
   if (tuning.q_desc_per_step > 0 && backend == FLASHJIT_BACKEND_MLIR)
     return refuse("fa3: q_desc_per_step has a template form only (NVRTC)");
+  if (tuning.programmatic_launch > 0 && backend == FLASHJIT_BACKEND_MLIR)
+    return refuse("fa3: programmatic_launch has a template form only (NVRTC)");
   const bool q_desc_per_step =
       tuning.q_desc_per_step >= 0 ? tuning.q_desc_per_step != 0 : !three_wgs && backend != FLASHJIT_BACKEND_MLIR;
   // Q in registers (kQInRegisters): each consumer thread holds Q's A fragments for the tile and
@@ -400,6 +407,9 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
                                           ? tuning.first_block_in_loop != 0
                                           : kFirstBlockInLoopWithoutPingpong && !plan->pingpong &&
                                                 !cross_tile_overlap && backend != FLASHJIT_BACKEND_MLIR);
+  plan->add_bool("kProgrammaticLaunch", tuning.programmatic_launch >= 0
+                                            ? tuning.programmatic_launch != 0
+                                            : kProgrammaticLaunchDefault && backend != FLASHJIT_BACKEND_MLIR);
   plan->add_bool("kQDescPerStep", q_desc_per_step);
   plan->add_bool("kQInRegisters", q_in_registers);
   plan->add("kTmaL2PromotionBytes", tuning.l2_promotion >= 0 ? tuning.l2_promotion : kTmaL2PromotionBytes);
@@ -432,6 +442,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"q_desc_per_step", &Fa3Tuning::q_desc_per_step},
       {"q_in_registers", &Fa3Tuning::q_in_registers},
       {"l2_promotion", &Fa3Tuning::l2_promotion},
+      {"programmatic_launch", &Fa3Tuning::programmatic_launch},
   };
   size_t begin = 0;
   while (begin <= text.size()) {

@@ -12,6 +12,7 @@
 #include "params_fa3.h"
 #include "prim/cluster.cuh"
 #include "prim/fence.cuh"
+#include "prim/griddep.cuh"
 #include "prim/mbarrier.cuh"
 #include "prim/setmaxnreg.cuh"
 #include "prim/tma.cuh"
@@ -55,6 +56,14 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     cluster_sync();
   else
     __syncthreads();
+  if constexpr (C::kProgrammaticLaunch) {
+    // Launched as a programmatic dependent: the prologue above touched shared memory and the
+    // parameters only, so it ran while the previous grid drained. Its memory is ours from here on;
+    // the next grid may take this one's SMs as they free up.
+    griddepcontrol_wait();
+    if (threadIdx.x == 0)
+      griddepcontrol_launch_dependents();
+  }
 
   if (warpgroup == 0) {
     setmaxnreg_dec<C::kRegsProducer>();

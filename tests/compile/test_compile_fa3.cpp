@@ -275,6 +275,31 @@ TEST(Fa3CompileFeatures, FirstBlockInLoopCompilesTheSoftmaxOnce) {
   }
 }
 
+// A programmatic launch (programmatic_launch=1, `.pdl`): every thread waits for the previous grid
+// once, after the prologue, and one thread lets the next grid launch; an ordinary kernel has
+// neither instruction. Both compile without spills or warnings.
+TEST(Fa3CompileFeatures, ProgrammaticLaunchWaitsOnceAfterThePrologue) {
+  const KernelSpec spec = testing::prefill_spec(Arch{90, true}, 128, 128, FLASHJIT_BF16, false);
+  Fa3Tuning programmatic;
+  programmatic.programmatic_launch = 1;
+  const CompiledKernel pdl = compile_tuned(spec, programmatic);
+  const CompiledKernel ordinary = compile_tuned(spec, Fa3Tuning{});
+  ASSERT_FALSE(pdl.cubin.empty());
+  ASSERT_FALSE(ordinary.cubin.empty());
+  EXPECT_NE(pdl.name.find(".pdl"), std::string::npos) << pdl.name;
+  EXPECT_EQ(count_of(pdl.ptx, "griddepcontrol.wait"), 1u) << pdl.name;
+  EXPECT_EQ(count_of(pdl.ptx, "griddepcontrol.launch_dependents"), 1u) << pdl.name;
+  EXPECT_EQ(count_of(ordinary.ptx, "griddepcontrol"), 0u) << ordinary.name;
+  // The wait comes after the prologue's barrier inits and before the first tensor load.
+  const size_t wait = pdl.ptx.find("griddepcontrol.wait");
+  EXPECT_LT(pdl.ptx.rfind("mbarrier.init", wait), wait) << pdl.name;
+  EXPECT_GT(pdl.ptx.find("cp.async.bulk.tensor"), wait) << pdl.name;
+  for (const CompiledKernel *kernel : {&pdl, &ordinary}) {
+    EXPECT_EQ(kernel->resources.spill_store_bytes, 0) << kernel->name;
+    EXPECT_TRUE(kernel->resources.warnings.empty()) << kernel->name;
+  }
+}
+
 TEST(Fa3CompileFeatures, VarlenWindowSoftcapGqaCompile) {
   KernelSpec spec = testing::prefill_spec(Arch{90, true}, 112, 112, FLASHJIT_FP16, true);
   spec.varlen = spec.local = spec.softcap = true;

@@ -1,14 +1,17 @@
 // Prefill on the GPU against the float64 reference (DESIGN.md pass rule), through the public API.
 // Every case runs with the planner's choice (fa3 on sm_90a where it applies, with logged fallbacks)
 // and with fa2 forced, so the sm_80 kernel is checked on Hopper too. Skips loudly without a GPU.
+#include "runtime/driver.hpp"
 #include "tests/gpu/gpu_test.hpp"
 #include "tests/harness/device_case.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <memory>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -308,6 +311,116 @@ TEST_F(PrefillFirstBlockInLoopGpu, EqualsThePrologueFormBitwise) {
     EXPECT_EQ(b.kernel.find(".fl"), std::string::npos) << b.kernel;
     EXPECT_EQ(a.o_values, b.o_values) << name << ": the two forms differ";
   }
+}
+
+class PrefillProgrammaticLaunchGpu : public GpuTest {};
+
+// Two runtimes, FLASHJIT_FA3_TUNING=programmatic_launch=0 / =1 (read when a runtime is made), both
+// strict: the fa3 kernels themselves.
+struct OrdinaryAndProgrammatic {
+  std::unique_ptr<Runtime> ordinary, programmatic;
+  OrdinaryAndProgrammatic() {
+    const char *previous = std::getenv("FLASHJIT_FA3_TUNING");
+    const std::string saved = previous ? previous : "";
+    Options options;
+    options.strict = 1;
+    setenv("FLASHJIT_FA3_TUNING", "programmatic_launch=0", 1);
+    ordinary = std::make_unique<Runtime>(options);
+    setenv("FLASHJIT_FA3_TUNING", "programmatic_launch=1", 1);
+    programmatic = std::make_unique<Runtime>(options);
+    previous ? setenv("FLASHJIT_FA3_TUNING", saved.c_str(), 1) : unsetenv("FLASHJIT_FA3_TUNING");
+  }
+};
+
+// Launched as a programmatic dependent (kProgrammaticLaunch, `.pdl`): the same arithmetic as an
+// ordinary launch, so the same bits, and the float64 check passes (tail split with cut tiles,
+// causal GQA, varlen with a length-1 sequence).
+TEST_F(PrefillProgrammaticLaunchGpu, EqualsAnOrdinaryLaunchBitwise) {
+  OrdinaryAndProgrammatic runtimes;
+  std::vector<std::pair<std::string, CaseOptions>> cases = {
+      {"d128_gqa5_cut_tiles", dense(1, 1000, 2600, 40, 8, 128, 128, ref::Dtype::fp16)},
+      {"d64_varlen_len1", varlen({1, 513, 77}, {300, 600, 1}, 8, 2, 64, ref::Dtype::bf16)},
+  };
+  cases[0].second.with_workspace = true;
+  CaseOptions causal = dense(2, 700, 1300, 12, 2, 80, 80, ref::Dtype::bf16);
+  causal.problem.causal = true;
+  cases.push_back({"d80_causal_sq_lt_sk_gqa6", causal});
+  for (auto &[name, o] : cases) {
+    o.seed = 59;
+    const harness::CaseResult a = harness::run_case(*runtimes.programmatic, o);
+    const harness::CaseResult b = harness::run_case(*runtimes.ordinary, o);
+    std::cout << "programmatic_launch_" << name << ": " << a.summary() << "\n";
+    EXPECT_TRUE(a.pass()) << name << ": " << a.summary();
+    EXPECT_TRUE(b.pass()) << name << " (ordinary launch): " << b.summary();
+    EXPECT_NE(a.kernel.find(".pdl"), std::string::npos) << a.kernel;
+    EXPECT_EQ(b.kernel.find(".pdl"), std::string::npos) << b.kernel;
+    EXPECT_EQ(a.o_values, b.o_values) << name << ": the two launches differ";
+  }
+}
+
+// A chain on one stream in which every launch reads what the previous one wrote: step i's O is
+// step i+1's Q (heads_q = heads_kv, d128, no synchronization between steps). A programmatic
+// dependent starts its prologue while the previous grid still runs, so a read of Q before
+// griddepcontrol.wait would see the step before's values. The chain must end with the ordinary
+// launches' bits.
+TEST_F(PrefillProgrammaticLaunchGpu, ChainedLaunchesEqualOrdinaryLaunchesBitwise) {
+  OrdinaryAndProgrammatic runtimes;
+  constexpr int kBatch = 2, kSeq = 1500, kHeads = 16, kDim = 128, kSteps = 6;
+  constexpr size_t kElems = size_t(kBatch) * kSeq * kHeads * kDim;
+  std::mt19937 rng(61);
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  auto bf16_bits = [](float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    return static_cast<uint16_t>(u >> 16);
+  };
+  std::vector<uint16_t> host(kElems);
+  std::vector<harness::DeviceBuffer> kv(2);
+  for (harness::DeviceBuffer &buffer : kv) {
+    for (uint16_t &x : host)
+      x = bf16_bits(uniform(rng));
+    ASSERT_TRUE(buffer.allocate(kElems * 2).ok() && buffer.upload(host.data(), kElems * 2).ok());
+  }
+  for (uint16_t &x : host)
+    x = bf16_bits(uniform(rng));
+  CUstream stream = nullptr;
+  ASSERT_EQ(driver::api()->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  std::vector<uint16_t> last[2];
+  for (int which : {0, 1}) {
+    Runtime &runtime = which == 0 ? *runtimes.ordinary : *runtimes.programmatic;
+    std::vector<harness::DeviceBuffer> activations(kSteps + 1);
+    for (harness::DeviceBuffer &buffer : activations)
+      ASSERT_TRUE(buffer.allocate(kElems * 2).ok() && buffer.fill_bytes(0xff).ok()); // NaN
+    ASSERT_TRUE(activations[0].upload(host.data(), kElems * 2).ok());
+    AttentionProblem p;
+    p.dtype = FLASHJIT_BF16;
+    p.batch = kBatch;
+    p.seqlen_q = p.seqlen_k = kSeq;
+    p.heads_q = p.heads_kv = kHeads;
+    p.head_dim_qk = kDim;
+    p.k = kv[0].get();
+    p.v = kv[1].get();
+    for (int step = 0; step < kSteps; ++step) {
+      p.q = activations[step].get();
+      p.o = activations[step + 1].get();
+      if (step == 0) {
+        Explanation e;
+        ASSERT_TRUE(runtime.prepare(p).ok() && runtime.explain(p, &e).ok());
+        EXPECT_EQ(e.kernel.find(".pdl") != std::string::npos, which == 1) << e.kernel;
+      }
+      Status s = runtime.forward(p, stream);
+      ASSERT_TRUE(s.ok()) << s.message;
+    }
+    ASSERT_EQ(driver::api()->cuStreamSynchronize(stream), CUDA_SUCCESS);
+    last[which].resize(kElems);
+    ASSERT_TRUE(activations[kSteps].download(last[which].data(), kElems * 2).ok());
+  }
+  driver::api()->cuStreamDestroy(stream);
+  size_t nan_count = 0;
+  for (uint16_t x : last[1])
+    nan_count += (x & 0x7f80) == 0x7f80 && (x & 0x7f) != 0;
+  EXPECT_EQ(nan_count, 0u);
+  EXPECT_TRUE(last[0] == last[1]) << "the programmatic chain differs from the ordinary one";
 }
 
 } // namespace

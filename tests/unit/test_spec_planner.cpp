@@ -460,6 +460,23 @@ TEST(Fa3Tuning, QInRegistersIsATuning) {
 // A tile's first key block as the key loop's first step (kFirstBlockInLoop, kernel suffix `.fl`):
 // the NVRTC default where the kernel runs without pingpong (non-causal d > 128, runs 23b-c), a
 // tuning elsewhere; MLIR plans and the cross-tile stream keep the prologue block.
+// A programmatic launch (kProgrammaticLaunch, `.pdl`) is a tuning, off by default, NVRTC only.
+TEST(Fa3Tuning, ProgrammaticLaunchIsATuning) {
+  Plan plan;
+  std::string why;
+  for (int d : {64, 128, 256}) {
+    ASSERT_TRUE(plan_fa3(prefill(d, false), &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kProgrammaticLaunch"), 0) << "d" << d;
+  }
+  Fa3Tuning programmatic;
+  ASSERT_TRUE(parse_fa3_tuning("programmatic_launch=1", &programmatic, &why)) << why;
+  ASSERT_TRUE(plan_fa3_tuned(prefill(128, true), programmatic, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kProgrammaticLaunch"), 1);
+  EXPECT_NE(kernel_name(prefill(128, true), plan).find(".pdl"), std::string::npos);
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), programmatic, &plan, &why, FLASHJIT_BACKEND_MLIR));
+  EXPECT_NE(why.find("programmatic_launch"), std::string::npos) << why;
+}
+
 TEST(Fa3Tuning, FirstBlockInLoopWithoutPingpong) {
   for (int d : {64, 80, 128, 192, 256})
     for (bool causal : {false, true}) {
