@@ -143,7 +143,8 @@ bool shape_set_from_json(const json &j, const ShapeSet &defaults, ShapeSet *out,
   return true;
 }
 
-bool expand(const ShapeSet &set, std::vector<KernelSpec> *specs, std::string *error) {
+// `backend` is the one the kernels are built with: it decides which alternatives a runtime may pick.
+bool expand(const ShapeSet &set, flashjit_backend backend, std::vector<KernelSpec> *specs, std::string *error) {
   for (const std::string &arch_text : set.archs) {
     std::optional<Arch> arch = Arch::parse(arch_text);
     if (!arch) {
@@ -200,7 +201,7 @@ bool expand(const ShapeSet &set, std::vector<KernelSpec> *specs, std::string *er
                     decode.causal = causal && q_len > 1;
                     specs->push_back(decode);
                     // The wide key block a short step may pick at run time (decode_key_block_for).
-                    if (KernelSpec wide = decode; (wide.key_block = decode_wide_key_block(decode)) != 0)
+                    if (KernelSpec wide = decode; (wide.key_block = decode_wide_key_block(decode, backend)) != 0)
                       specs->push_back(wide);
                   }
               }
@@ -210,7 +211,7 @@ bool expand(const ShapeSet &set, std::vector<KernelSpec> *specs, std::string *er
   return true;
 }
 
-bool build_specs(const AotOptions &o, std::vector<KernelSpec> *specs, std::string *error) {
+bool build_specs(const AotOptions &o, flashjit_backend backend, std::vector<KernelSpec> *specs, std::string *error) {
   ShapeSet cli = o.cli;
   cli.head_dims.clear();
   for (size_t i = 0; i < o.head_dims.size(); ++i)
@@ -218,7 +219,7 @@ bool build_specs(const AotOptions &o, std::vector<KernelSpec> *specs, std::strin
         o.head_dims[i], o.head_dims_v.empty() ? o.head_dims[i] : o.head_dims_v[std::min(i, o.head_dims_v.size() - 1)]);
   cli.causal = causal_values(o.causal);
   if (o.specs_file.empty())
-    return expand(cli, specs, error);
+    return expand(cli, backend, specs, error);
   std::ifstream in(o.specs_file);
   if (!in) {
     *error = "--specs " + o.specs_file + ": cannot read";
@@ -233,7 +234,7 @@ bool build_specs(const AotOptions &o, std::vector<KernelSpec> *specs, std::strin
   const json sets = j.is_object() && j.contains("shapes") ? j.at("shapes") : (j.is_array() ? j : json::array({j}));
   for (const json &set_json : sets) {
     ShapeSet set;
-    if (!shape_set_from_json(set_json, cli, &set, error) || !expand(set, specs, error)) {
+    if (!shape_set_from_json(set_json, cli, &set, error) || !expand(set, backend, specs, error)) {
       *error = "--specs " + o.specs_file + ": " + *error;
       return false;
     }
@@ -302,12 +303,6 @@ Action add_aot(CLI::App &app) {
       ->check(CLI::IsMember({"auto", "fa2", "fa3"}))
       ->capture_default_str();
   return [o] {
-    std::vector<KernelSpec> specs;
-    std::string error;
-    if (!build_specs(*o, &specs, &error)) {
-      std::cerr << "flashjit aot: " << error << "\n";
-      return 2;
-    }
     Options options;
     options.disk_cache = o->no_cache ? 0 : 1;
     options.backend = o->backend == "mlir"    ? FLASHJIT_BACKEND_MLIR
@@ -316,11 +311,14 @@ Action add_aot(CLI::App &app) {
     options.variant = o->variant == "fa2"   ? FLASHJIT_VARIANT_FA2
                       : o->variant == "fa3" ? FLASHJIT_VARIANT_FA3
                                             : FLASHJIT_VARIANT_AUTO;
-    KernelStore store(store_config_from(options));
-    // The wide decode key block is a TMA-tile plan, which a runtime on the MLIR backend never picks.
-    std::erase_if(specs, [&](const KernelSpec &spec) {
-      return spec.op == Op::decode && spec.key_block != 0 && decode_wide_key_block(spec, store.config().backend) == 0;
-    });
+    const StoreConfig config = store_config_from(options);
+    std::vector<KernelSpec> specs;
+    std::string error;
+    if (!build_specs(*o, config.backend, &specs, &error)) {
+      std::cerr << "flashjit aot: " << error << "\n";
+      return 2;
+    }
+    KernelStore store(config);
     std::sort(specs.begin(), specs.end(), SpecLess{});
     specs.erase(std::unique(specs.begin(), specs.end()), specs.end());
     std::vector<Job> jobs;

@@ -128,26 +128,21 @@ Status read_config(const KernelSpec &spec, const Plan &plan, Config *c) {
           {{"kPingpong", &c->pingpong}, {"kSeparateO", &c->separate_o}, {"kRescaleBeforePv", &c->rescale_before_pv}});
       !s)
     return s;
-  if (plan.constant("kCrossTileOverlap", 0) != 0)
-    return Status::error(FLASHJIT_UNSUPPORTED,
-                         "fa3 (MLIR): cross-tile overlap plans (kCrossTileOverlap) have a template form only; "
-                         "plan with the MLIR backend (FLASHJIT_BACKEND_MLIR) for one tile at a time");
-  if (plan.constant("kTailSplit", 0) != 0)
-    return Status::error(FLASHJIT_UNSUPPORTED,
-                         "fa3 (MLIR): tail split plans (kTailSplit) have a template form only; plan with the MLIR "
-                         "backend (FLASHJIT_BACKEND_MLIR) for whole tiles");
-  if (plan.constant("kFirstBlockInLoop", 0) != 0)
-    return Status::error(FLASHJIT_UNSUPPORTED,
-                         "fa3 (MLIR): first-block-in-loop plans (kFirstBlockInLoop) have a template form only; plan "
-                         "with the MLIR backend (FLASHJIT_BACKEND_MLIR) for a prologue block");
-  if (plan.constant("kProgrammaticLaunch", 0) != 0)
-    return Status::error(FLASHJIT_UNSUPPORTED,
-                         "fa3 (MLIR): programmatic-launch plans (kProgrammaticLaunch) have a template form only; plan "
-                         "with the MLIR backend (FLASHJIT_BACKEND_MLIR) for an ordinary launch");
-  if (plan.constant("kLazyRescale", 0) != 0)
-    return Status::error(FLASHJIT_UNSUPPORTED,
-                         "fa3 (MLIR): lazy-rescale plans (kLazyRescale) have a template form only; "
-                         "plan with the MLIR backend (FLASHJIT_BACKEND_MLIR) for eager rescaling");
+  // Plan features the template renders and this generator does not: what each is, and what an
+  // MLIR-backend plan has instead.
+  struct TemplateOnly {
+    const char *constant, *feature, *instead;
+  };
+  for (const TemplateOnly &t : {TemplateOnly{"kCrossTileOverlap", "cross-tile overlap", "one tile at a time"},
+                                TemplateOnly{"kTailSplit", "tail split", "whole tiles"},
+                                TemplateOnly{"kFirstBlockInLoop", "first-block-in-loop", "a prologue block"},
+                                TemplateOnly{"kProgrammaticLaunch", "programmatic-launch", "an ordinary launch"},
+                                TemplateOnly{"kLazyRescale", "lazy-rescale", "eager rescaling"}})
+    if (plan.constant(t.constant, 0) != 0)
+      return Status::error(FLASHJIT_UNSUPPORTED, std::string("fa3 (MLIR): ") + t.feature + " plans (" + t.constant +
+                                                     ") have a template form only; plan with the MLIR backend "
+                                                     "(FLASHJIT_BACKEND_MLIR) for " +
+                                                     t.instead);
   if (plan.cluster_m != 1 || plan.constant("kClusterM", 1) != 1)
     return Status::error(FLASHJIT_UNSUPPORTED, "fa3 (MLIR): CTA-pair (cluster) plans have a template form only; plan "
                                                "with the MLIR backend (FLASHJIT_BACKEND_MLIR) for single-CTA tiles");

@@ -85,8 +85,8 @@ constexpr int kMaxHeadDimTailSplitTwoWarpgroups = 128;
 // bf16 and fp16, the kernels without pingpong; 1-7% slower on every kernel with pingpong (d64..d128,
 // causal). So the default without pingpong only. With pingpong, neither an unconditional first-step
 // rescale (run 23d: 0-3% slower) nor the PV wait before the softmax (run 24a: 1-5.5% slower)
-// closed the loss. Cold compile: the NVVM optimizer's share falls by ~25%. One tile at a time only; NVRTC only (the
-// MLIR generator renders its own loop).
+// closed the loss. Cold compile: the NVVM optimizer's share falls by ~25%. One tile at a time only;
+// NVRTC only (the MLIR generator renders its own loop).
 constexpr bool kFirstBlockInLoopWithoutPingpong = true;
 // Launched as a programmatic dependent (kProgrammaticLaunch, PDL): the kernel's prologue (barrier
 // init, descriptor prefetch, cluster sync) runs while the previous grid of the stream drains, every
