@@ -194,7 +194,7 @@ TEST(Fa3CompileFeatures, TailSplitArrivesAndMergesThroughL2) {
     EXPECT_NE(kernel.name.find(".ts"), std::string::npos) << kernel.name;
     for (const char *instruction :
          {"atom.acq_rel.gpu.global.add.s32", "fence.acq_rel.gpu", "bar.red.or.pred", "redux.sync.or.b32",
-          "st.relaxed.gpu.global.s32", "ld.global.cg.f32", "wgmma.mma_async"})
+          "st.relaxed.gpu.global.s32", "st.global.v4.f32", "ld.global.cg.v4.f32", "wgmma.mma_async"})
       EXPECT_NE(kernel.ptx.find(instruction), std::string::npos) << kernel.name << " lacks " << instruction;
     EXPECT_LE(kernel.resources.spill_store_bytes, 4) << kernel.name << ": more spills than session 10 measured";
     // Session 10: a branch on the barrier's answer that ptxas could not prove uniform moved the key

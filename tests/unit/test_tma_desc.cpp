@@ -335,7 +335,7 @@ TEST(Fa3Schedule, TilesSectionsAndGrid) {
   EXPECT_EQ(fa3_fill_schedule(causal, fa3_plan(causal), 132, 50 * 1024 * 1024, &params), 1);
 }
 
-// The tail split's walk, as templates/kernels/fa3/scheduler.cuh takes it (tail_share, tail_piece,
+// The tail split's walk, as templates/kernels/fa3/scheduler.cuh takes it (tail_share, cut_to_share,
 // tail_cut): walker w owns blocks [w * B, (w + 1) * B) of the tail's units laid end to end.
 struct TailPieceCheck {
   int walker, unit, n_min, n_max, boundary, side;

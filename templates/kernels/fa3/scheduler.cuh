@@ -154,14 +154,11 @@ struct TailCut {
   int side; // 0: the piece ends at the boundary, 1: it starts there
 };
 
-// The piece of tail unit `u` in `share`: the unit's tile with its key blocks cut to the share.
-template <class C>
-__device__ __forceinline__ Tile tail_piece(const fj_fa3_params &params, const TailShare &share, int u) {
-  Tile t = decode_tile<C>(params, params.tail_first_unit + u);
+// The piece of tail unit `u` in `share`: the unit's key blocks cut to the share.
+__device__ __forceinline__ void cut_to_share(const fj_fa3_params &params, const TailShare &share, int u, Tile *t) {
   const int unit_lo = u * params.tail_blocks_per_unit;
-  t.n_min = max(share.lo, unit_lo) - unit_lo;
-  t.n_max = min(share.hi, unit_lo + params.tail_blocks_per_unit) - unit_lo;
-  return t;
+  t->n_min = max(share.lo, unit_lo) - unit_lo;
+  t->n_max = min(share.hi, unit_lo + params.tail_blocks_per_unit) - unit_lo;
 }
 
 // The cut of tile t, from its key blocks alone: every unit of a split walk sees all
@@ -191,17 +188,16 @@ template <class C> __device__ __forceinline__ int walk_items(const fj_fa3_params
 }
 
 // Item k: a whole unit's tile (false when that wave has none for this walker) or a tail piece.
+// One decode_tile call site for both kinds: each inlined copy costs its integer divisions.
 template <class C> __device__ __forceinline__ bool walk_item(const fj_fa3_params &params, int k, Tile *t) {
   const int waves = whole_waves<C>(params);
-  if (k < waves) {
-    const int index = snake_tile<C>(k);
-    if (index >= whole_units<C>(params))
-      return false;
-    *t = decode_tile<C>(params, index);
-    return true;
-  }
-  const TailShare share = tail_share<C>(params);
-  *t = tail_piece<C>(params, share, share.first_unit + k - waves);
+  const bool whole = k < waves;
+  const int index = whole ? snake_tile<C>(k) : params.tail_first_unit + tail_share<C>(params).first_unit + k - waves;
+  if (whole && index >= whole_units<C>(params))
+    return false;
+  *t = decode_tile<C>(params, index);
+  if (!whole) // the share again, from the parameters: nothing stays live across the decode
+    cut_to_share(params, tail_share<C>(params), index - params.tail_first_unit, t);
   return true;
 }
 

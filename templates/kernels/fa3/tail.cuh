@@ -30,33 +30,38 @@ template <class C> struct TailMerge {
   static_assert(C::kTailSlotFloats == C::kConsumerWarpgroups * kWarpgroupThreads * kFloatsPerThread,
                 "the planner sizes a slot for every consumer thread's state");
 
+  // The state moves as float4s: a quarter of the loads and stores (and of the compile time they
+  // cost) of scalar ones. kMaxAt is a multiple of 4 (head_dim_v is a multiple of 8), so the last
+  // float4 holds the rows' maxima and sums.
+  static constexpr int kVecFloats = 4;
+  static constexpr int kVecsPerThread = kFloatsPerThread / kVecFloats;
+  static constexpr int kStateVec = kMaxAt / kVecFloats;
+  static_assert(kMaxAt % kVecFloats == 0 && 2 * kRowsPerThread == kVecFloats && kAccPerGroup == kVecFloats,
+                "one float4 per 8-column group of O, one for the rows' max and sum");
+
   const fj_fa3_params &params;
   const Smem<C> &smem;
   int wg;
   int tid;
 
-  // This thread's state in slot (boundary, side) of this CTA; value i lies at [i * kWarpgroupThreads]
-  // (thread-minor: a warp's stores and loads of one value are contiguous, and the offsets fold
+  // This thread's state in slot (boundary, side) of this CTA; float4 v lies at [v * kWarpgroupThreads]
+  // (thread-minor: a warp's stores and loads of one float4 are contiguous, and the offsets fold
   // into the instructions).
-  __device__ __forceinline__ float *state(const TailCut &cut, int side) const {
+  __device__ __forceinline__ float4 *state(const TailCut &cut, int side) const {
     const int slot = (cut.boundary * C::kTailPieces + side) * C::kClusterM + pair_rank<C>();
-    return params.tail_partials + static_cast<fj_i64>(slot) * C::kTailSlotFloats +
-           wg * kFloatsPerThread * kWarpgroupThreads + tid;
+    return reinterpret_cast<float4 *>(params.tail_partials + static_cast<fj_i64>(slot) * C::kTailSlotFloats) +
+           wg * kVecsPerThread * kWarpgroupThreads + tid;
   }
 
   // Writes this piece's state as the key loop left it (O not normalized) and counts it; true on
   // the CTA whose piece completes the tile.
   __device__ __forceinline__ bool arrive(const TailCut &cut, const float (&o)[C::kHeadDimV / 2],
                                          const RowState<C> &st) const {
-    float *mine = state(cut, cut.side);
+    float4 *mine = state(cut, cut.side);
 #pragma unroll
-    for (int i = 0; i < C::kHeadDimV / 2; ++i)
-      mine[i * kWarpgroupThreads] = o[i];
-#pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) {
-      mine[(kMaxAt + r) * kWarpgroupThreads] = st.max[r];
-      mine[(kSumAt + r) * kWarpgroupThreads] = st.sum[r];
-    }
+    for (int v = 0; v < kStateVec; ++v)
+      mine[v * kWarpgroupThreads] = make_float4(o[4 * v], o[4 * v + 1], o[4 * v + 2], o[4 * v + 3]);
+    mine[kStateVec * kWarpgroupThreads] = make_float4(st.max[0], st.max[1], st.sum[0], st.sum[1]);
     fence_acq_rel_gpu(); // release: this thread's state before the arrival below
     named_barrier_sync(C::kBarrierTail, kConsumerThreads);
     bool completes = false;
@@ -78,31 +83,34 @@ template <class C> struct TailMerge {
   __device__ __forceinline__ void merge(const TailCut &cut, float (&o)[C::kHeadDimV / 2], RowState<C> &st,
                                         float scale_log2) const {
     fence_acq_rel_gpu(); // acquire: the other piece's state
-    const float *before = state(cut, 0);
-    const float *after = state(cut, 1);
+    const float4 *before = state(cut, 0);
+    const float4 *after = state(cut, 1);
+    const float4 before_rows = __ldcg(before + kStateVec * kWarpgroupThreads);
+    const float4 after_rows = __ldcg(after + kStateVec * kWarpgroupThreads);
+    const float before_max[kRowsPerThread] = {before_rows.x, before_rows.y};
+    const float after_max[kRowsPerThread] = {after_rows.x, after_rows.y};
+    const float before_sum[kRowsPerThread] = {before_rows.z, before_rows.w};
+    const float after_sum[kRowsPerThread] = {after_rows.z, after_rows.w};
     float before_factor[kRowsPerThread], after_factor[kRowsPerThread];
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
-      const float before_max = __ldcg(before + (kMaxAt + r) * kWarpgroupThreads);
-      const float after_max = __ldcg(after + (kMaxAt + r) * kWarpgroupThreads);
-      const float top = max_f32(before_max, after_max);
+      const float top = max_f32(before_max[r], after_max[r]);
       const bool any = top != neg_inf(); // neither piece saw a key: both sums stay 0
-      before_factor[r] = any ? ex2_approx((before_max - top) * scale_log2) : 0.0f;
-      after_factor[r] = any ? ex2_approx((after_max - top) * scale_log2) : 0.0f;
-      st.sum[r] = __ldcg(before + (kSumAt + r) * kWarpgroupThreads) * before_factor[r] +
-                  __ldcg(after + (kSumAt + r) * kWarpgroupThreads) * after_factor[r];
+      before_factor[r] = any ? ex2_approx((before_max[r] - top) * scale_log2) : 0.0f;
+      after_factor[r] = any ? ex2_approx((after_max[r] - top) * scale_log2) : 0.0f;
+      st.sum[r] = before_sum[r] * before_factor[r] + after_sum[r] * after_factor[r];
       st.max[r] = top;
     }
+    // Float4 v of O holds one 8-column group: rows 0 and 1 of this thread, two columns each.
 #pragma unroll
-    for (int j = 0; j < C::kHeadDimV / kColsPerGroup; ++j)
-#pragma unroll
-      for (int r = 0; r < kRowsPerThread; ++r)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int i = j * kAccPerGroup + r * 2 + e;
-          o[i] = __ldcg(before + i * kWarpgroupThreads) * before_factor[r] +
-                 __ldcg(after + i * kWarpgroupThreads) * after_factor[r];
-        }
+    for (int v = 0; v < kStateVec; ++v) {
+      const float4 b = __ldcg(before + v * kWarpgroupThreads);
+      const float4 a = __ldcg(after + v * kWarpgroupThreads);
+      o[4 * v] = b.x * before_factor[0] + a.x * after_factor[0];
+      o[4 * v + 1] = b.y * before_factor[0] + a.y * after_factor[0];
+      o[4 * v + 2] = b.z * before_factor[1] + a.z * after_factor[1];
+      o[4 * v + 3] = b.w * before_factor[1] + a.w * after_factor[1];
+    }
   }
 
   // A cut tile's piece is done: leave its state; true when the other piece was already in, with o
