@@ -159,12 +159,18 @@ template <class C> struct Consumer {
     float scale_log2, cap_pre, cap_post;
   };
 
-  // Mask / soft cap / online softmax of the block in s.
+  // Below a tile's last block only the causal diagonal or a window hides keys: the seqlen_k tail
+  // lies in the last block (blocks are walked from n_max - 1 down; a tail piece that ends at a
+  // walker boundary ends below it). Without either, the key loop carries no mask code.
+  static constexpr bool kInteriorBlocksMayMask = C::kCausal || C::kLocal;
+
+  // Mask / soft cap / online softmax of the block in s (kMayMask false: every key of it is visible).
+  template <bool kMayMask = true>
   __device__ __forceinline__ void softmax(float (&s)[C::kBlockN / 2], RowState<C> &st, float (&scale)[kRowsPerThread],
                                           const Logits &lg, const Tile &t, const Window &w, int n) const {
     if constexpr (C::kSoftcap)
       apply_softcap<C>(s, lg.cap_pre, lg.cap_post);
-    if (block_needs_mask<C>(t, w, n)) {
+    if (kMayMask && block_needs_mask<C>(t, w, n)) {
       const int row0 =
           t.m_block * C::kBlockM + wg * kWgmmaM + (tid / kWarpSize) * kRowsPerWarp + (tid % kWarpSize) / kQuadLanes;
       const int col0 = n * C::kBlockN + 2 * (tid % kQuadLanes);
@@ -258,7 +264,7 @@ template <class C> struct Consumer {
       cur = RingSlot<C>::at(++block_index);
       issue_step(s, o, frag, scale, cur, prev, true);
       release_q_after_qk(t, n);
-      softmax(s, st, scale, lg, t, w, n);
+      softmax<kInteriorBlocksMayMask>(s, st, scale, lg, t, w, n);
       finish_step(o, frag, prev);
       if constexpr (!C::kRescaleBeforePv)
         rescale_o(o, scale);
