@@ -11,6 +11,8 @@ checks flashjit against cuDNN's output.
 
 --alt-tuning TUNING (an A/B of fa3 plans): a second runtime made with FLASHJIT_FA3_TUNING=TUNING (e.g.
 consumer_warpgroups=2) and strict mode is timed beside the planner's kernels, all four samples alternating;
+--alt-lib PATH (an A/B of two builds, e.g. the templates before and after a change): that second runtime
+comes from another libflashjit.so instead (its kernels, its templates; with --alt-tuning, tuned too);
 --rows d128s4096,d128s16384c,1x32768 limits the run to those rows.
 
 --mlir-bundle FILE.fjb (made where LLVM is, e.g. by scripts/make-mlir-parity.sh): a second runtime with
@@ -314,7 +316,7 @@ def prefill_row(fj, d, s, causal, dtype, iters, mlir=None, alt=None):
         if alt is not None:
             try:
                 alt_problems = [alt.problem(q, k, v, o, causal) for q, k, v, o in sets]
-                for p in alt_problems:  # the tuned kernel's own scratch
+                for p in alt_problems:  # the alternative kernel's own scratch
                     alt.attach_workspace(p, workspaces)
                 alt.check(alt.lib.flashjit_prepare(alt.runtime, ctypes.byref(alt_problems[0])))
                 result["alt_kernel"] = alt.explain(alt_problems[0]).splitlines()[0].split()[-1]
@@ -338,7 +340,7 @@ def prefill_row(fj, d, s, causal, dtype, iters, mlir=None, alt=None):
         result["max_abs_diff_vs_cudnn"] = (o.float() - ref.float()).abs().max().item()
         if "alt_ms" in result:
             o.fill_(float("nan"))
-            alt.forward(alt_problems[0])  # with the tuned kernel's own workspace
+            alt.forward(alt_problems[0])  # with the alternative kernel's own workspace
             torch.cuda.synchronize()
             result["alt_max_abs_diff_vs_cudnn"] = (o.float() - ref.float()).abs().max().item()
         if "mlir_ms" in result:
@@ -464,6 +466,7 @@ def main():
                     help="force a prefill kernel family (fa2 rows answer issue 2's fa2 >= PyTorch FA-2)")
     ap.add_argument("--mlir-bundle", help="also time the kernels of these MLIR-built bundles (comma-separated; JIT off)")
     ap.add_argument("--alt-tuning", help="also time prefill rows with FLASHJIT_FA3_TUNING=ALT_TUNING (strict mode)")
+    ap.add_argument("--alt-lib", help="also time prefill rows with this other build of libflashjit.so")
     ap.add_argument("--rows", help="only these rows: d<head_dim>s<seqlen>[c] (c: causal) and <batch>x<kv_len>")
     ap.add_argument("--queue-ahead-cycles", type=int, default=QUEUE_AHEAD_CYCLES_PER_LAUNCH,
                     help="spin-kernel cycles per launch queued ahead of each sample's start event (0: none, the old timing)")
@@ -477,7 +480,8 @@ def main():
     torch.zeros(1, device="cuda")  # makes the primary context current for flashjit
     fj = FlashJit(args.lib, args.variant)
     mlir = FlashJit(args.lib, args.variant, args.mlir_bundle) if args.mlir_bundle else None
-    alt = FlashJit(args.lib, args.variant, fa3_tuning=args.alt_tuning) if args.alt_tuning else None
+    alt = (FlashJit(args.alt_lib or args.lib, args.variant, fa3_tuning=args.alt_tuning)
+           if args.alt_tuning or args.alt_lib else None)
     wanted = set(args.rows.split(",")) if args.rows else None
 
     def selected(name):

@@ -67,6 +67,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 with a tile's first key block in the key loop (NVRTC builds only).
   if (plan.constant("kFirstBlockInLoop", 0) != 0)
     name += ".fl";
+  // fa3 whose key loop carries no mask code (NVRTC builds only).
+  if (plan.constant("kUnmaskedKeyLoop", 0) != 0)
+    name += ".um";
   // fa3 launched as a programmatic dependent of the previous grid (NVRTC builds only).
   if (plan.constant("kProgrammaticLaunch", 0) != 0)
     name += ".pdl";

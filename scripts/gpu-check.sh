@@ -66,6 +66,11 @@ if [ "$sanitize" = 1 ] && command -v compute-sanitizer >/dev/null; then
       --heads-q 4 --heads-kv 2 --head-dim 128 2>&1
   done >> "$results/sanitizer.txt"
   for tool in memcheck racecheck; do
+    echo "--- $tool (fa3 tail split: d128, 160 units on 66 walkers, cut tiles merged through the workspace)"
+    compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --batch 1 --seqlen-q 1000 --seqlen-k 2600 \
+      --heads-q 40 --heads-kv 8 --head-dim 128 2>&1
+  done >> "$results/sanitizer.txt"
+  for tool in memcheck racecheck; do
     echo "--- $tool (fa2, 80-dim, sq < sk)"
     FLASHJIT_VARIANT=fa2 compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --batch 2 --seqlen-q 70 \
       --seqlen-k 333 --heads-q 6 --heads-kv 2 --head-dim 80 --causal 2>&1

@@ -94,6 +94,11 @@ constexpr bool kFirstBlockInLoopWithoutPingpong = true;
 // scheduled on the SMs this one frees. Measured on the H200 (run 24f, runtime A/B): +0.2..0.4% on
 // d64, d128 S1024/S4096 and d256, within the A/B's noise, so off by default (a tuning).
 constexpr bool kProgrammaticLaunchDefault = false;
+// Without causal or window masking, only a tile's last key block can hold keys past seqlen_k, and the
+// prologue form computes that block before the key loop: the loop then needs no mask code at all
+// (kUnmaskedKeyLoop). Measured on the H200 (run 25, runtime A/B in one lease, with the tail state in
+// float4s): see docs/perf-notes.md, session 21. NVRTC only (the MLIR generator renders its own loop).
+constexpr bool kUnmaskedKeyLoopDefault = true;
 // Q's wgmma descriptors, one per k-step of the QK GEMM, are the same for every key block; hoisted
 // out of the key loop (the compiler's choice) they outnumber the uniform registers from d ~192 on,
 // so ptxas parks them in ordinary registers and moves each back (R2UR) before its GEMM. kQDescPerStep
@@ -305,6 +310,10 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: q_desc_per_step has a template form only (NVRTC)");
   if (tuning.programmatic_launch > 0 && backend == FLASHJIT_BACKEND_MLIR)
     return refuse("fa3: programmatic_launch has a template form only (NVRTC)");
+  if (tuning.unmasked_key_loop > 0 && masked)
+    return refuse("fa3: unmasked_key_loop needs every key block below the last to be visible (no causal or window)");
+  if (tuning.unmasked_key_loop > 0 && backend == FLASHJIT_BACKEND_MLIR)
+    return refuse("fa3: unmasked_key_loop has a template form only (NVRTC)");
   const bool q_desc_per_step =
       tuning.q_desc_per_step >= 0 ? tuning.q_desc_per_step != 0 : !three_wgs && backend != FLASHJIT_BACKEND_MLIR;
   // Q in registers (kQInRegisters): each consumer thread holds Q's A fragments for the tile and
@@ -408,6 +417,13 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
                                           ? tuning.first_block_in_loop != 0
                                           : kFirstBlockInLoopWithoutPingpong && !plan->pingpong &&
                                                 !cross_tile_overlap && backend != FLASHJIT_BACKEND_MLIR);
+  const bool first_block_in_loop = plan->constant("kFirstBlockInLoop") != 0;
+  if (tuning.unmasked_key_loop > 0 && (first_block_in_loop || cross_tile_overlap))
+    return refuse("fa3: unmasked_key_loop needs the prologue form (no first_block_in_loop or cross_tile_overlap)");
+  plan->add_bool("kUnmaskedKeyLoop", tuning.unmasked_key_loop >= 0
+                                         ? tuning.unmasked_key_loop != 0
+                                         : kUnmaskedKeyLoopDefault && !masked && !first_block_in_loop &&
+                                               !cross_tile_overlap && backend != FLASHJIT_BACKEND_MLIR);
   plan->add_bool("kProgrammaticLaunch", tuning.programmatic_launch >= 0
                                             ? tuning.programmatic_launch != 0
                                             : kProgrammaticLaunchDefault && backend != FLASHJIT_BACKEND_MLIR);
@@ -444,6 +460,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"q_in_registers", &Fa3Tuning::q_in_registers},
       {"l2_promotion", &Fa3Tuning::l2_promotion},
       {"programmatic_launch", &Fa3Tuning::programmatic_launch},
+      {"unmasked_key_loop", &Fa3Tuning::unmasked_key_loop},
   };
   size_t begin = 0;
   while (begin <= text.size()) {

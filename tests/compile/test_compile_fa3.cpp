@@ -300,6 +300,30 @@ TEST(Fa3CompileFeatures, ProgrammaticLaunchWaitsOnceAfterThePrologue) {
   }
 }
 
+// The unmasked key loop (kUnmaskedKeyLoop, `.um`, the default without masking): the element mask,
+// a comparison per score, is compiled for the tile's last block only, not again inside the loop.
+TEST(Fa3CompileFeatures, UnmaskedKeyLoopComparesOnlyInThePrologue) {
+  const KernelSpec spec = testing::prefill_spec(Arch{90, true}, 128, 128, FLASHJIT_BF16, false);
+  Fa3Tuning masked_loop;
+  masked_loop.unmasked_key_loop = 0;
+  const CompiledKernel unmasked = compile_tuned(spec, Fa3Tuning{});
+  const CompiledKernel masked = compile_tuned(spec, masked_loop);
+  ASSERT_FALSE(unmasked.cubin.empty());
+  ASSERT_FALSE(masked.cubin.empty());
+  EXPECT_NE(unmasked.name.find(".um"), std::string::npos) << unmasked.name;
+  EXPECT_EQ(masked.name.find(".um"), std::string::npos) << masked.name;
+  Plan plan;
+  std::string why;
+  ASSERT_TRUE(plan_fa3(spec, &plan, &why)) << why;
+  const size_t scores_per_thread = static_cast<size_t>(plan.block_n / 2);
+  EXPECT_GE(count_of(masked.ptx, "setp."), count_of(unmasked.ptx, "setp.") + scores_per_thread)
+      << "the loop's copy of the mask should be gone";
+  for (const CompiledKernel *kernel : {&unmasked, &masked}) {
+    EXPECT_EQ(kernel->resources.spill_store_bytes, 0) << kernel->name;
+    EXPECT_TRUE(kernel->resources.warnings.empty()) << kernel->name;
+  }
+}
+
 TEST(Fa3CompileFeatures, VarlenWindowSoftcapGqaCompile) {
   KernelSpec spec = testing::prefill_spec(Arch{90, true}, 112, 112, FLASHJIT_FP16, true);
   spec.varlen = spec.local = spec.softcap = true;

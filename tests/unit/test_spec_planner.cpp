@@ -511,6 +511,47 @@ TEST(Fa3Tuning, FirstBlockInLoopWithoutPingpong) {
   EXPECT_NE(why.find("cross_tile_overlap"), std::string::npos) << why;
 }
 
+// Without causal or window masking the prologue form's key loop carries no mask code
+// (kUnmaskedKeyLoop, `.um`): NVRTC plans of every head dim that keeps the prologue (pingpong).
+TEST(Fa3Tuning, UnmaskedKeyLoopWithoutMasking) {
+  for (int d : {64, 80, 128, 192, 256})
+    for (bool causal : {false, true}) {
+      Plan plan;
+      std::string why;
+      ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why)) << why;
+      const bool expected = !causal && plan.constant("kFirstBlockInLoop") == 0;
+      EXPECT_EQ(plan.constant("kUnmaskedKeyLoop"), expected ? 1 : 0) << "d" << d << (causal ? " causal" : "");
+      EXPECT_EQ(kernel_name(prefill(d, causal), plan).find(".um") != std::string::npos, expected) << "d" << d;
+      ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why, FLASHJIT_BACKEND_MLIR)) << why;
+      EXPECT_EQ(plan.constant("kUnmaskedKeyLoop"), 0) << "MLIR renders its own loop";
+    }
+  KernelSpec window = prefill(128, false);
+  window.local = true;
+  Plan plan;
+  std::string why;
+  ASSERT_TRUE(plan_fa3(window, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kUnmaskedKeyLoop"), 0) << "a window hides keys in every block";
+
+  Fa3Tuning unmasked;
+  ASSERT_TRUE(parse_fa3_tuning("unmasked_key_loop=1", &unmasked, &why)) << why;
+  EXPECT_EQ(unmasked.unmasked_key_loop, 1);
+  for (const KernelSpec &spec : {prefill(128, true), window}) {
+    EXPECT_FALSE(plan_fa3_tuned(spec, unmasked, &plan, &why));
+    EXPECT_NE(why.find("unmasked_key_loop"), std::string::npos) << why;
+  }
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), unmasked, &plan, &why, FLASHJIT_BACKEND_MLIR));
+  EXPECT_NE(why.find("unmasked_key_loop"), std::string::npos) << why;
+  Fa3Tuning in_loop = unmasked;
+  in_loop.first_block_in_loop = 1;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), in_loop, &plan, &why));
+  EXPECT_NE(why.find("first_block_in_loop"), std::string::npos) << why;
+  Fa3Tuning masked_loop;
+  ASSERT_TRUE(parse_fa3_tuning("unmasked_key_loop=0", &masked_loop, &why)) << why;
+  ASSERT_TRUE(plan_fa3_tuned(prefill(128, false), masked_loop, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kUnmaskedKeyLoop"), 0);
+  EXPECT_EQ(kernel_name(prefill(128, false), plan).find(".um"), std::string::npos);
+}
+
 TEST(Planner, PrefersFa3OnHopperAndFa2Elsewhere) {
   PlanChoice hopper = choose_plan(prefill(128, false));
   ASSERT_TRUE(hopper.ok) << hopper.error;

@@ -161,8 +161,8 @@ template <class C> struct Consumer {
 
   // Below a tile's last block only the causal diagonal or a window hides keys: the seqlen_k tail
   // lies in the last block (blocks are walked from n_max - 1 down; a tail piece that ends at a
-  // walker boundary ends below it). Without either, the key loop carries no mask code.
-  static constexpr bool kInteriorBlocksMayMask = C::kCausal || C::kLocal;
+  // walker boundary ends below it). So kUnmaskedKeyLoop drops the key loop's mask code.
+  static_assert(!C::kUnmaskedKeyLoop || !(C::kCausal || C::kLocal), "the planner allows it without masking only");
 
   // Mask / soft cap / online softmax of the block in s (kMayMask false: every key of it is visible).
   template <bool kMayMask = true>
@@ -264,7 +264,7 @@ template <class C> struct Consumer {
       cur = RingSlot<C>::at(++block_index);
       issue_step(s, o, frag, scale, cur, prev, true);
       release_q_after_qk(t, n);
-      softmax<kInteriorBlocksMayMask>(s, st, scale, lg, t, w, n);
+      softmax<!C::kUnmaskedKeyLoop>(s, st, scale, lg, t, w, n);
       finish_step(o, frag, prev);
       if constexpr (!C::kRescaleBeforePv)
         rescale_o(o, scale);
