@@ -133,12 +133,13 @@ Status read_config(const KernelSpec &spec, const Plan &plan, Config *c) {
   struct TemplateOnly {
     const char *constant, *feature, *instead;
   };
-  for (const TemplateOnly &t : {TemplateOnly{"kCrossTileOverlap", "cross-tile overlap", "one tile at a time"},
-                                TemplateOnly{"kTailSplit", "tail split", "whole tiles"},
-                                TemplateOnly{"kFirstBlockInLoop", "first-block-in-loop", "a prologue block"},
-                                TemplateOnly{"kProgrammaticLaunch", "programmatic-launch", "an ordinary launch"},
-                                TemplateOnly{"kUnmaskedKeyLoop", "unmasked-key-loop", "a key loop that checks the mask"},
-                                TemplateOnly{"kLazyRescale", "lazy-rescale", "eager rescaling"}})
+  for (const TemplateOnly &t :
+       {TemplateOnly{"kCrossTileOverlap", "cross-tile overlap", "one tile at a time"},
+        TemplateOnly{"kTailSplit", "tail split", "whole tiles"},
+        TemplateOnly{"kFirstBlockInLoop", "first-block-in-loop", "a prologue block"},
+        TemplateOnly{"kProgrammaticLaunch", "programmatic-launch", "an ordinary launch"},
+        TemplateOnly{"kUnmaskedKeyLoop", "unmasked-key-loop", "a key loop that checks the mask"},
+        TemplateOnly{"kLazyRescale", "lazy-rescale", "eager rescaling"}})
     if (plan.constant(t.constant, 0) != 0)
       return Status::error(FLASHJIT_UNSUPPORTED, std::string("fa3 (MLIR): ") + t.feature + " plans (" + t.constant +
                                                      ") have a template form only; plan with the MLIR backend "

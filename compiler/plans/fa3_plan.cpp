@@ -86,8 +86,9 @@ constexpr int kMaxHeadDimTailSplitTwoWarpgroups = 128;
 // causal). So the default without pingpong only. With pingpong, neither an unconditional first-step
 // rescale (run 23d: 0-3% slower) nor the PV wait before the softmax (run 24a: 1-5.5% slower)
 // closed the loss. Cold compile: the NVVM optimizer's share falls by ~25%. One tile at a time only;
-// NVRTC only (the MLIR generator renders its own loop).
-constexpr bool kFirstBlockInLoopWithoutPingpong = true;
+// NVRTC only (the MLIR generator renders its own loop). Run 25 (session 21): the prologue form with
+// the unmasked key loop (below) is +3.0% at d192 and +0.5% at d256 against it, so no default uses it.
+constexpr bool kFirstBlockInLoopWithoutPingpong = false;
 // Launched as a programmatic dependent (kProgrammaticLaunch, PDL): the kernel's prologue (barrier
 // init, descriptor prefetch, cluster sync) runs while the previous grid of the stream drains, every
 // thread waits (griddepcontrol.wait) before it touches global memory, and the next grid may be

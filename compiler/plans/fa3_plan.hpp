@@ -25,7 +25,7 @@ struct Fa3Tuning {
   int q_in_registers = -1;      // -1: the planner's choice; 1: Q's A fragments in registers (RS QK), 0: from smem
   int l2_promotion = -1;        // -1: the planner's choice; 0, 64, 128 or 256: bytes the TMA maps promote into L2
   int programmatic_launch = -1; // -1: the planner's choice; 1: launched as a programmatic dependent (PDL)
-  int unmasked_key_loop = -1;   // -1: the planner's choice; 1: no mask code below a tile's last block (no causal/window)
+  int unmasked_key_loop = -1; // -1: the planner's choice; 1: no mask code below a tile's last block (no causal/window)
 };
 
 bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not,

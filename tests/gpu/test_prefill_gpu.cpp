@@ -269,12 +269,12 @@ TEST_F(PrefillQInRegistersGpu, RegisterQMatchesTheReference) {
 
 class PrefillFirstBlockInLoopGpu : public GpuTest {};
 
-// The first key block in the key loop (FLASHJIT_FA3_TUNING=first_block_in_loop=1, kFirstBlockInLoop;
-// the default without pingpong) against the prologue form (first_block_in_loop=0; the default with
-// pingpong): the same arithmetic in the same order, so the outputs must be equal bit for bit, and
-// both pass the float64 check. Cases: the tail split's cut tiles (d128), lengths off the tile,
-// causal with seqlen_q < seqlen_k and GQA 6 (three warpgroups, lazy rescale at d80), varlen with a
-// length-1 sequence, a window with softcap, d192/128 and d256.
+// The first key block in the key loop (FLASHJIT_FA3_TUNING=first_block_in_loop=1, kFirstBlockInLoop, a
+// tuning) against the prologue form (first_block_in_loop=0, the default; without masking its key loop
+// has no mask code, kUnmaskedKeyLoop): the same arithmetic in the same order, so the outputs must be equal bit for bit,
+// and both pass the float64 check. Cases: the tail split's cut tiles (d128), lengths off the tile, causal with seqlen_q
+// < seqlen_k and GQA 6 (three warpgroups, lazy rescale at d80), varlen with a length-1 sequence, a window with softcap,
+// d192/128 and d256.
 TEST_F(PrefillFirstBlockInLoopGpu, EqualsThePrologueFormBitwise) {
   const char *previous = std::getenv("FLASHJIT_FA3_TUNING");
   const std::string saved = previous ? previous : "";
@@ -310,6 +310,45 @@ TEST_F(PrefillFirstBlockInLoopGpu, EqualsThePrologueFormBitwise) {
     EXPECT_NE(a.kernel.find(".fl"), std::string::npos) << a.kernel;
     EXPECT_EQ(b.kernel.find(".fl"), std::string::npos) << b.kernel;
     EXPECT_EQ(a.o_values, b.o_values) << name << ": the two forms differ";
+  }
+}
+
+class PrefillUnmaskedKeyLoopGpu : public GpuTest {};
+
+// The unmasked key loop (kUnmaskedKeyLoop, `.um`, the default without causal or window masking)
+// against the loop that checks the mask (FLASHJIT_FA3_TUNING=unmasked_key_loop=0): below a tile's last
+// block the mask hides nothing, so the outputs must be equal bit for bit, and both pass the float64
+// check. Cases: three warpgroups with the tail split's cut tiles (d64), two with CTA pairs and cut
+// tiles (d128, GQA 5), lengths off the tile with seqlen_q > seqlen_k (d96), d192/128, varlen with a
+// length-1 sequence.
+TEST_F(PrefillUnmaskedKeyLoopGpu, EqualsTheMaskedLoopBitwise) {
+  const char *previous = std::getenv("FLASHJIT_FA3_TUNING");
+  const std::string saved = previous ? previous : "";
+  Options options;
+  options.strict = 1;                                      // the fa3 kernels themselves, no fallback
+  setenv("FLASHJIT_FA3_TUNING", "unmasked_key_loop=0", 1); // read when the runtime is made
+  Runtime masked(options);
+  previous ? setenv("FLASHJIT_FA3_TUNING", saved.c_str(), 1) : unsetenv("FLASHJIT_FA3_TUNING");
+  Runtime unmasked(options);
+  std::vector<std::pair<std::string, CaseOptions>> cases = {
+      {"d64_cut_tiles", dense(2, 400, 2048, 27, 27, 64, 64, ref::Dtype::bf16)},
+      {"d128_gqa5_cut_tiles", dense(1, 1000, 2600, 40, 8, 128, 128, ref::Dtype::fp16)},
+      {"d96_sq_gt_sk", dense(2, 1111, 333, 8, 8, 96, 96, ref::Dtype::bf16)},
+      {"d192v128", dense(2, 333, 777, 8, 8, 192, 128, ref::Dtype::bf16)},
+      {"d128_varlen_len1", varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::bf16)},
+  };
+  cases[0].second.with_workspace = true;
+  cases[1].second.with_workspace = true;
+  for (auto &[name, o] : cases) {
+    o.seed = 59;
+    const harness::CaseResult a = harness::run_case(unmasked, o);
+    const harness::CaseResult b = harness::run_case(masked, o);
+    std::cout << "unmasked_key_loop_" << name << ": " << a.summary() << " | masked loop: " << b.summary() << "\n";
+    EXPECT_TRUE(a.pass()) << name << ": " << a.summary();
+    EXPECT_TRUE(b.pass()) << name << " (masked loop): " << b.summary();
+    EXPECT_NE(a.kernel.find(".um"), std::string::npos) << a.kernel;
+    EXPECT_EQ(b.kernel.find(".um"), std::string::npos) << b.kernel;
+    EXPECT_EQ(a.o_values, b.o_values) << name << ": the two loops differ";
   }
 }
 

@@ -477,16 +477,17 @@ TEST(Fa3Tuning, ProgrammaticLaunchIsATuning) {
   EXPECT_NE(why.find("programmatic_launch"), std::string::npos) << why;
 }
 
-TEST(Fa3Tuning, FirstBlockInLoopWithoutPingpong) {
+// The first block in the key loop (kFirstBlockInLoop, `.fl`) is a tuning: run 25 measured the prologue
+// form with the unmasked key loop faster at d192 and d256, the kernels without pingpong.
+TEST(Fa3Tuning, FirstBlockInLoopIsATuning) {
   for (int d : {64, 80, 128, 192, 256})
     for (bool causal : {false, true}) {
       Plan plan;
       std::string why;
       ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why)) << why;
-      const bool expected = !causal && d > 128;
-      EXPECT_EQ(plan.pingpong, !expected) << "d" << d << (causal ? " causal" : "");
-      EXPECT_EQ(plan.constant("kFirstBlockInLoop"), expected ? 1 : 0) << "d" << d << (causal ? " causal" : "");
-      EXPECT_EQ(kernel_name(prefill(d, causal), plan).find(".fl") != std::string::npos, expected) << "d" << d;
+      EXPECT_EQ(plan.pingpong, causal || d <= 128) << "d" << d << (causal ? " causal" : "");
+      EXPECT_EQ(plan.constant("kFirstBlockInLoop"), 0) << "d" << d << (causal ? " causal" : "");
+      EXPECT_EQ(kernel_name(prefill(d, causal), plan).find(".fl"), std::string::npos) << "d" << d;
       ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why, FLASHJIT_BACKEND_MLIR)) << why;
       EXPECT_EQ(plan.constant("kFirstBlockInLoop"), 0) << "MLIR renders its own loop";
     }
