@@ -47,6 +47,19 @@ CaseOptions varlen(std::vector<int> lq, std::vector<int> lk, int hq, int hkv, in
   return c;
 }
 
+// A strict runtime (the fa3 kernels themselves, no fallback) made while FLASHJIT_FA3_TUNING=tuning
+// ("": the planner's choices): the variable is read when a runtime is made; its value comes back after.
+std::unique_ptr<Runtime> strict_runtime_with_fa3_tuning(const char *tuning) {
+  const char *previous = std::getenv("FLASHJIT_FA3_TUNING");
+  const std::string saved = previous ? previous : "";
+  setenv("FLASHJIT_FA3_TUNING", tuning, 1);
+  Options options;
+  options.strict = 1;
+  auto runtime = std::make_unique<Runtime>(options);
+  previous ? setenv("FLASHJIT_FA3_TUNING", saved.c_str(), 1) : unsetenv("FLASHJIT_FA3_TUNING");
+  return runtime;
+}
+
 // gtest prints parameters; the name says all that matters.
 void PrintTo(const PrefillCase &c, std::ostream *out) {
   *out << c.name;
@@ -212,13 +225,8 @@ TEST_F(PrefillTailSplitGpu, CutTilesMergeToTheReference) {
                         {"d128_gqa5", 1, 1000, 2600, 40, 8, 128, ref::Dtype::fp16},
                         {"d192_sq_lt_sk", 2, 600, 2000, 25, 25, 192, ref::Dtype::bf16},
                         {"d256", 1, 700, 1600, 24, 24, 256, ref::Dtype::bf16}};
-  const char *previous = std::getenv("FLASHJIT_FA3_TUNING");
-  const std::string saved = previous ? previous : "";
-  setenv("FLASHJIT_FA3_TUNING", "tail_split=1", 1); // read when the runtime is made
-  Options options;
-  options.strict = 1; // the tail-split kernel itself, no fallback
-  Runtime runtime(options);
-  previous ? setenv("FLASHJIT_FA3_TUNING", saved.c_str(), 1) : unsetenv("FLASHJIT_FA3_TUNING");
+  const std::unique_ptr<Runtime> tail_split = strict_runtime_with_fa3_tuning("tail_split=1");
+  Runtime &runtime = *tail_split;
   for (const Case &c : cases) {
     CaseOptions o = dense(c.batch, c.seqlen_q, c.seqlen_k, c.heads_q, c.heads_kv, c.d, c.d, c.dtype);
     o.with_workspace = true;
@@ -243,13 +251,9 @@ class PrefillQInRegistersGpu : public GpuTest {};
 // shape session 12 measured): lengths that are not multiples of the tile, seqlen_q != seqlen_k,
 // GQA 6, varlen with a length-1 sequence, both dtypes; every element against the float64 reference.
 TEST_F(PrefillQInRegistersGpu, RegisterQMatchesTheReference) {
-  const char *previous = std::getenv("FLASHJIT_FA3_TUNING");
-  const std::string saved = previous ? previous : "";
-  setenv("FLASHJIT_FA3_TUNING", "q_in_registers=1,block_n=128,consumer_warpgroups=2", 1); // read when made
-  Options options;
-  options.strict = 1; // the tuned fa3 kernel itself, no fallback
-  Runtime runtime(options);
-  previous ? setenv("FLASHJIT_FA3_TUNING", saved.c_str(), 1) : unsetenv("FLASHJIT_FA3_TUNING");
+  const std::unique_ptr<Runtime> register_q =
+      strict_runtime_with_fa3_tuning("q_in_registers=1,block_n=128,consumer_warpgroups=2");
+  Runtime &runtime = *register_q;
   std::vector<std::pair<std::string, CaseOptions>> cases = {
       {"d128_s1000", dense(2, 1000, 1000, 16, 8, 128, 128, ref::Dtype::bf16)},
       {"d128_gqa6_sq_lt_sk", dense(1, 700, 1300, 12, 2, 128, 128, ref::Dtype::fp16)},
@@ -276,15 +280,9 @@ class PrefillFirstBlockInLoopGpu : public GpuTest {};
 // < seqlen_k and GQA 6 (three warpgroups, lazy rescale at d80), varlen with a length-1 sequence, a window with softcap,
 // d192/128 and d256.
 TEST_F(PrefillFirstBlockInLoopGpu, EqualsThePrologueFormBitwise) {
-  const char *previous = std::getenv("FLASHJIT_FA3_TUNING");
-  const std::string saved = previous ? previous : "";
-  Options options;
-  options.strict = 1;                                        // the fa3 kernels themselves, no fallback
-  setenv("FLASHJIT_FA3_TUNING", "first_block_in_loop=0", 1); // read when the runtime is made
-  Runtime prologue(options);
-  setenv("FLASHJIT_FA3_TUNING", "first_block_in_loop=1", 1);
-  Runtime in_loop(options);
-  previous ? setenv("FLASHJIT_FA3_TUNING", saved.c_str(), 1) : unsetenv("FLASHJIT_FA3_TUNING");
+  const std::unique_ptr<Runtime> prologue_runtime = strict_runtime_with_fa3_tuning("first_block_in_loop=0");
+  const std::unique_ptr<Runtime> in_loop_runtime = strict_runtime_with_fa3_tuning("first_block_in_loop=1");
+  Runtime &prologue = *prologue_runtime, &in_loop = *in_loop_runtime;
   std::vector<std::pair<std::string, CaseOptions>> cases = {
       {"d128_gqa5_cut_tiles", dense(1, 1000, 2600, 40, 8, 128, 128, ref::Dtype::fp16)},
       {"d128_varlen_len1", varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::bf16)},
@@ -322,14 +320,9 @@ class PrefillUnmaskedKeyLoopGpu : public GpuTest {};
 // tiles (d128, GQA 5), lengths off the tile with seqlen_q > seqlen_k (d96), d192/128, varlen with a
 // length-1 sequence.
 TEST_F(PrefillUnmaskedKeyLoopGpu, EqualsTheMaskedLoopBitwise) {
-  const char *previous = std::getenv("FLASHJIT_FA3_TUNING");
-  const std::string saved = previous ? previous : "";
-  Options options;
-  options.strict = 1;                                      // the fa3 kernels themselves, no fallback
-  setenv("FLASHJIT_FA3_TUNING", "unmasked_key_loop=0", 1); // read when the runtime is made
-  Runtime masked(options);
-  previous ? setenv("FLASHJIT_FA3_TUNING", saved.c_str(), 1) : unsetenv("FLASHJIT_FA3_TUNING");
-  Runtime unmasked(options);
+  const std::unique_ptr<Runtime> masked_runtime = strict_runtime_with_fa3_tuning("unmasked_key_loop=0");
+  const std::unique_ptr<Runtime> unmasked_runtime = strict_runtime_with_fa3_tuning("");
+  Runtime &masked = *masked_runtime, &unmasked = *unmasked_runtime;
   std::vector<std::pair<std::string, CaseOptions>> cases = {
       {"d64_cut_tiles", dense(2, 400, 2048, 27, 27, 64, 64, ref::Dtype::bf16)},
       {"d128_gqa5_cut_tiles", dense(1, 1000, 2600, 40, 8, 128, 128, ref::Dtype::fp16)},
@@ -358,17 +351,9 @@ class PrefillProgrammaticLaunchGpu : public GpuTest {};
 // strict: the fa3 kernels themselves.
 struct OrdinaryAndProgrammatic {
   std::unique_ptr<Runtime> ordinary, programmatic;
-  OrdinaryAndProgrammatic() {
-    const char *previous = std::getenv("FLASHJIT_FA3_TUNING");
-    const std::string saved = previous ? previous : "";
-    Options options;
-    options.strict = 1;
-    setenv("FLASHJIT_FA3_TUNING", "programmatic_launch=0", 1);
-    ordinary = std::make_unique<Runtime>(options);
-    setenv("FLASHJIT_FA3_TUNING", "programmatic_launch=1", 1);
-    programmatic = std::make_unique<Runtime>(options);
-    previous ? setenv("FLASHJIT_FA3_TUNING", saved.c_str(), 1) : unsetenv("FLASHJIT_FA3_TUNING");
-  }
+  OrdinaryAndProgrammatic()
+      : ordinary(strict_runtime_with_fa3_tuning("programmatic_launch=0")),
+        programmatic(strict_runtime_with_fa3_tuning("programmatic_launch=1")) {}
 };
 
 // Launched as a programmatic dependent (kProgrammaticLaunch, `.pdl`): the same arithmetic as an
