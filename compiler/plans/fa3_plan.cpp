@@ -97,8 +97,10 @@ constexpr bool kFirstBlockInLoopWithoutPingpong = false;
 constexpr bool kProgrammaticLaunchDefault = false;
 // Without causal or window masking, only a tile's last key block can hold keys past seqlen_k, and the
 // prologue form computes that block before the key loop: the loop then needs no mask code at all
-// (kUnmaskedKeyLoop). Measured on the H200 (run 25, runtime A/B in one lease, with the tail state in
-// float4s): see docs/perf-notes.md, session 21. NVRTC only (the MLIR generator renders its own loop).
+// (kUnmaskedKeyLoop). Measured on the H200 (run 25b, runtime A/B against the loop with the mask,
+// bf16): +2.8..2.9% at d128 S4096, +1.6% at S1024, +1.1..1.3% at d80, d64 and d96 within ±0.6%; and
+// with it the prologue form beats `.fl` at d192/d256 (run 25d). NVRTC only (the MLIR generator
+// renders its own loop).
 constexpr bool kUnmaskedKeyLoopDefault = true;
 // Q's wgmma descriptors, one per k-step of the QK GEMM, are the same for every key block; hoisted
 // out of the key loop (the compiler's choice) they outnumber the uniform registers from d ~192 on,

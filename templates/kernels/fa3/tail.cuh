@@ -25,7 +25,6 @@ template <class C> struct TailMerge {
   // Per consumer thread: its O accumulators, then its rows' running max and row-sum share.
   static constexpr int kFloatsPerThread = C::kHeadDimV / 2 + 2 * kRowsPerThread;
   static constexpr int kMaxAt = C::kHeadDimV / 2;
-  static constexpr int kSumAt = kMaxAt + kRowsPerThread;
   static constexpr u32 kConsumerThreads = C::kConsumerWarpgroups * kWarpgroupThreads;
   static_assert(C::kTailSlotFloats == C::kConsumerWarpgroups * kWarpgroupThreads * kFloatsPerThread,
                 "the planner sizes a slot for every consumer thread's state");
@@ -60,7 +59,8 @@ template <class C> struct TailMerge {
     float4 *mine = state(cut, cut.side);
 #pragma unroll
     for (int v = 0; v < kStateVec; ++v)
-      mine[v * kWarpgroupThreads] = make_float4(o[4 * v], o[4 * v + 1], o[4 * v + 2], o[4 * v + 3]);
+      mine[v * kWarpgroupThreads] =
+          make_float4(o[kVecFloats * v], o[kVecFloats * v + 1], o[kVecFloats * v + 2], o[kVecFloats * v + 3]);
     mine[kStateVec * kWarpgroupThreads] = make_float4(st.max[0], st.max[1], st.sum[0], st.sum[1]);
     fence_acq_rel_gpu(); // release: this thread's state before the arrival below
     named_barrier_sync(C::kBarrierTail, kConsumerThreads);
@@ -106,10 +106,10 @@ template <class C> struct TailMerge {
     for (int v = 0; v < kStateVec; ++v) {
       const float4 b = __ldcg(before + v * kWarpgroupThreads);
       const float4 a = __ldcg(after + v * kWarpgroupThreads);
-      o[4 * v] = b.x * before_factor[0] + a.x * after_factor[0];
-      o[4 * v + 1] = b.y * before_factor[0] + a.y * after_factor[0];
-      o[4 * v + 2] = b.z * before_factor[1] + a.z * after_factor[1];
-      o[4 * v + 3] = b.w * before_factor[1] + a.w * after_factor[1];
+      o[kVecFloats * v] = b.x * before_factor[0] + a.x * after_factor[0];
+      o[kVecFloats * v + 1] = b.y * before_factor[0] + a.y * after_factor[0];
+      o[kVecFloats * v + 2] = b.z * before_factor[1] + a.z * after_factor[1];
+      o[kVecFloats * v + 3] = b.w * before_factor[1] + a.w * after_factor[1];
     }
   }
 
