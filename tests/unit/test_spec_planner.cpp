@@ -513,7 +513,7 @@ TEST(Fa3Tuning, FirstBlockInLoopIsATuning) {
 }
 
 // Without causal or window masking the prologue form's key loop carries no mask code
-// (kUnmaskedKeyLoop, `.um`): NVRTC plans of every head dim that keeps the prologue (pingpong).
+// (kUnmaskedKeyLoop, `.um`): the NVRTC plans of every head dim (all keep the prologue by default).
 TEST(Fa3Tuning, UnmaskedKeyLoopWithoutMasking) {
   for (int d : {64, 80, 128, 192, 256})
     for (bool causal : {false, true}) {
