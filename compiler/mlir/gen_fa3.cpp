@@ -67,7 +67,7 @@ struct Config {
       smem_offset_o, smem_offset_k, smem_stage_bytes_k, smem_offset_v, smem_stage_bytes_v, smem_panel_bytes_kv,
       smem_offset_barriers, tx_bytes_q, tx_bytes_k, tx_bytes_v, barrier_pingpong, barrier_epilogue, exp2_poly_every,
       row_max_partials;
-  bool pingpong, separate_o, rescale_before_pv;
+  bool pingpong, separate_o, rescale_before_pv, unmasked_key_loop;
   // Derived as the template derives them.
   int elem_bytes() const { return swizzle_bytes / panel_cols; }
   int k_step_bytes() const { return kWgmmaK * elem_bytes(); } // 16 elements of a K-major row
@@ -123,9 +123,11 @@ Status read_config(const KernelSpec &spec, const Plan &plan, Config *c) {
                                 });
       !s)
     return s;
-  if (Status s = read_plan<bool>(
-          "fa3 (MLIR)", plan,
-          {{"kPingpong", &c->pingpong}, {"kSeparateO", &c->separate_o}, {"kRescaleBeforePv", &c->rescale_before_pv}});
+  if (Status s = read_plan<bool>("fa3 (MLIR)", plan,
+                                 {{"kPingpong", &c->pingpong},
+                                  {"kSeparateO", &c->separate_o},
+                                  {"kRescaleBeforePv", &c->rescale_before_pv},
+                                  {"kUnmaskedKeyLoop", &c->unmasked_key_loop}});
       !s)
     return s;
   // Plan features the template renders and this generator does not: what each is, and what an
@@ -133,13 +135,11 @@ Status read_config(const KernelSpec &spec, const Plan &plan, Config *c) {
   struct TemplateOnly {
     const char *constant, *feature, *instead;
   };
-  for (const TemplateOnly &t :
-       {TemplateOnly{"kCrossTileOverlap", "cross-tile overlap", "one tile at a time"},
-        TemplateOnly{"kTailSplit", "tail split", "whole tiles"},
-        TemplateOnly{"kFirstBlockInLoop", "first-block-in-loop", "a prologue block"},
-        TemplateOnly{"kProgrammaticLaunch", "programmatic-launch", "an ordinary launch"},
-        TemplateOnly{"kUnmaskedKeyLoop", "unmasked-key-loop", "a key loop that checks the mask"},
-        TemplateOnly{"kLazyRescale", "lazy-rescale", "eager rescaling"}})
+  for (const TemplateOnly &t : {TemplateOnly{"kCrossTileOverlap", "cross-tile overlap", "one tile at a time"},
+                                TemplateOnly{"kTailSplit", "tail split", "whole tiles"},
+                                TemplateOnly{"kFirstBlockInLoop", "first-block-in-loop", "a prologue block"},
+                                TemplateOnly{"kProgrammaticLaunch", "programmatic-launch", "an ordinary launch"},
+                                TemplateOnly{"kLazyRescale", "lazy-rescale", "eager rescaling"}})
     if (plan.constant(t.constant, 0) != 0)
       return Status::error(FLASHJIT_UNSUPPORTED, std::string("fa3 (MLIR): ") + t.feature + " plans (" + t.constant +
                                                      ") have a template form only; plan with the MLIR backend "
@@ -152,7 +152,8 @@ Status read_config(const KernelSpec &spec, const Plan &plan, Config *c) {
   if (c->threads != kWarpgroupThreads * (1 + c->consumer_wgs) || c->block_m != kWgmmaM * c->consumer_wgs ||
       c->block_n % kWgmmaK != 0 || c->head_dim_v % kColsPerGroup != 0 || c->k_steps_pv * kWgmmaK != c->block_n ||
       c->panel_cols % kWgmmaK != 0 || c->block_m % c->tma_box_rows != 0 || c->stages < 1 || c->row_max_partials < 1 ||
-      (c->row_max_partials & (c->row_max_partials - 1)) != 0 || c->row_max_partials > c->block_n / kColsPerGroup)
+      (c->row_max_partials & (c->row_max_partials - 1)) != 0 || c->row_max_partials > c->block_n / kColsPerGroup ||
+      (c->unmasked_key_loop && (c->causal || c->local)))
     return Status::error(FLASHJIT_INTERNAL, "fa3 (MLIR): the plan's constants break the kernel's invariants");
   return Status::success();
 }
@@ -830,23 +831,25 @@ struct Consumer {
       }
   }
 
-  // Mask / soft cap / online softmax of block n in s; returns the O rescale factors.
-  Values softmax(Values &s, RowState &st, const Tile &t, const Window &w, Value n) const {
+  // Mask / soft cap / online softmax of block n in s; returns the O rescale factors. may_mask false:
+  // every key of the block is visible (kUnmaskedKeyLoop's key loop), so no mask code is emitted.
+  Values softmax(Values &s, RowState &st, const Tile &t, const Window &w, Value n, bool may_mask = true) const {
     if (c.softcap)
       for (Value &x : s)
         x = e.fmul(cap_post, tanh_fast(e, e.fmul(x, cap_pre)));
-    s = if_else(e, block_needs_mask(e, c, t, w, n), s, [&] {
-      Values masked = s;
-      // The mask stays behind its branch: built from a value defined there (HopperEmitter::here),
-      // LLVM cannot speculate it into per-element selects that every unmasked block would pay for.
-      Value lane_tid = e.here(tid);
-      Value row0 = e.add(e.add(e.add(e.mul(t.m_block, e.c_i32(c.block_m)), e.mul(wg, e.c_i32(kWgmmaM))),
-                               e.mul(e.div_u(lane_tid, e.c_i32(kWarpSize)), e.c_i32(kRowsPerWarp))),
-                         e.div_u(e.rem_u(lane_tid, e.c_i32(kWarpSize)), e.c_i32(kQuadLanes)));
-      Value col0 = e.add(e.mul(n, e.c_i32(c.block_n)), e.mul(e.c_i32(2), e.rem_u(lane_tid, e.c_i32(kQuadLanes))));
-      apply_mask(e, c, masked, row0, col0, t, w);
-      return masked;
-    });
+    if (may_mask)
+      s = if_else(e, block_needs_mask(e, c, t, w, n), s, [&] {
+        Values masked = s;
+        // The mask stays behind its branch: built from a value defined there (HopperEmitter::here),
+        // LLVM cannot speculate it into per-element selects that every unmasked block would pay for.
+        Value lane_tid = e.here(tid);
+        Value row0 = e.add(e.add(e.add(e.mul(t.m_block, e.c_i32(c.block_m)), e.mul(wg, e.c_i32(kWgmmaM))),
+                                 e.mul(e.div_u(lane_tid, e.c_i32(kWarpSize)), e.c_i32(kRowsPerWarp))),
+                           e.div_u(e.rem_u(lane_tid, e.c_i32(kWarpSize)), e.c_i32(kQuadLanes)));
+        Value col0 = e.add(e.mul(n, e.c_i32(c.block_n)), e.mul(e.c_i32(2), e.rem_u(lane_tid, e.c_i32(kQuadLanes))));
+        apply_mask(e, c, masked, row0, col0, t, w);
+        return masked;
+      });
     return softmax_step(e, c, s, st, scale_log2);
   }
 
@@ -913,7 +916,7 @@ struct Consumer {
             e.wgmma_fence_operands(s);
             release(smem.k_empty(cur.stage));
             release_q_after_qk(t, n);
-            scale = softmax(s, st, t, w, n);
+            scale = softmax(s, st, t, w, n, !c.unmasked_key_loop);
             e.wgmma_wait_group(0);
             e.wgmma_fence_operands(o);
             e.wgmma_fence_operands(frag);

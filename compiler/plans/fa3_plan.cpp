@@ -99,8 +99,9 @@ constexpr bool kProgrammaticLaunchDefault = false;
 // prologue form computes that block before the key loop: the loop then needs no mask code at all
 // (kUnmaskedKeyLoop). Measured on the H200 (run 25b, runtime A/B against the loop with the mask,
 // bf16): +2.8..2.9% at d128 S4096, +1.6% at S1024, +1.1..1.3% at d80, d64 and d96 within ±0.6%; and
-// with it the prologue form beats `.fl` at d192/d256 (run 25d). NVRTC only (the MLIR generator
-// renders its own loop).
+// with it the prologue form beats `.fl` at d192/d256 (run 25d). Both backends render it; MLIR plans
+// take it only as a tuning until an A/B of the MLIR kernels on the GPU measures it (session 21
+// rendered it there without device time left).
 constexpr bool kUnmaskedKeyLoopDefault = true;
 // Q's wgmma descriptors, one per k-step of the QK GEMM, are the same for every key block; hoisted
 // out of the key loop (the compiler's choice) they outnumber the uniform registers from d ~192 on,
@@ -315,8 +316,6 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: programmatic_launch has a template form only (NVRTC)");
   if (tuning.unmasked_key_loop > 0 && masked)
     return refuse("fa3: unmasked_key_loop needs every key block below the last to be visible (no causal or window)");
-  if (tuning.unmasked_key_loop > 0 && backend == FLASHJIT_BACKEND_MLIR)
-    return refuse("fa3: unmasked_key_loop has a template form only (NVRTC)");
   const bool q_desc_per_step =
       tuning.q_desc_per_step >= 0 ? tuning.q_desc_per_step != 0 : !three_wgs && backend != FLASHJIT_BACKEND_MLIR;
   // Q in registers (kQInRegisters): each consumer thread holds Q's A fragments for the tile and

@@ -10,6 +10,7 @@
 #include "compiler/build.hpp"
 #include "compiler/compiled_kernel.hpp"
 #include "compiler/planner.hpp"
+#include "compiler/plans/fa3_plan.hpp"
 
 #ifdef FLASHJIT_WITH_MLIR
 #include "compiler/mlir/mlir_backend.hpp"
@@ -278,6 +279,43 @@ TEST(MlirFa3, WindowSoftcapVarlen) {
   for (const char *op : {"ld.shared.v4.b32", "st.global.v4.b32", "ld.global.nc.b32", "div.rn.f32"})
     EXPECT_NE(stages.ptx.find(op), std::string::npos) << op;
   const std::string log = run_ptxas(stages.ptx, "window_softcap_varlen");
+  const ResourceUsage usage = parse_ptxas_report(log, "fj_fa3_prefill");
+  EXPECT_EQ(usage.spill_store_bytes, 0) << log;
+  EXPECT_TRUE(usage.warnings.empty()) << log;
+  EXPECT_EQ(log.find("Potential Performance Loss"), std::string::npos) << log;
+}
+
+// The unmasked key loop (kUnmaskedKeyLoop; MLIR plans take it as a tuning): the element mask, a
+// select per score, is generated for the tile's last block only, and ptxas accepts the kernel as it
+// accepts the masked one.
+TEST(MlirFa3, UnmaskedKeyLoopComparesOnlyInThePrologue) {
+  if (ptxas::path().empty())
+    GTEST_SKIP() << "no ptxas (CUDA toolkit) on this machine";
+  const KernelSpec spec = fa3_spec(128, 128, FLASHJIT_BF16, false);
+  const Plan masked_plan = fa3_plan(spec);
+  ASSERT_EQ(masked_plan.constant("kUnmaskedKeyLoop"), 0);
+  Fa3Tuning tuning;
+  tuning.unmasked_key_loop = 1;
+  Plan unmasked_plan;
+  std::string why;
+  ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &unmasked_plan, &why, FLASHJIT_BACKEND_MLIR)) << why;
+  mlirgen::Stages masked, unmasked;
+  Status s = mlirgen::generate(spec, masked_plan, {}, &masked);
+  ASSERT_TRUE(s.ok()) << s.message;
+  s = mlirgen::generate(spec, unmasked_plan, {}, &unmasked);
+  ASSERT_TRUE(s.ok()) << s.message;
+  // LLVM shares comparisons between a thread's two rows and selects per score, so count both.
+  const auto compares_and_selects = [](const std::string &ptx) {
+    size_t count = 0;
+    for (const char *op : {"setp.", "selp."})
+      for (size_t at = ptx.find(op); at != std::string::npos; at = ptx.find(op, at + 1))
+        ++count;
+    return count;
+  };
+  EXPECT_GE(compares_and_selects(masked.ptx),
+            compares_and_selects(unmasked.ptx) + static_cast<size_t>(unmasked_plan.block_n / 2))
+      << "the loop's copy of the mask should be gone";
+  const std::string log = run_ptxas(unmasked.ptx, "unmasked_key_loop");
   const ResourceUsage usage = parse_ptxas_report(log, "fj_fa3_prefill");
   EXPECT_EQ(usage.spill_store_bytes, 0) << log;
   EXPECT_TRUE(usage.warnings.empty()) << log;
