@@ -21,7 +21,7 @@ constexpr int kTimed = 20;
   do {                                                                                                                 \
     cudaError_t e = (call);                                                                                            \
     if (e != cudaSuccess) {                                                                                            \
-      std::printf("%s: %s\n", #call, cudaGetErrorString(e));                                                          \
+      std::printf("%s: %s\n", #call, cudaGetErrorString(e));                                                           \
       return 1;                                                                                                        \
     }                                                                                                                  \
   } while (0)
