@@ -293,5 +293,21 @@ TEST(ValidationCApi, ExplainSaysHowDecodeLoadsKv) {
   EXPECT_NE(e.kernel.find(".m16n64s"), std::string::npos) << e.kernel;
 }
 
+// explain names the unmasked key loop of fa3 plans without causal or window masking, and only theirs.
+TEST(ValidationCApi, ExplainSaysWhenTheKeyLoopHasNoMask) {
+  Runtime runtime;
+  AttentionProblem p = good_problem();
+  p.head_dim_qk = p.head_dim_v = 128;
+  Explanation e;
+  if (Status s = runtime.explain(p, &e); !s || e.text.find("explained for sm90a") == std::string::npos)
+    GTEST_SKIP() << "a driver is present (its GPU decides); covered by tests/gpu";
+  EXPECT_NE(e.kernel.find(".um"), std::string::npos) << e.kernel;
+  EXPECT_NE(e.plan.find("a key loop without mask code"), std::string::npos) << e.kernel << ": " << e.plan;
+  p.causal = 1;
+  ASSERT_TRUE(runtime.explain(p, &e).ok());
+  EXPECT_EQ(e.kernel.find(".um"), std::string::npos) << e.kernel;
+  EXPECT_EQ(e.plan.find("without mask code"), std::string::npos) << e.kernel << ": " << e.plan;
+}
+
 } // namespace
 } // namespace flashjit
