@@ -58,6 +58,7 @@ struct Runtime::Impl {
     spec->op = Op::prefill;
     spec->gqa_group = 0;
     spec->q_len = 0;
+    spec->key_block = 0; // decode.s wide block is no prefill key block: the planner's tiles
     return Status::success();
   }
 
@@ -298,14 +299,14 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
     plan << ", a key loop without mask code (only the last key block can hold keys past seqlen_k)";
   const flashjit_backend backend = resolve_backend(impl_->store.config().backend, choice.plan.variant);
   if (choice.plan.variant == Variant::decode_splitk) {
-    const std::string no_tma = tma_kv_unsupported(choice.spec, backend, choice.plan.block_n);
+    const std::string_view no_tma = tma_kv_unsupported(choice.spec, backend, choice.plan.block_n);
     plan << ", " << choice.plan.constant("kCtasPerSm", 0) << " CTAs per SM";
     if (choice.spec.key_block != 0)
       plan << ", the wide key block (a short step: half the partial states to merge)";
     plan << ", K/V tiles by "
          << (choice.plan.constant("kTmaKv", 0) != 0 ? "TMA"
              : no_tma.empty()                       ? "cp.async"
-                                                    : "cp.async (no TMA: " + no_tma + ")");
+                                                    : "cp.async (no TMA: " + std::string(no_tma) + ")");
   }
   e.plan = plan.str();
   e.backend = backend_name(backend);

@@ -293,6 +293,24 @@ TEST(ValidationCApi, ExplainSaysHowDecodeLoadsKv) {
   EXPECT_NE(e.kernel.find(".m16n64s"), std::string::npos) << e.kernel;
 }
 
+// A short decode step without a workspace runs the prefill kernel with the prefill planner's tiles:
+// decode's wide key block (a decode choice) must not become the prefill kernel's key block.
+TEST(ValidationCApi, DecodeFallbackTakesThePrefillPlannersTiles) {
+  Runtime runtime;
+  AttentionProblem p = good_problem();
+  p.batch = 1;
+  p.seqlen_q = 1;
+  p.seqlen_k = 32768;
+  p.heads_q = 32;
+  p.heads_kv = 8;
+  p.head_dim_qk = p.head_dim_v = 128;
+  Explanation e;
+  if (Status s = runtime.explain(p, &e); !s || e.text.find("explained for sm90a") == std::string::npos)
+    GTEST_SKIP() << "a driver is present (its GPU decides); covered by tests/gpu";
+  EXPECT_NE(e.kernel.find("prefill.fa3."), std::string::npos) << e.kernel;
+  EXPECT_NE(e.kernel.find(".m128n160s"), std::string::npos) << e.kernel;
+}
+
 // explain names the unmasked key loop of fa3 plans without causal or window masking, and only theirs.
 TEST(ValidationCApi, ExplainSaysWhenTheKeyLoopHasNoMask) {
   Runtime runtime;
