@@ -111,7 +111,7 @@ bool fail(std::string *why_not, std::string message) {
 // Boxes are whole 64-column panels, so both head dims must be multiples of 64; paged boxes are 16
 // keys of one page, so pieces must start on multiples of 16 keys, which a sliding window's first
 // visible key does not.
-std::string tma_kv_unsupported(const KernelSpec &spec, flashjit_backend backend, int block_n) {
+std::string_view tma_kv_unsupported(const KernelSpec &spec, flashjit_backend backend, int block_n) {
   if (spec.arch.sm < kTmaKvMinArch)
     return "TMA needs sm_90 or later";
   if (backend == FLASHJIT_BACKEND_MLIR)
@@ -203,9 +203,9 @@ bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan 
                                                         : std::vector<int>{4, 2};
   for (int warps : warp_counts) {
     const int block_n = warps * warp_keys;
-    const std::string no_tma = tma_kv_unsupported(spec, backend, block_n);
+    const std::string_view no_tma = tma_kv_unsupported(spec, backend, block_n);
     if (tuning.tma_kv == 1 && !no_tma.empty())
-      return fail(why_not, "TMA tiles (tma_kv = 1) cannot run this spec: " + no_tma);
+      return fail(why_not, "TMA tiles (tma_kv = 1) cannot run this spec: " + std::string(no_tma));
     const bool tma = tuning.tma_kv != 0 && no_tma.empty();
     // TMA tiles: the ring's stages and V halves start on swizzle atoms (the kernel rounds its
     // block's base up to one: kSwizzleAtomBytes of slack), and the stage barriers take the region

@@ -5,6 +5,7 @@
 #include "compiler/plan.hpp"
 
 #include <string>
+#include <string_view>
 
 namespace flashjit {
 
@@ -23,8 +24,9 @@ struct DecodeTuning {
 };
 
 // Why the decode kernel's K/V tiles cannot land by TMA for this spec and tile of `block_n` keys
-// ("" when they can): what `explain` says of a plan with kTmaKv 0.
-std::string tma_kv_unsupported(const KernelSpec &spec, flashjit_backend backend, int block_n);
+// (empty when they can): what `explain` says of a plan with kTmaKv 0. A view of a literal: the
+// runtime asks on every decode call (decode_key_block_for), so the answer allocates nothing.
+std::string_view tma_kv_unsupported(const KernelSpec &spec, flashjit_backend backend, int block_n);
 
 bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan *plan, std::string *why_not,
                        flashjit_backend backend = FLASHJIT_BACKEND_AUTO);

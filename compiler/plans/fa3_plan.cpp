@@ -415,11 +415,11 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add("kRowMaxPartials", row_max_partials);
   plan->add_bool("kCrossTileOverlap", cross_tile_overlap);
   plan->add_bool("kTailSplit", tail_split);
-  plan->add_bool("kFirstBlockInLoop", tuning.first_block_in_loop >= 0
-                                          ? tuning.first_block_in_loop != 0
-                                          : kFirstBlockInLoopWithoutPingpong && !plan->pingpong &&
-                                                !cross_tile_overlap && backend != FLASHJIT_BACKEND_MLIR);
-  const bool first_block_in_loop = plan->constant("kFirstBlockInLoop") != 0;
+  const bool first_block_in_loop = tuning.first_block_in_loop >= 0
+                                       ? tuning.first_block_in_loop != 0
+                                       : kFirstBlockInLoopWithoutPingpong && !plan->pingpong && !cross_tile_overlap &&
+                                             backend != FLASHJIT_BACKEND_MLIR;
+  plan->add_bool("kFirstBlockInLoop", first_block_in_loop);
   if (tuning.unmasked_key_loop > 0 && (first_block_in_loop || cross_tile_overlap))
     return refuse("fa3: unmasked_key_loop needs the prologue form (no first_block_in_loop or cross_tile_overlap)");
   plan->add_bool("kUnmaskedKeyLoop", tuning.unmasked_key_loop >= 0
