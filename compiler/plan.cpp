@@ -70,9 +70,6 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 whose key loop carries no mask code (NVRTC builds only).
   if (plan.constant("kUnmaskedKeyLoop", 0) != 0)
     name += ".um";
-  // fa3 whose key loop starts at the softmax, compiled once (NVRTC builds only).
-  if (plan.constant("kRotatedKeyLoop", 0) != 0)
-    name += ".rk";
   // fa3 launched as a programmatic dependent of the previous grid (NVRTC builds only).
   if (plan.constant("kProgrammaticLaunch", 0) != 0)
     name += ".pdl";

@@ -297,8 +297,6 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
          << (problem.workspace ? " (where that shortens the longest walk by 8 blocks and 2%)" : " (off: no workspace)");
   if (choice.plan.constant("kUnmaskedKeyLoop", 0) != 0)
     plan << ", a key loop without mask code (only the last key block can hold keys past seqlen_k)";
-  if (choice.plan.constant("kRotatedKeyLoop", 0) != 0)
-    plan << ", a key loop that starts at the softmax (one copy of it)";
   const flashjit_backend backend = resolve_backend(impl_->store.config().backend, choice.plan.variant);
   if (choice.plan.variant == Variant::decode_splitk) {
     const std::string_view no_tma = tma_kv_unsupported(choice.spec, backend, choice.plan.block_n);

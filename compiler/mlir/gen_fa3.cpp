@@ -138,7 +138,6 @@ Status read_config(const KernelSpec &spec, const Plan &plan, Config *c) {
   for (const TemplateOnly &t : {TemplateOnly{"kCrossTileOverlap", "cross-tile overlap", "one tile at a time"},
                                 TemplateOnly{"kTailSplit", "tail split", "whole tiles"},
                                 TemplateOnly{"kFirstBlockInLoop", "first-block-in-loop", "a prologue block"},
-                                TemplateOnly{"kRotatedKeyLoop", "rotated-key-loop", "a prologue block"},
                                 TemplateOnly{"kProgrammaticLaunch", "programmatic-launch", "an ordinary launch"},
                                 TemplateOnly{"kLazyRescale", "lazy-rescale", "eager rescaling"}})
     if (plan.constant(t.constant, 0) != 0)

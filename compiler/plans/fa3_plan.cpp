@@ -103,12 +103,6 @@ constexpr bool kProgrammaticLaunchDefault = false;
 // take it only as a tuning until an A/B of the MLIR kernels on the GPU measures it (session 21
 // rendered it there without device time left).
 constexpr bool kUnmaskedKeyLoopDefault = true;
-// The key loop rotated to start at the softmax (kRotatedKeyLoop): the prologue issues only the first
-// QK, and every softmax, the first block's included, runs in the loop, which leaves between a
-// block's softmax and the next block's QK issue. The prologue form's operations in its order, with
-// one copy of the softmax instead of two (cold compile: see docs/perf-notes.md, session 22), and,
-// unlike `.fl`, no branch around a GEMM issue. Not measured on the GPU yet: a tuning.
-constexpr bool kRotatedKeyLoopDefault = false;
 // Q's wgmma descriptors, one per k-step of the QK GEMM, are the same for every key block; hoisted
 // out of the key loop (the compiler's choice) they outnumber the uniform registers from d ~192 on,
 // so ptxas parks them in ordinary registers and moves each back (R2UR) before its GEMM. kQDescPerStep
@@ -432,14 +426,6 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
                                          ? tuning.unmasked_key_loop != 0
                                          : kUnmaskedKeyLoopDefault && !masked && !first_block_in_loop &&
                                                !cross_tile_overlap && backend != FLASHJIT_BACKEND_MLIR);
-  if (tuning.rotated_key_loop > 0 && backend == FLASHJIT_BACKEND_MLIR)
-    return refuse("fa3: rotated_key_loop has a template form only (NVRTC)");
-  if (tuning.rotated_key_loop > 0 && (first_block_in_loop || cross_tile_overlap))
-    return refuse("fa3: rotated_key_loop replaces the prologue form (no first_block_in_loop or cross_tile_overlap)");
-  plan->add_bool("kRotatedKeyLoop", tuning.rotated_key_loop >= 0
-                                        ? tuning.rotated_key_loop != 0
-                                        : kRotatedKeyLoopDefault && !first_block_in_loop && !cross_tile_overlap &&
-                                              backend != FLASHJIT_BACKEND_MLIR);
   plan->add_bool("kProgrammaticLaunch", tuning.programmatic_launch >= 0
                                             ? tuning.programmatic_launch != 0
                                             : kProgrammaticLaunchDefault && backend != FLASHJIT_BACKEND_MLIR);
@@ -477,7 +463,6 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"l2_promotion", &Fa3Tuning::l2_promotion},
       {"programmatic_launch", &Fa3Tuning::programmatic_launch},
       {"unmasked_key_loop", &Fa3Tuning::unmasked_key_loop},
-      {"rotated_key_loop", &Fa3Tuning::rotated_key_loop},
   };
   size_t begin = 0;
   while (begin <= text.size()) {

@@ -28,11 +28,6 @@ __device__ __forceinline__ float shfl_xor_sync(float value, int lane_mask, u32 m
   return out;
 }
 
-// bar.warp.sync membermask — the warp's lanes reconverge here.
-__device__ __forceinline__ void warp_sync(u32 member_mask = kFullMask) {
-  asm volatile("bar.warp.sync %0;" ::"r"(member_mask));
-}
-
 // vote.sync.any.pred q, p, membermask — whether `pred` holds on any lane (the same on every lane).
 __device__ __forceinline__ bool vote_any_sync(bool pred, u32 member_mask = kFullMask) {
   u32 out;

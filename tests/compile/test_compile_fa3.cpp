@@ -275,37 +275,6 @@ TEST(Fa3CompileFeatures, FirstBlockInLoopCompilesTheSoftmaxOnce) {
   }
 }
 
-// The rotated key loop (rotated_key_loop=1, `.rk`): one copy of the softmax's exponentials where the
-// prologue form has two, the QK still issued in two places (the prologue's and the loop's), with and
-// without masking; both compile clean, with their wgmmas pipelined and no divergent-warp copy of
-// the loop's shuffles (BRA.DIV, which the loop's exit before the GEMM issue brings without the
-// warp's reconvergence at its head).
-TEST(Fa3CompileFeatures, RotatedKeyLoopCompilesTheSoftmaxOnce) {
-  for (bool causal : {false, true}) {
-    const KernelSpec spec = testing::prefill_spec(Arch{90, true}, 128, 128, FLASHJIT_BF16, causal);
-    Fa3Tuning rotated_tuning;
-    rotated_tuning.rotated_key_loop = 1;
-    const CompiledKernel rotated = compile_tuned(spec, rotated_tuning);
-    const CompiledKernel prologue = compile_tuned(spec, Fa3Tuning{});
-    ASSERT_FALSE(rotated.cubin.empty());
-    ASSERT_FALSE(prologue.cubin.empty());
-    EXPECT_NE(rotated.name.find(".rk"), std::string::npos) << rotated.name;
-    EXPECT_EQ(prologue.name.find(".rk"), std::string::npos) << prologue.name;
-    EXPECT_EQ(qk_pv_wgmmas(rotated.ptx), qk_pv_wgmmas(prologue.ptx)) << rotated.name;
-    EXPECT_LT(2 * count_of(rotated.ptx, "ex2.approx"), count_of(prologue.ptx, "ex2.approx") + 16) << rotated.name;
-    for (const CompiledKernel *kernel : {&rotated, &prologue}) {
-      EXPECT_EQ(kernel->resources.spill_store_bytes, 0) << kernel->name;
-      for (const std::string &warning : kernel->resources.warnings)
-        ADD_FAILURE() << kernel->name << ": ptxas warning: " << warning;
-      std::string error;
-      const std::string sass = testing::dump_sass(kernel->cubin, &error);
-      ASSERT_TRUE(error.empty()) << error;
-      EXPECT_FALSE(wgmmas_serialized(sass)) << kernel->name << ": a wait after every HGMMA";
-      EXPECT_EQ(count_of(sass, "BRA.DIV"), 0u) << kernel->name;
-    }
-  }
-}
-
 // A programmatic launch (programmatic_launch=1, `.pdl`): every thread waits for the previous grid
 // once, after the prologue, and one thread lets the next grid launch; an ordinary kernel has
 // neither instruction. Both compile without spills or warnings.

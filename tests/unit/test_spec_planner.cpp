@@ -512,40 +512,6 @@ TEST(Fa3Tuning, FirstBlockInLoopIsATuning) {
   EXPECT_NE(why.find("cross_tile_overlap"), std::string::npos) << why;
 }
 
-// The key loop rotated to start at the softmax (kRotatedKeyLoop, `.rk`): a tuning of NVRTC plans, with
-// or without masking and with the unmasked loop; refused with the MLIR backend, `.fl` and the
-// cross-tile stream, which have loops of their own.
-TEST(Fa3Tuning, RotatedKeyLoopIsATuning) {
-  for (int d : {64, 128, 256})
-    for (bool causal : {false, true}) {
-      Plan plan;
-      std::string why;
-      ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why)) << why;
-      EXPECT_EQ(plan.constant("kRotatedKeyLoop"), 0) << "d" << d << (causal ? " causal" : "");
-    }
-  Fa3Tuning rotated;
-  std::string why;
-  ASSERT_TRUE(parse_fa3_tuning("rotated_key_loop=1", &rotated, &why)) << why;
-  EXPECT_EQ(rotated.rotated_key_loop, 1);
-  Plan plan;
-  for (bool causal : {false, true}) {
-    ASSERT_TRUE(plan_fa3_tuned(prefill(128, causal), rotated, &plan, &why)) << why;
-    EXPECT_EQ(plan.constant("kRotatedKeyLoop"), 1);
-    EXPECT_EQ(plan.constant("kUnmaskedKeyLoop"), causal ? 0 : 1) << "the unmasked loop stays where it can";
-    EXPECT_NE(kernel_name(prefill(128, causal), plan).find(".rk"), std::string::npos);
-  }
-  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), rotated, &plan, &why, FLASHJIT_BACKEND_MLIR));
-  EXPECT_NE(why.find("rotated_key_loop"), std::string::npos) << why;
-  Fa3Tuning with_in_loop = rotated;
-  with_in_loop.first_block_in_loop = 1;
-  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), with_in_loop, &plan, &why));
-  EXPECT_NE(why.find("first_block_in_loop"), std::string::npos) << why;
-  Fa3Tuning with_stream = rotated;
-  with_stream.cross_tile_overlap = 1;
-  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), with_stream, &plan, &why));
-  EXPECT_NE(why.find("cross_tile_overlap"), std::string::npos) << why;
-}
-
 // Without causal or window masking the prologue form's key loop carries no mask code
 // (kUnmaskedKeyLoop, `.um`): the NVRTC plans of every head dim (all keep the prologue by default).
 TEST(Fa3Tuning, UnmaskedKeyLoopWithoutMasking) {

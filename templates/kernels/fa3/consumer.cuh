@@ -75,12 +75,12 @@ template <class C> struct Consumer {
   // matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) of the warp's 16 rows, row-half first.
   __device__ __forceinline__ void load_q_fragments() const {
     if constexpr (C::kQInRegisters) {
-      constexpr int kRowsPerLaneGroup = 8;                                // lanes that address one 8x8 matrix
+      constexpr int kRowsPerLaneGroup = 8;                           // lanes that address one 8x8 matrix
       constexpr int kSwizzleRowMask = C::kSwizzleBytes / kChunkBytes - 1; // chunk index ^= row % 8
       const int lane = tid % kWarpSize;
       const int matrix = lane / kRowsPerLaneGroup;
-      const int row =
-          wg * kWgmmaM + (tid / kWarpSize) * kRowsPerWarp + (matrix % 2) * kRowsPerLaneGroup + lane % kRowsPerLaneGroup;
+      const int row = wg * kWgmmaM + (tid / kWarpSize) * kRowsPerWarp + (matrix % 2) * kRowsPerLaneGroup +
+                      lane % kRowsPerLaneGroup;
 #pragma unroll
       for (int k = 0; k < C::kKStepsQK; ++k) {
         const int chunk = (k % kKStepsPerPanel) * (kKStepBytes / kChunkBytes) + matrix / 2;
@@ -164,10 +164,10 @@ template <class C> struct Consumer {
   // walker boundary ends below it). So kUnmaskedKeyLoop drops the key loop's mask code.
   static_assert(!C::kUnmaskedKeyLoop || !(C::kCausal || C::kLocal), "the planner allows it without masking only");
 
-  // Soft cap and mask of block n's logits in s (kMayMask false: every key of it is visible).
+  // Mask / soft cap / online softmax of the block in s (kMayMask false: every key of it is visible).
   template <bool kMayMask = true>
-  __device__ __forceinline__ void logits(float (&s)[C::kBlockN / 2], const Logits &lg, const Tile &t, const Window &w,
-                                         int n) const {
+  __device__ __forceinline__ void softmax(float (&s)[C::kBlockN / 2], RowState<C> &st, float (&scale)[kRowsPerThread],
+                                          const Logits &lg, const Tile &t, const Window &w, int n) const {
     if constexpr (C::kSoftcap)
       apply_softcap<C>(s, lg.cap_pre, lg.cap_post);
     if (kMayMask && block_needs_mask<C>(t, w, n)) {
@@ -176,13 +176,6 @@ template <class C> struct Consumer {
       const int col0 = n * C::kBlockN + 2 * (tid % kQuadLanes);
       apply_mask<C>(s, row0, col0, t, w);
     }
-  }
-
-  // Mask / soft cap / online softmax of the block in s (kMayMask false: every key of it is visible).
-  template <bool kMayMask = true>
-  __device__ __forceinline__ void softmax(float (&s)[C::kBlockN / 2], RowState<C> &st, float (&scale)[kRowsPerThread],
-                                          const Logits &lg, const Tile &t, const Window &w, int n) const {
-    logits<kMayMask>(s, lg, t, w, n);
     softmax_step<C>(s, st, lg.scale_log2, scale);
   }
 
@@ -250,15 +243,13 @@ template <class C> struct Consumer {
     release_kv(smem.k_empty(cur.stage));
   }
 
-  // The step's PV has completed: O and the P fragments are free again, the V slot released (unless
-  // the step issued no PV: release_v false).
+  // The step's PV has completed: O and the P fragments are free again, the V slot released.
   __device__ __forceinline__ void finish_step(float (&o)[C::kHeadDimV / 2], u32 (&frag)[C::kBlockN / 4],
-                                              const RingSlot<C> &prev, bool release_v = true) const {
+                                              const RingSlot<C> &prev) const {
     wgmma_wait_group<0>();
     wgmma_fence_operand(o);
     wgmma_fence_operand(frag);
-    if (release_v)
-      release_kv(smem.v_empty(prev.stage));
+    release_kv(smem.v_empty(prev.stage));
   }
 
   // Blocks n_max - 2 .. n_min of tile t: block j's QK issued with the PV of block j + 1. On entry
@@ -324,45 +315,6 @@ template <class C> struct Consumer {
     }
   }
 
-  // Every block of tile t with the softmax compiled once and no branch around a GEMM
-  // (kRotatedKeyLoop): the prologue only issues the last block's QK; each pass of the loop runs the
-  // softmax of the block whose QK is ready, waits for the previous block's PV, and ends by issuing
-  // the next QK with this block's PV. That is first_block + key_blocks' sequence of operations, the
-  // loop entered at its softmax and left before its last issue; the first pass waits for no PV,
-  // releases no V slot and rescales the zero O (its factor is 0, never NaN: softmax_step). The
-  // masks are applied right after each QK (logits), so the prologue masks block n_max - 1 and,
-  // with kUnmaskedKeyLoop, the loop masks nothing. On entry `cur` is the tile's first slot; on
-  // exit frag holds block n_min's P (PV not issued yet) and `cur` its slot.
-  __device__ __forceinline__ void rotated_key_loop(float (&s)[C::kBlockN / 2], u32 (&frag)[C::kBlockN / 4],
-                                                   float (&o)[C::kHeadDimV / 2], RowState<C> &st,
-                                                   float (&scale)[kRowsPerThread], const Logits &lg, const Tile &t,
-                                                   const Window &w, RingSlot<C> &cur, int &block_index,
-                                                   u32 tile_parity) const {
-    const int n_first = t.n_max - 1;
-    int n = n_first;
-    mbarrier_wait_parity(smem.q_full(), tile_parity);
-    load_q_fragments();
-    issue_step(s, o, frag, scale, cur, cur, false);
-    release_q_after_qk(t, n);
-    logits(s, lg, t, w, n);
-    RingSlot<C> pv = cur; // the slot whose PV is in flight, from the second pass on
-    for (;; --n) {
-      warp_sync();
-      softmax_step<C>(s, st, lg.scale_log2, scale);
-      finish_step(o, frag, pv, n != n_first);
-      if constexpr (!C::kRescaleBeforePv)
-        rescale_o(o, scale);
-      to_fragments(s, frag);
-      if (n == t.n_min)
-        break;
-      pv = cur;
-      cur = RingSlot<C>::at(++block_index);
-      issue_step(s, o, frag, scale, cur, pv, true);
-      release_q_after_qk(t, n - 1);
-      logits<!C::kUnmaskedKeyLoop>(s, lg, t, w, n - 1);
-    }
-  }
-
   // Tile t's last PV, alone on the tensor cores, then its epilogue (a cut tile's piece: its part
   // of the tail merge instead).
   __device__ __forceinline__ void last_block(float (&o)[C::kHeadDimV / 2], const u32 (&frag)[C::kBlockN / 4],
@@ -400,9 +352,7 @@ template <class C> struct Consumer {
     float scale[kRowsPerThread];
     start_tile(st, o);
     RingSlot<C> cur = RingSlot<C>::at(block_index);
-    if constexpr (C::kRotatedKeyLoop) {
-      rotated_key_loop(s, frag, o, st, scale, lg, t, w, cur, block_index, tile_parity);
-    } else if constexpr (C::kFirstBlockInLoop) {
+    if constexpr (C::kFirstBlockInLoop) {
       key_loop(s, frag, o, st, scale, lg, t, w, cur, block_index, tile_parity);
     } else {
       first_block(s, frag, o, st, scale, lg, t, w, cur, tile_parity);
