@@ -285,20 +285,21 @@ TEST(MlirFa3, WindowSoftcapVarlen) {
   EXPECT_EQ(log.find("Potential Performance Loss"), std::string::npos) << log;
 }
 
-// The unmasked key loop (kUnmaskedKeyLoop; MLIR plans take it as a tuning): the element mask, a
-// select per score, is generated for the tile's last block only, and ptxas accepts the kernel as it
-// accepts the masked one.
+// The unmasked key loop (kUnmaskedKeyLoop, the MLIR plans' default without masking since run 26b):
+// the element mask, a select per score, is generated for the tile's last block only, and ptxas
+// accepts the kernel as it accepts the masked one (unmasked_key_loop=0).
 TEST(MlirFa3, UnmaskedKeyLoopComparesOnlyInThePrologue) {
   if (ptxas::path().empty())
     GTEST_SKIP() << "no ptxas (CUDA toolkit) on this machine";
   const KernelSpec spec = fa3_spec(128, 128, FLASHJIT_BF16, false);
-  const Plan masked_plan = fa3_plan(spec);
-  ASSERT_EQ(masked_plan.constant("kUnmaskedKeyLoop"), 0);
+  const Plan unmasked_plan = fa3_plan(spec);
+  ASSERT_EQ(unmasked_plan.constant("kUnmaskedKeyLoop"), 1);
   Fa3Tuning tuning;
-  tuning.unmasked_key_loop = 1;
-  Plan unmasked_plan;
+  tuning.unmasked_key_loop = 0;
+  Plan masked_plan;
   std::string why;
-  ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &unmasked_plan, &why, FLASHJIT_BACKEND_MLIR)) << why;
+  ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &masked_plan, &why, FLASHJIT_BACKEND_MLIR)) << why;
+  ASSERT_EQ(masked_plan.constant("kUnmaskedKeyLoop"), 0);
   mlirgen::Stages masked, unmasked;
   Status s = mlirgen::generate(spec, masked_plan, {}, &masked);
   ASSERT_TRUE(s.ok()) << s.message;
