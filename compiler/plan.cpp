@@ -67,7 +67,7 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 with a tile's first key block in the key loop (NVRTC builds only).
   if (plan.constant("kFirstBlockInLoop", 0) != 0)
     name += ".fl";
-  // fa3 whose key loop carries no mask code (NVRTC builds only).
+  // fa3 whose key loop carries no mask code (both backends).
   if (plan.constant("kUnmaskedKeyLoop", 0) != 0)
     name += ".um";
   // fa3 launched as a programmatic dependent of the previous grid (NVRTC builds only).
