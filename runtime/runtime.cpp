@@ -58,7 +58,7 @@ struct Runtime::Impl {
     spec->op = Op::prefill;
     spec->gqa_group = 0;
     spec->q_len = 0;
-    spec->key_block = 0; // decode.s wide block is no prefill key block: the planner's tiles
+    spec->key_block = 0; // decode's wide block is no prefill key block: the planner's tiles
     return Status::success();
   }
 

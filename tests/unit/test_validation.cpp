@@ -30,6 +30,18 @@ AttentionProblem good_problem() {
   return p;
 }
 
+// The 1 x 32768 decode row of TARGETS.md: one query token, Hq 32, Hkv 8, d 128.
+AttentionProblem decode_step_1x32768() {
+  AttentionProblem p = good_problem();
+  p.batch = 1;
+  p.seqlen_q = 1;
+  p.seqlen_k = 32768;
+  p.heads_q = 32;
+  p.heads_kv = 8;
+  p.head_dim_qk = 128;
+  return p;
+}
+
 struct BadInput {
   const char *what;
   std::function<void(AttentionProblem &)> spoil;
@@ -74,13 +86,7 @@ TEST(ValidationGood, ShortKeyLengthsPickTheShortKeyBlock) {
 // graph agree on the kernel: the wide block for a short 1 x 32768 step, the planner's tiles for
 // 1 x 131072.
 TEST(ValidationGood, ShortDecodeStepsPickTheWideKeyBlock) {
-  AttentionProblem p = good_problem();
-  p.batch = 1;
-  p.seqlen_q = 1;
-  p.heads_q = 32;
-  p.heads_kv = 8;
-  p.head_dim_qk = 128;
-  p.seqlen_k = 32768;
+  AttentionProblem p = decode_step_1x32768();
   NormalizedProblem n;
   ASSERT_TRUE(validate_problem(&p, &n).ok());
   KernelSpec spec = spec_for_problem(n, Arch{90, true});
@@ -297,13 +303,7 @@ TEST(ValidationCApi, ExplainSaysHowDecodeLoadsKv) {
 // decode's wide key block (a decode choice) must not become the prefill kernel's key block.
 TEST(ValidationCApi, DecodeFallbackTakesThePrefillPlannersTiles) {
   Runtime runtime;
-  AttentionProblem p = good_problem();
-  p.batch = 1;
-  p.seqlen_q = 1;
-  p.seqlen_k = 32768;
-  p.heads_q = 32;
-  p.heads_kv = 8;
-  p.head_dim_qk = p.head_dim_v = 128;
+  const AttentionProblem p = decode_step_1x32768();
   Explanation e;
   if (Status s = runtime.explain(p, &e); !s || e.text.find("explained for sm90a") == std::string::npos)
     GTEST_SKIP() << "a driver is present (its GPU decides); covered by tests/gpu";
