@@ -378,17 +378,20 @@ def paginate(k, v, page_size, keep):
     return pages_k, pages_v, table, lens, table_host, lens_host, per_seq
 
 
-def decode_row(fj, batch, kv_len, dtype, iters, page_size=0, mlir=None):
+def decode_row(fj, batch, kv_len, dtype, iters, page_size=0, mlir=None, kv_layout="bshd"):
     hq, hkv, d = 32, 8, 128
     kv_bytes = 2 * batch * kv_len * hkv * d * 2
     n = copies_for(kv_bytes)
     sets = []
     for _ in range(n):
         q = torch.randn(batch, 1, hq, d, device="cuda", dtype=dtype)
-        k, v = (torch.randn(batch, kv_len, hkv, d, device="cuda", dtype=dtype) for _ in range(2))
+        if kv_layout == "bhsd":  # [B, S, H, D] views of [B, H, S, D] storage: each KV head's keys contiguous
+            k, v = (torch.randn(batch, hkv, kv_len, d, device="cuda", dtype=dtype).transpose(1, 2) for _ in range(2))
+        else:
+            k, v = (torch.randn(batch, kv_len, hkv, d, device="cuda", dtype=dtype) for _ in range(2))
         sets.append((q, k, v, torch.empty_like(q)))
     result = {"op": "decode", "dtype": str(dtype).split(".")[-1], "batch": batch, "kv_len": kv_len, "heads_q": hq,
-              "heads_kv": hkv, "head_dim": d, "page_size": page_size}
+              "heads_kv": hkv, "head_dim": d, "page_size": page_size, "kv_layout": kv_layout}
     keep = []
     problems = []
     for q, k, v, o in sets:
@@ -467,6 +470,10 @@ def main():
     ap.add_argument("--mlir-bundle", help="also time the kernels of these MLIR-built bundles (comma-separated; JIT off)")
     ap.add_argument("--alt-tuning", help="also time prefill rows with FLASHJIT_FA3_TUNING=ALT_TUNING (strict mode)")
     ap.add_argument("--alt-lib", help="also time prefill rows with this other build of libflashjit.so")
+    ap.add_argument("--decode-kv-layout", default="bshd", choices=("bshd", "bhsd"),
+                    help="contiguous decode rows' K/V storage: bshd ([B, S, H, D], the TARGETS rows) or bhsd "
+                         "([B, H, S, D]: each KV head's keys contiguous)")
+    ap.add_argument("--decode-pages", default="0,16,64", help="page sizes of the decode rows (0: contiguous KV)")
     ap.add_argument("--rows", help="only these rows: d<head_dim>s<seqlen>[c] (c: causal) and <batch>x<kv_len>")
     ap.add_argument("--queue-ahead-cycles", type=int, default=QUEUE_AHEAD_CYCLES_PER_LAUNCH,
                     help="spin-kernel cycles per launch queued ahead of each sample's start event (0: none, the old timing)")
@@ -514,11 +521,11 @@ def main():
             for batch, kv in DECODE_ROWS:
                 if not selected(f"{batch}x{kv}"):
                     continue
-                for page_size in (0, 16, 64):
-                    r = decode_row(fj, batch, kv, dtype, args.iters, page_size, mlir)
+                for page_size in (int(x) for x in args.decode_pages.split(",")):
+                    r = decode_row(fj, batch, kv, dtype, args.iters, page_size, mlir, args.decode_kv_layout)
                     rows.append(r)
                     save()
-                    print(f"decode {dname} {batch}x{kv} page {page_size:2d}: flashjit {r.get('flashjit_tbps', 0):.2f}  "
+                    print(f"decode {dname} {batch}x{kv} {args.decode_kv_layout} page {page_size:2d}: flashjit {r.get('flashjit_tbps', 0):.2f}  "
                           f"flash {r.get('flash_tbps', 0):.2f}  cudnn {r.get('cudnn_tbps', 0):.2f} TB/s  "
                           f"diff {r.get('max_abs_diff_vs_fp32', -1):.3g}  {r['kernel']} {r.get('flashjit_error', '')}"
                           f"{mlir_note(r)}",
