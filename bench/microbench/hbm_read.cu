@@ -4,7 +4,9 @@
 // K/V loads), grid-strided, and folds them into one word so nothing is optimized away; the buffer
 // is 4 GB, far past L2 (50 MB). Grids of 1..8 CTAs per SM and 128..1024 threads; median of 20
 // timed launches each, after a warm-up. Not part of the build; on the GPU machine:
-//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a bench/microbench/hbm_read.cu -o hbm_read && ./hbm_read
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Itemplates bench/microbench/hbm_read.cu -o hbm_read &&
+//   ./hbm_read
+#include "microbench.cuh"
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -16,24 +18,6 @@ constexpr int kVectorBytes = 16;                 // one ld.global.nc.v4.u32 per 
 constexpr int kUnroll = 4;                       // independent loads in flight per thread
 constexpr int kWarmups = 3;
 constexpr int kTimed = 20;
-
-#define CHECK(call)                                                                                                    \
-  do {                                                                                                                 \
-    cudaError_t e = (call);                                                                                            \
-    if (e != cudaSuccess) {                                                                                            \
-      std::printf("%s: %s\n", #call, cudaGetErrorString(e));                                                           \
-      return 1;                                                                                                        \
-    }                                                                                                                  \
-  } while (0)
-
-// ld.global.nc.v4.u32 {a, b, c, d}, [address]
-__device__ __forceinline__ uint4 ld_global_nc_v4(const uint4 *address) {
-  uint4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(address));
-  return v;
-}
 
 __global__ void read_all(const uint4 *data, size_t vectors, unsigned *sink) {
   const size_t stride = size_t(gridDim.x) * blockDim.x;

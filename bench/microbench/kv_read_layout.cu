@@ -7,7 +7,9 @@
 // ([batch, heads_kv, kv_len, head_dim]); and, as the bound of a read of this size, the same bytes
 // as one grid-strided stream. Median of 20 timed launches over two copies of the buffers (2.1 GB,
 // far past L2). Not part of the build; on the GPU machine:
-//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a bench/microbench/kv_read_layout.cu -o kv_read_layout
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Itemplates bench/microbench/kv_read_layout.cu -o
+//   kv_read_layout
+#include "microbench.cuh"
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -26,24 +28,6 @@ constexpr int kUnroll = 4;
 constexpr int kWarmups = 3;
 constexpr int kTimed = 20;
 
-#define CHECK(call)                                                                                                    \
-  do {                                                                                                                 \
-    cudaError_t e = (call);                                                                                            \
-    if (e != cudaSuccess) {                                                                                            \
-      std::printf("%s: %s\n", #call, cudaGetErrorString(e));                                                           \
-      return 1;                                                                                                        \
-    }                                                                                                                  \
-  } while (0)
-
-// ld.global.nc.v4.u32 {a, b, c, d}, [address]
-__device__ __forceinline__ uint4 ld_global_nc_v4(const uint4 *address) {
-  uint4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(address));
-  return v;
-}
-
 enum class Layout { interleaved_heads, unit_contiguous };
 
 // Byte offset of row `key` of unit (sequence, head).
@@ -56,8 +40,7 @@ template <Layout L> __device__ size_t row_offset(int sequence, int head, int key
 
 // One CTA per (sequence, KV head, key split), heads fastest in the grid as the decode kernel orders
 // its units; it reads its keys' K and V rows.
-template <Layout L>
-__global__ void read_units(const char *k, const char *v, int splits, unsigned *sink) {
+template <Layout L> __global__ void read_units(const char *k, const char *v, int splits, unsigned *sink) {
   const int unit = blockIdx.x / splits, split = blockIdx.x % splits;
   const int head = unit % kHeadsKV, sequence = unit / kHeadsKV;
   const int keys_per_split = kKeys / splits;
@@ -71,8 +54,8 @@ __global__ void read_units(const char *k, const char *v, int splits, unsigned *s
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const size_t at = row_offset<L>(sequence, head, key + u * rows_per_step) + lane_vector * kVectorBytes;
-      kv[2 * u] = ld_global_nc_v4(reinterpret_cast<const uint4 *>(k + at));
-      kv[2 * u + 1] = ld_global_nc_v4(reinterpret_cast<const uint4 *>(v + at));
+      kv[2 * u] = ld_global_nc_v4(k + at);
+      kv[2 * u + 1] = ld_global_nc_v4(v + at);
     }
 #pragma unroll
     for (int u = 0; u < 2 * kUnroll; ++u)
@@ -133,12 +116,10 @@ int main() {
   for (int threads : {256, 512})
     for (int splits : {1, 2, 4}) {
       const int grid = units * splits;
-      const double interleaved = median_tbps([&](int c) {
-        read_units<Layout::interleaved_heads><<<grid, threads>>>(k[c], v[c], splits, sink);
-      });
-      const double contiguous = median_tbps([&](int c) {
-        read_units<Layout::unit_contiguous><<<grid, threads>>>(k[c], v[c], splits, sink);
-      });
+      const double interleaved = median_tbps(
+          [&](int c) { read_units<Layout::interleaved_heads><<<grid, threads>>>(k[c], v[c], splits, sink); });
+      const double contiguous =
+          median_tbps([&](int c) { read_units<Layout::unit_contiguous><<<grid, threads>>>(k[c], v[c], splits, sink); });
       CHECK(cudaGetLastError());
       std::printf("%-18s %6d %7d  %.3f\n%-18s %6d %7d  %.3f\n", "[B,S,Hkv,D]", splits, threads, interleaved,
                   "[B,Hkv,S,D]", splits, threads, contiguous);
@@ -146,8 +127,8 @@ int main() {
   for (int ctas_per_sm : {2, 4}) {
     const double streams = median_tbps([&](int c) {
       read_streams<<<sms * ctas_per_sm, 512>>>(reinterpret_cast<const uint4 *>(k[c]),
-                                                reinterpret_cast<const uint4 *>(v[c]), kTensorBytes / kVectorBytes,
-                                                sink);
+                                               reinterpret_cast<const uint4 *>(v[c]), kTensorBytes / kVectorBytes,
+                                               sink);
     });
     CHECK(cudaGetLastError());
     std::printf("%-18s %6s %7d  %.3f  (grid-strided, %d CTAs per SM)\n", "one stream", "-", 512, streams, ctas_per_sm);
