@@ -1,6 +1,7 @@
 #include "runtime/bundle.hpp"
 
 #include "compiler/embedded_templates.hpp"
+#include "runtime/json_fields.hpp"
 
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
@@ -90,10 +91,10 @@ json spec_json(const KernelSpec &s) {
           {"key_block", s.key_block}};
 }
 
-bool spec_from_json(const json &j, KernelSpec *s) {
+bool spec_from_json(const json &j, KernelSpec *s, JsonFields &fields) {
   if (!j.is_object())
     return false;
-  const std::string op = j.value("op", "");
+  const std::string op = fields.get(j, "op", "");
   if (op == "prefill")
     s->op = Op::prefill;
   else if (op == "decode")
@@ -102,23 +103,23 @@ bool spec_from_json(const json &j, KernelSpec *s) {
     s->op = Op::combine;
   else
     return false;
-  std::optional<Arch> arch = Arch::parse(j.value("arch", ""));
+  std::optional<Arch> arch = Arch::parse(fields.get(j, "arch", ""));
   if (!arch)
     return false;
   s->arch = *arch;
-  s->dtype = j.value("dtype", "") == "fp16" ? FLASHJIT_FP16 : FLASHJIT_BF16;
-  s->head_dim_qk = j.value("head_dim_qk", 0);
-  s->head_dim_v = j.value("head_dim_v", 0);
-  s->causal = j.value("causal", false);
-  s->local = j.value("local", false);
-  s->softcap = j.value("softcap", false);
-  s->varlen = j.value("varlen", false);
-  s->page_size = j.value("page_size", 0);
-  s->gqa_group = j.value("gqa_group", 0);
-  s->q_len = j.value("q_len", 0);
-  s->align_bytes = j.value("align_bytes", 0);
-  s->key_block = j.value("key_block", 0);
-  return true;
+  s->dtype = fields.get(j, "dtype", "") == "fp16" ? FLASHJIT_FP16 : FLASHJIT_BF16;
+  s->head_dim_qk = fields.get(j, "head_dim_qk", 0);
+  s->head_dim_v = fields.get(j, "head_dim_v", 0);
+  s->causal = fields.get(j, "causal", false);
+  s->local = fields.get(j, "local", false);
+  s->softcap = fields.get(j, "softcap", false);
+  s->varlen = fields.get(j, "varlen", false);
+  s->page_size = fields.get(j, "page_size", 0);
+  s->gqa_group = fields.get(j, "gqa_group", 0);
+  s->q_len = fields.get(j, "q_len", 0);
+  s->align_bytes = fields.get(j, "align_bytes", 0);
+  s->key_block = fields.get(j, "key_block", 0);
+  return fields.ok();
 }
 
 json kernel_json(const BundleKernel &k, bool directory_form) {
@@ -152,21 +153,32 @@ bool parse_manifest(const std::string &text, BundleManifest *m, std::string *err
     *error = "the manifest is not a JSON object";
     return false;
   }
-  if (j.value("format", "") != kBundleFormatName) {
-    *error =
-        "not a flashjit bundle manifest (format '" + j.value("format", "") + "', expected '" + kBundleFormatName + "')";
+  JsonFields fields;
+  auto field_error = [&](const std::string &where) {
+    *error = "the manifest's " + where + fields.error();
+    return false;
+  };
+  const std::string format = fields.get(j, "format", "");
+  if (!fields.ok())
+    return field_error("");
+  if (format != kBundleFormatName) {
+    *error = "not a flashjit bundle manifest (format '" + format + "', expected '" + kBundleFormatName + "')";
     return false;
   }
-  m->format_version = j.value("format_version", -1);
+  m->format_version = fields.get(j, "format_version", -1);
+  if (!fields.ok())
+    return field_error("");
   if (m->format_version != kBundleFormatVersion) {
     *error = "unknown format version " + std::to_string(m->format_version) + " (this flashjit " +
              FLASHJIT_VERSION_STRING + " reads version " + std::to_string(kBundleFormatVersion) + ")";
     return false;
   }
-  m->flashjit_version = j.value("flashjit_version", "");
-  m->backend = j.value("backend", "");
-  m->templates_hash = j.value("templates_hash", "");
-  const json &kernels = j.value("kernels", json::array());
+  m->flashjit_version = fields.get(j, "flashjit_version", "");
+  m->backend = fields.get(j, "backend", "");
+  m->templates_hash = fields.get(j, "templates_hash", "");
+  if (!fields.ok())
+    return field_error("");
+  const json kernels = j.contains("kernels") ? j.at("kernels") : json::array();
   if (!kernels.is_array()) {
     *error = "the manifest's 'kernels' is not an array";
     return false;
@@ -177,25 +189,29 @@ bool parse_manifest(const std::string &text, BundleManifest *m, std::string *err
       *error = "a manifest kernel entry is not an object";
       return false;
     }
-    k.name = e.value("name", "");
-    k.key = e.value("key", "");
-    k.plan_hash = e.value("plan_hash", "");
-    k.plan = e.value("plan", "");
-    k.arch = e.value("arch", "");
-    k.variant = e.value("variant", "");
-    k.entry = e.value("entry", "");
-    k.backend = e.value("backend", "");
-    k.checksum = e.value("checksum_xxh64", "");
-    k.file = e.value("file", "");
-    k.offset = e.value("offset", uint64_t{0});
-    k.size = e.value("size", uint64_t{0});
-    k.dynamic_smem_bytes = e.value("dynamic_smem_bytes", 0);
-    k.resources.registers = e.value("registers", -1);
-    k.resources.static_smem_bytes = e.value("static_smem_bytes", -1);
-    k.resources.spill_store_bytes = e.value("spill_store_bytes", -1);
-    k.resources.spill_load_bytes = e.value("spill_load_bytes", -1);
-    if (k.name.empty() || k.entry.empty() || k.checksum.empty() || !spec_from_json(e.value("spec", json()), &k.spec)) {
-      *error = "kernel entry '" + k.name + "' lacks its name, entry, checksum or spec";
+    k.name = fields.get(e, "name", "");
+    k.key = fields.get(e, "key", "");
+    k.plan_hash = fields.get(e, "plan_hash", "");
+    k.plan = fields.get(e, "plan", "");
+    k.arch = fields.get(e, "arch", "");
+    k.variant = fields.get(e, "variant", "");
+    k.entry = fields.get(e, "entry", "");
+    k.backend = fields.get(e, "backend", "");
+    k.checksum = fields.get(e, "checksum_xxh64", "");
+    k.file = fields.get(e, "file", "");
+    k.offset = fields.get(e, "offset", uint64_t{0});
+    k.size = fields.get(e, "size", uint64_t{0});
+    k.dynamic_smem_bytes = fields.get(e, "dynamic_smem_bytes", 0);
+    k.resources.registers = fields.get(e, "registers", -1);
+    k.resources.static_smem_bytes = fields.get(e, "static_smem_bytes", -1);
+    k.resources.spill_store_bytes = fields.get(e, "spill_store_bytes", -1);
+    k.resources.spill_load_bytes = fields.get(e, "spill_load_bytes", -1);
+    const json spec = e.contains("spec") ? e.at("spec") : json();
+    const bool spec_read = spec_from_json(spec, &k.spec, fields);
+    if (!fields.ok())
+      return field_error("kernel entry '" + k.name + "': ");
+    if (k.name.empty() || k.entry.empty() || k.checksum.empty() || !spec_read) {
+      *error = "kernel entry '" + k.name + "' lacks its name, entry, checksum or 'spec' (an object with op and arch)";
       return false;
     }
     if (k.spec.arch.name() != k.arch) {

@@ -1,6 +1,7 @@
 #include "runtime/kernel_store.hpp"
 
 #include "compiler/build.hpp"
+#include "runtime/json_fields.hpp"
 #include "runtime/log.hpp"
 
 #include <nlohmann/json.hpp>
@@ -50,15 +51,16 @@ bool read_metadata(const std::string &text, CompiledKernel *kernel) {
   nlohmann::json meta = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (meta.is_discarded() || !meta.is_object())
     return false;
-  kernel->name = meta.value("name", "");
-  kernel->entry = meta.value("entry", "");
-  kernel->backend = meta.value("backend", "");
-  kernel->resources.registers = meta.value("registers", -1);
-  kernel->resources.spill_store_bytes = meta.value("spill_store_bytes", -1);
-  kernel->resources.spill_load_bytes = meta.value("spill_load_bytes", -1);
-  kernel->resources.static_smem_bytes = meta.value("static_smem_bytes", -1);
-  kernel->compile_seconds = meta.value("compile_seconds", 0.0);
-  return !kernel->entry.empty();
+  JsonFields fields; // a field of another type makes the entry a miss, as a corrupt one
+  kernel->name = fields.get(meta, "name", "");
+  kernel->entry = fields.get(meta, "entry", "");
+  kernel->backend = fields.get(meta, "backend", "");
+  kernel->resources.registers = fields.get(meta, "registers", -1);
+  kernel->resources.spill_store_bytes = fields.get(meta, "spill_store_bytes", -1);
+  kernel->resources.spill_load_bytes = fields.get(meta, "spill_load_bytes", -1);
+  kernel->resources.static_smem_bytes = fields.get(meta, "static_smem_bytes", -1);
+  kernel->compile_seconds = fields.get(meta, "compile_seconds", 0.0);
+  return fields.ok() && !kernel->entry.empty();
 }
 
 // How far a bundled kernel is from the one asked for, for "closest kernels" answers: a different

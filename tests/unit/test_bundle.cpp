@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -193,6 +194,57 @@ TEST(Bundle, UnknownFormatVersionIsRefused) {
   write_text(manifest, j.dump());
   s = Bundle::open(dir.path() / "b", std::nullopt, &bundle);
   EXPECT_NE(s.message.find("other kernel sources"), std::string::npos) << s.message;
+}
+
+// A manifest whose fields have the wrong JSON type (hand-edited, or another tool's) is refused with
+// a message naming the field, as bad input: not an internal error, not an exception out of open.
+TEST(Bundle, ManifestFieldOfTheWrongTypeIsRefusedAndNamed) {
+  TempDir dir;
+  ASSERT_TRUE(write_bundle_directory(dir.path() / "b", fake_bundle(kModelSpecs, "a")).ok());
+  const fs::path manifest = dir.path() / "b" / kBundleManifestFile;
+  const nlohmann::json good = nlohmann::json::parse(read_text(manifest));
+  struct Edit {
+    const char *field;
+    std::function<void(nlohmann::json &)> apply;
+  };
+  const std::vector<Edit> edits = {
+      {"format", [](nlohmann::json &j) { j["format"] = 1; }},
+      {"format_version", [](nlohmann::json &j) { j["format_version"] = "1"; }},
+      {"kernels", [](nlohmann::json &j) { j["kernels"] = "none"; }},
+      {"size", [](nlohmann::json &j) { j["kernels"][0]["size"] = "12"; }},
+      {"size", [](nlohmann::json &j) { j["kernels"][0]["size"] = -5; }},
+      {"name", [](nlohmann::json &j) { j["kernels"][1]["name"] = nlohmann::json::array(); }},
+      {"head_dim_qk", [](nlohmann::json &j) { j["kernels"][0]["spec"]["head_dim_qk"] = "64"; }},
+      {"causal", [](nlohmann::json &j) { j["kernels"][0]["spec"]["causal"] = nullptr; }},
+      {"spec", [](nlohmann::json &j) { j["kernels"][0]["spec"] = 3; }},
+  };
+  for (const Edit &edit : edits) {
+    nlohmann::json j = good;
+    edit.apply(j);
+    write_text(manifest, j.dump());
+    std::shared_ptr<const Bundle> bundle;
+    Status s;
+    EXPECT_NO_THROW(s = Bundle::open(dir.path() / "b", std::nullopt, &bundle)) << edit.field;
+    EXPECT_EQ(s.code, FLASHJIT_INVALID_ARGUMENT) << edit.field << ": " << s.message;
+    EXPECT_NE(s.message.find(edit.field), std::string::npos) << s.message;
+    EXPECT_EQ(bundle, nullptr) << edit.field;
+  }
+}
+
+// Every truncation of a .fjb is refused (header, manifest or a cubin cut short), never read past.
+TEST(Bundle, EveryTruncationOfAFileIsRefused) {
+  TempDir dir;
+  ASSERT_TRUE(write_bundle_file(dir.path() / "b.fjb", fake_bundle(kModelSpecs, "a")).ok());
+  const std::string whole = read_text(dir.path() / "b.fjb");
+  std::shared_ptr<const Bundle> bundle;
+  ASSERT_TRUE(Bundle::open(dir.path() / "b.fjb", std::nullopt, &bundle).ok());
+  for (size_t length = 0; length < whole.size(); ++length) {
+    write_text(dir.path() / "cut.fjb", whole.substr(0, length));
+    std::shared_ptr<const Bundle> cut;
+    const Status s = Bundle::open(dir.path() / "cut.fjb", std::nullopt, &cut);
+    ASSERT_EQ(s.code, FLASHJIT_INVALID_ARGUMENT) << "cut at " << length << " of " << whole.size();
+    ASSERT_EQ(cut, nullptr);
+  }
 }
 
 TEST(Bundle, WrongArchIsRefused) {

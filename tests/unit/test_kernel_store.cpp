@@ -1,5 +1,6 @@
 // The kernel store's offline path (no GPU): compile -> disk cache -> reuse, keys, JIT off, strict.
 #include "compiler/build.hpp"
+#include "runtime/disk_cache.hpp"
 #include "runtime/kernel_store.hpp"
 
 #include <gtest/gtest.h>
@@ -106,6 +107,35 @@ TEST_F(KernelStoreTest, CorruptEntryIsRebuilt) {
   ASSERT_TRUE(store.compile(spec(), &k, &c, &origin).ok());
   EXPECT_EQ(origin, "jit") << "a corrupt entry must not be served";
   EXPECT_EQ(entries(), 1u);
+}
+
+// An entry whose checksums hold but whose metadata has a field of another type (written by another
+// tool, or by hand) is unreadable: a miss that is rebuilt, not an exception out of compile.
+TEST_F(KernelStoreTest, MetadataFieldOfTheWrongTypeIsRebuilt) {
+  CompiledKernel k;
+  PlanChoice c;
+  std::string origin;
+  std::string key;
+  {
+    KernelStore store(config());
+    ASSERT_TRUE(store.compile(spec(), &k, &c, &origin).ok());
+  }
+  DiskCache disk(dir_);
+  const std::string name = k.name;
+  std::optional<CacheEntry> entry;
+  for (const auto &e : std::filesystem::directory_iterator(dir_ / "v1")) { // NAME.KEY.fjc
+    const std::string stem = e.path().stem().string();
+    key = stem.substr(stem.rfind('.') + 1);
+  }
+  ASSERT_TRUE((entry = disk.load(key, name))) << "entry " << key << " " << name;
+  entry->metadata.replace(entry->metadata.find("\"registers\":"), std::string("\"registers\":").size(),
+                          "\"registers\":\"many\",\"unused\":");
+  ASSERT_TRUE(disk.store(key, name, *entry));
+  KernelStore store(config());
+  CompiledKernel again;
+  EXPECT_NO_THROW(ASSERT_TRUE(store.compile(spec(), &again, &c, &origin).ok()));
+  EXPECT_EQ(origin, "jit") << "metadata of the wrong type must not be served";
+  EXPECT_EQ(again.cubin, k.cubin);
 }
 
 TEST_F(KernelStoreTest, JitOffMissNamesTheKernel) {
