@@ -29,7 +29,16 @@ extern "C" {
 #define FLASHJIT_VERSION_MINOR 1
 #define FLASHJIT_VERSION_PATCH 0
 
-typedef enum flashjit_status {
+/* In C++ the enums below have a fixed underlying type (int32_t, the size C gives them): a caller's
+ * out-of-range value, which is refused with FLASHJIT_INVALID_ARGUMENT, is then a value of the type
+ * rather than undefined behaviour. */
+#ifdef __cplusplus
+#define FLASHJIT_ENUM_BASE : int32_t
+#else
+#define FLASHJIT_ENUM_BASE
+#endif
+
+typedef enum flashjit_status FLASHJIT_ENUM_BASE {
   FLASHJIT_OK = 0,
   FLASHJIT_INVALID_ARGUMENT = 1,   /* a parameter is wrong; the message names it */
   FLASHJIT_UNSUPPORTED = 2,        /* valid but not supported (e.g. no kernel for this arch) */
@@ -41,17 +50,17 @@ typedef enum flashjit_status {
   FLASHJIT_INTERNAL = 8
 } flashjit_status;
 
-typedef enum flashjit_dtype { FLASHJIT_FP16 = 0, FLASHJIT_BF16 = 1 } flashjit_dtype;
+typedef enum flashjit_dtype FLASHJIT_ENUM_BASE { FLASHJIT_FP16 = 0, FLASHJIT_BF16 = 1 } flashjit_dtype;
 
 /* Kernel family; AUTO lets the planner choose (fa3 on sm_90a, fa2 elsewhere, decode_splitk for decode). */
-typedef enum flashjit_variant {
+typedef enum flashjit_variant FLASHJIT_ENUM_BASE {
   FLASHJIT_VARIANT_AUTO = 0,
   FLASHJIT_VARIANT_FA2 = 1,
   FLASHJIT_VARIANT_FA3 = 2,
   FLASHJIT_VARIANT_DECODE_SPLITK = 3
 } flashjit_variant;
 
-typedef enum flashjit_backend {
+typedef enum flashjit_backend FLASHJIT_ENUM_BASE {
   FLASHJIT_BACKEND_AUTO = 0,
   FLASHJIT_BACKEND_NVRTC = 1,
   FLASHJIT_BACKEND_MLIR = 2
