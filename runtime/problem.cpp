@@ -17,6 +17,11 @@ constexpr int kVectorBytes = 16;
 constexpr int kHeadDimGranule = 8;
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxPageSize = 512;
+// A tensor whose elements reach further than this from its pointer cannot be in device memory (the
+// GPU's virtual address space has 49 bits); below it, every element offset the kernels form, in
+// elements or bytes, fits in int64.
+constexpr int64_t kMaxTensorBytes = int64_t{1} << 49;
+constexpr int64_t kMaxTensorElements = kMaxTensorBytes / kElementBytes;
 
 Status invalid(const std::string &message) {
   return Status::error(FLASHJIT_INVALID_ARGUMENT, message);
@@ -47,10 +52,18 @@ struct StridedDim {
 // the smaller ones span. `batches` is the number of batch (or page) indices, 1 where there is none.
 Status resolve_strides(const char *name, flashjit_strides *s, int rows_per_batch, int heads, int dim, int batches,
                        const char *batch_items = "sequences") {
+  auto too_large = [&] {
+    return invalid(std::string(name) + ": the tensor (" + std::to_string(batches) + " " + batch_items + " x " +
+                   std::to_string(rows_per_batch) + " tokens x " + std::to_string(heads) + " heads x " +
+                   std::to_string(dim) + " with strides batch " + std::to_string(s->batch) + ", token " +
+                   std::to_string(s->token) + ", head " + std::to_string(s->head) + ") spans more than " +
+                   std::to_string(kMaxTensorBytes) + " bytes; expected a tensor that fits in device memory");
+  };
   if (s->batch == 0 && s->token == 0 && s->head == 0) {
     s->head = dim;
-    s->token = static_cast<int64_t>(heads) * dim;
-    s->batch = static_cast<int64_t>(rows_per_batch) * s->token;
+    s->token = static_cast<int64_t>(heads) * dim; // below 2^39: int32 heads, dim <= 256
+    if (__builtin_mul_overflow(static_cast<int64_t>(rows_per_batch), s->token, &s->batch))
+      return too_large();
   }
   if (s->head < 0 || s->token < 0 || s->batch < 0)
     return invalid(std::string(name) + ": strides must be non-negative (elements), got batch " +
@@ -78,7 +91,10 @@ Status resolve_strides(const char *name, flashjit_strides *s, int rows_per_batch
                      " would overlap; expected >= " + std::to_string(span) + " (the extent of " + inside +
                      " inside it), or strides that nest in another order");
     }
-    span += (d.count - 1) * d.stride;
+    int64_t reach = 0;
+    if (__builtin_mul_overflow(d.count - 1, d.stride, &reach) || __builtin_add_overflow(span, reach, &span) ||
+        span > kMaxTensorElements)
+      return too_large();
   }
   return Status::success();
 }
@@ -94,7 +110,7 @@ Status check_cu_seqlens(const char *name, const int32_t *host, int batch, int to
   if (host[0] != 0)
     return invalid(std::string(name) + "[0] = " + std::to_string(host[0]) + ": expected 0");
   for (int b = 0; b < batch; ++b) {
-    const int len = host[b + 1] - host[b];
+    const int64_t len = int64_t{host[b + 1]} - host[b];
     if (len < 0)
       return invalid(std::string(name) + " is not monotone at " + std::to_string(b + 1) + " (" +
                      std::to_string(host[b]) + " then " + std::to_string(host[b + 1]) + ")");
@@ -207,9 +223,9 @@ Status validate_problem(const flashjit_problem *problem, NormalizedProblem *out)
     }
     if (p.block_table_host) {
       for (int b = 0; b < p.batch; ++b) {
-        const int len = p.seqlens_k_host ? p.seqlens_k_host[b] : p.seqlen_k;
-        const int used_pages = (len + p.page_size - 1) / p.page_size;
-        for (int i = 0; i < used_pages; ++i) {
+        const int64_t len = p.seqlens_k_host ? p.seqlens_k_host[b] : p.seqlen_k;
+        const int64_t used_pages = (len + p.page_size - 1) / p.page_size;
+        for (int64_t i = 0; i < used_pages; ++i) {
           const int page = p.block_table_host[static_cast<int64_t>(b) * p.max_pages_per_seq + i];
           if (page < 0 || page >= p.num_pages)
             return invalid("block_table[" + std::to_string(b) + "][" + std::to_string(i) + "] = " +

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <functional>
+#include <random>
 
 namespace flashjit {
 namespace {
@@ -217,6 +218,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"overlapping tokens", [](AttentionProblem &p) { p.k_strides = {120 * 160, 100, 80}; }, "k_strides.token = 100"},
         BadInput{"overlapping batches", [](AttentionProblem &p) { p.o_strides = {640, 640, 80}; }, "o_strides.batch = 640"},
         BadInput{"negative stride", [](AttentionProblem &p) { p.v_strides = {-1, 160, 80}; }, "v_strides"},
+        BadInput{"tensor past the address space", [](AttentionProblem &p) { p.q_strides = {int64_t{1} << 60, 640, 80}; }, "q_strides: the tensor"},
+        BadInput{"default strides past the address space", [](AttentionProblem &p) { p.seqlen_q = INT32_MAX; p.heads_q = 1 << 20; p.heads_kv = 1; }, "spans more than"},
         BadInput{"negative softcap", [](AttentionProblem &p) { p.softcap = -1; }, "softcap"},
         BadInput{"nan scale", [](AttentionProblem &p) { p.scale = std::nanf(""); }, "scale"},
         BadInput{"bad window", [](AttentionProblem &p) { p.window_left = -7; }, "window_left"},
@@ -325,6 +328,104 @@ TEST(ValidationCApi, ExplainSaysWhenTheKeyLoopHasNoMask) {
   ASSERT_TRUE(runtime.explain(p, &e).ok());
   EXPECT_EQ(e.kernel.find(".um"), std::string::npos) << e.kernel;
   EXPECT_EQ(e.plan.find("without mask code"), std::string::npos) << e.kernel << ": " << e.plan;
+}
+
+__extension__ using Wide = __int128; // exact for any product of an int32 and an int64
+
+// Extreme values for every size, length and stride field, in random combinations: validation
+// either refuses (naming a parameter) or accepts a problem whose every tensor is addressable, its
+// byte extent from the base pointer below 2^63. Run under UBSan by scripts/sanitize.sh, which also
+// catches any signed overflow on the way.
+TEST(ValidationFuzz, ExtremeSizesAndStridesAreRefusedOrAddressable) {
+  constexpr int kRounds = 20000;
+  constexpr uint32_t kSeed = 20261203;
+  const int32_t ints[] = {0, 1, 2, 3, 7, 8, 64, 128, 256, 4096, 65535, 1 << 20, 1 << 30, INT32_MAX, -1, INT32_MIN};
+  const int64_t strides[] = {0,
+                             1,
+                             8,
+                             80,
+                             640,
+                             1 << 20,
+                             int64_t{1} << 31,
+                             int64_t{1} << 40,
+                             int64_t{1} << 52,
+                             int64_t{1} << 61,
+                             int64_t{1} << 62,
+                             INT64_MAX,
+                             -8,
+                             INT64_MIN};
+  static const int32_t table[4] = {0, 0, 0, 0};
+  static const int32_t lens_host[2] = {INT32_MAX, 3};
+  static const int32_t cu_host[3] = {0, INT32_MAX, -5};
+  std::mt19937 rng(kSeed);
+  auto pick_int = [&] { return ints[rng() % std::size(ints)]; };
+  auto pick_stride = [&] { return strides[rng() % std::size(strides)]; };
+  int accepted = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    AttentionProblem p = good_problem();
+    const uint32_t fields = rng();
+    if (fields & 1u << 0)
+      p.batch = pick_int();
+    if (fields & 1u << 1)
+      p.seqlen_q = pick_int();
+    if (fields & 1u << 2)
+      p.seqlen_k = pick_int();
+    if (fields & 1u << 3)
+      p.heads_q = pick_int();
+    if (fields & 1u << 4)
+      p.heads_kv = pick_int();
+    if (fields & 1u << 5)
+      p.q_strides = {pick_stride(), pick_stride(), pick_stride()};
+    if (fields & 1u << 6)
+      p.k_strides = {pick_stride(), pick_stride(), pick_stride()};
+    if (fields & 1u << 7)
+      p.o_strides = {pick_stride(), pick_stride(), pick_stride()};
+    if (fields & 1u << 8) {
+      p.block_table = p.seqlens_k = table;
+      p.page_size = pick_int();
+      p.max_pages_per_seq = pick_int();
+      p.num_pages = pick_int();
+      if (fields & 1u << 9) {
+        p.batch = 2; // the host copies hold batch entries
+        p.seqlens_k_host = lens_host;
+      }
+    } else if (fields & 1u << 10) {
+      p.cu_seqlens_q = p.cu_seqlens_k = table;
+      p.total_q = pick_int();
+      p.total_k = pick_int();
+      if (fields & 1u << 11) {
+        p.batch = 2;
+        p.cu_seqlens_q_host = cu_host;
+      }
+    }
+    NormalizedProblem n;
+    const Status s = validate_problem(&p, &n);
+    if (!s.ok()) {
+      ASSERT_EQ(s.code, FLASHJIT_INVALID_ARGUMENT) << s.message;
+      ASSERT_FALSE(s.message.empty());
+      continue;
+    }
+    ++accepted;
+    const flashjit_problem &q = n.p;
+    const int64_t q_rows = n.varlen ? q.total_q : q.seqlen_q,
+                  k_rows = n.paged ? q.page_size : (n.varlen ? q.total_k : q.seqlen_k);
+    const int64_t q_batches = n.varlen ? 1 : q.batch, kv_batches = n.paged ? q.num_pages : q_batches;
+    struct Extent {
+      flashjit_strides s;
+      int64_t rows, heads, dim, batches;
+    };
+    for (const Extent &e : {Extent{q.q_strides, q_rows, q.heads_q, q.head_dim_qk, q_batches},
+                            Extent{q.k_strides, k_rows, q.heads_kv, q.head_dim_qk, kv_batches},
+                            Extent{q.v_strides, k_rows, q.heads_kv, q.head_dim_v, kv_batches},
+                            Extent{q.o_strides, q_rows, q.heads_q, q.head_dim_v, q_batches}}) {
+      Wide last = e.dim - 1; // the last element's offset, exactly
+      last += static_cast<Wide>(std::max<int64_t>(e.rows - 1, 0)) * e.s.token;
+      last += static_cast<Wide>(e.heads - 1) * e.s.head;
+      last += static_cast<Wide>(e.batches - 1) * e.s.batch;
+      ASSERT_LT(last * 2, static_cast<Wide>(INT64_MAX)) << "accepted a tensor past 2^63 bytes, round " << round;
+    }
+  }
+  EXPECT_GT(accepted, 0) << "the fuzz never reached an accepted problem";
 }
 
 } // namespace
