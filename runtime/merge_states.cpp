@@ -1,11 +1,13 @@
 // Runtime::merge_states: validation of a merge problem and the launch of the combine kernel.
 #include "runtime/driver.hpp"
 #include "runtime/kernel_store.hpp"
+#include "runtime/problem.hpp"
 
 #include "kernel_params.h"
 
 #include <flashjit/flashjit.hpp>
 
+#include <algorithm>
 #include <string>
 
 namespace flashjit {
@@ -14,6 +16,7 @@ namespace {
 constexpr int kMaxHeadDimV = 256;
 constexpr int kHeadDimGranule = 8;
 constexpr uintptr_t kFloat4Bytes = 16; // the combine kernel reads partial O as float4
+constexpr int kOutputElementBytes = 2; // fp16 / bf16
 
 Status invalid(const std::string &message) {
   return Status::error(FLASHJIT_INVALID_ARGUMENT, message);
@@ -48,8 +51,20 @@ Status merge_states_impl(KernelStore &store, const flashjit_merge_problem &m, fl
     return invalid("merge.state_stride_o/state_stride_lse: states would overlap");
   if (!aligned(m.partial_lse, sizeof(float)) || (m.lse && !aligned(m.lse, sizeof(float))))
     return invalid("merge.partial_lse/lse: expected float alignment");
-  if (!aligned(m.o, 2) || o_row < m.head_dim_v)
+  if (!aligned(m.o, kOutputElementBytes) || o_row < m.head_dim_v)
     return invalid("merge.o / o_row_stride: expected 2-byte alignment and a row stride >= head_dim_v");
+  auto too_large = [](const std::string &what) {
+    return invalid(what + ": spans more than " + std::to_string(kMaxTensorBytes) +
+                   " bytes; expected a tensor that fits in device memory");
+  };
+  if (!fits_in_device_memory(m.num_states, state_o, int64_t(m.rows) * m.head_dim_v, sizeof(float)))
+    return too_large("merge.partial_o (num_states " + std::to_string(m.num_states) + " x state_stride_o " +
+                     std::to_string(state_o) + ")");
+  if (!fits_in_device_memory(m.num_states, state_lse, m.rows, sizeof(float)))
+    return too_large("merge.partial_lse (num_states " + std::to_string(m.num_states) + " x state_stride_lse " +
+                     std::to_string(state_lse) + ")");
+  if (!fits_in_device_memory(std::max(m.rows, 1), o_row, m.head_dim_v, kOutputElementBytes))
+    return too_large("merge.o (rows " + std::to_string(m.rows) + " x o_row_stride " + std::to_string(o_row) + ")");
   if (m.rows == 0)
     return Status::success();
 

@@ -17,10 +17,6 @@ constexpr int kVectorBytes = 16;
 constexpr int kHeadDimGranule = 8;
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxPageSize = 512;
-// A tensor whose elements reach further than this from its pointer cannot be in device memory (the
-// GPU's virtual address space has 49 bits); below it, every element offset the kernels form, in
-// elements or bytes, fits in int64.
-constexpr int64_t kMaxTensorBytes = int64_t{1} << 49;
 constexpr int64_t kMaxTensorElements = kMaxTensorBytes / kElementBytes;
 
 Status invalid(const std::string &message) {
@@ -125,6 +121,12 @@ Status check_cu_seqlens(const char *name, const int32_t *host, int batch, int to
 }
 
 } // namespace
+
+bool fits_in_device_memory(int64_t count, int64_t stride, int64_t block, int element_bytes) {
+  int64_t reach = 0, bytes = 0;
+  return !__builtin_mul_overflow(count - 1, stride, &reach) && !__builtin_add_overflow(reach, block, &reach) &&
+         !__builtin_mul_overflow(reach, int64_t{element_bytes}, &bytes) && bytes <= kMaxTensorBytes;
+}
 
 Status validate_problem(const flashjit_problem *problem, NormalizedProblem *out) {
   if (!problem)

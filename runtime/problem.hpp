@@ -17,6 +17,15 @@ struct NormalizedProblem {
   bool empty = false;   // nothing to compute (zero query rows)
 };
 
+// A tensor whose elements reach further than this from its pointer cannot be in device memory (the
+// GPU's virtual address space has 49 bits); below it, every offset the kernels form, in elements or
+// bytes, fits in int64.
+inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 49;
+
+// Whether `count` blocks of `block` elements, `stride` elements apart (count >= 1, stride >= 0),
+// stay within kMaxTensorBytes of their pointer; computed without overflow.
+bool fits_in_device_memory(int64_t count, int64_t stride, int64_t block, int element_bytes);
+
 // Checks every field; on failure the message names the parameter and what was expected.
 Status validate_problem(const flashjit_problem *problem, NormalizedProblem *out);
 

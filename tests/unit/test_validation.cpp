@@ -4,12 +4,14 @@
 #include "runtime/problem.hpp"
 
 #include <flashjit/flashjit.h>
+#include <flashjit/flashjit.hpp>
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
 #include <random>
+#include <vector>
 
 namespace flashjit {
 namespace {
@@ -328,6 +330,52 @@ TEST(ValidationCApi, ExplainSaysWhenTheKeyLoopHasNoMask) {
   ASSERT_TRUE(runtime.explain(p, &e).ok());
   EXPECT_EQ(e.kernel.find(".um"), std::string::npos) << e.kernel;
   EXPECT_EQ(e.plan.find("without mask code"), std::string::npos) << e.kernel << ": " << e.plan;
+}
+
+// merge_states refuses bad input on the host before it looks for a driver: each case names the field.
+TEST(MergeStatesValidation, RefusesWithTheFieldNamed) {
+  auto good = [] {
+    flashjit_merge_problem m;
+    flashjit_merge_problem_init(&m);
+    m.dtype = FLASHJIT_BF16;
+    m.num_states = 3;
+    m.rows = 64;
+    m.head_dim_v = 128;
+    m.partial_o = reinterpret_cast<const float *>(kFakeDevicePointer);
+    m.partial_lse = reinterpret_cast<const float *>(kFakeDevicePointer + (1 << 24));
+    m.o = reinterpret_cast<void *>(kFakeDevicePointer + (2 << 24));
+    return m;
+  };
+  struct BadMerge {
+    std::function<void(flashjit_merge_problem &)> spoil;
+    const char *must_mention;
+  };
+  const std::vector<BadMerge> cases = {
+      {[](flashjit_merge_problem &m) { m.num_states = 0; }, "merge.num_states = 0"},
+      {[](flashjit_merge_problem &m) { m.rows = -1; }, "merge.rows = -1"},
+      {[](flashjit_merge_problem &m) { m.head_dim_v = 12; }, "merge.head_dim_v = 12"},
+      {[](flashjit_merge_problem &m) { m.dtype = static_cast<flashjit_dtype>(9); }, "merge.dtype = 9"},
+      {[](flashjit_merge_problem &m) { m.partial_lse = nullptr; }, "null pointer"},
+      {[](flashjit_merge_problem &m) { m.partial_o = reinterpret_cast<const float *>(kFakeDevicePointer + 4); },
+       "merge.partial_o"},
+      {[](flashjit_merge_problem &m) { m.state_stride_o = 64; }, "states would overlap"},
+      {[](flashjit_merge_problem &m) { m.o_row_stride = -128; }, "o_row_stride"},
+      {[](flashjit_merge_problem &m) { m.state_stride_o = int64_t{1} << 60; }, "merge.partial_o (num_states 3"},
+      {[](flashjit_merge_problem &m) { m.state_stride_lse = INT64_MAX; }, "merge.partial_lse (num_states 3"},
+      {[](flashjit_merge_problem &m) {
+         m.rows = INT32_MAX;
+         m.o_row_stride = int64_t{1} << 40;
+       },
+       "merge.o (rows 2147483647"},
+  };
+  Runtime runtime;
+  for (const BadMerge &c : cases) {
+    flashjit_merge_problem m = good();
+    c.spoil(m);
+    const Status s = runtime.merge_states(m);
+    EXPECT_EQ(s.code, FLASHJIT_INVALID_ARGUMENT) << c.must_mention << ": " << s.message;
+    EXPECT_NE(s.message.find(c.must_mention), std::string::npos) << s.message;
+  }
 }
 
 __extension__ using Wide = __int128; // exact for any product of an int32 and an int64
