@@ -1,5 +1,6 @@
 // The C ABI over flashjit::Runtime: status codes and a per-thread message; no exception escapes.
 #include "runtime/c_api_internal.hpp"
+#include "runtime/kernel_store.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -87,6 +88,8 @@ flashjit_status flashjit_runtime_create(const flashjit_options *options, flashji
         return fail(FLASHJIT_INVALID_ARGUMENT, "options.struct_size: expected sizeof(flashjit_options) "
                                                "(initialise with flashjit_options_init)");
       static_cast<flashjit_options &>(resolved) = *options;
+      if (const std::string why = flashjit::options_error(resolved); !why.empty())
+        return fail(FLASHJIT_INVALID_ARGUMENT, why);
     }
     *out = new flashjit_runtime_s(resolved);
     return record(flashjit::Status::success());

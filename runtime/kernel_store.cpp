@@ -114,8 +114,30 @@ void dump_artifacts(const std::string &name, const CompiledKernel &kernel) {
 
 } // namespace
 
+std::string options_error(const flashjit_options &options) {
+  switch (options.backend) {
+  case FLASHJIT_BACKEND_AUTO:
+  case FLASHJIT_BACKEND_NVRTC:
+  case FLASHJIT_BACKEND_MLIR: break;
+  default:
+    return "options.backend = " + std::to_string(static_cast<int>(options.backend)) +
+           ": expected FLASHJIT_BACKEND_AUTO, FLASHJIT_BACKEND_NVRTC or FLASHJIT_BACKEND_MLIR";
+  }
+  switch (options.variant) {
+  case FLASHJIT_VARIANT_AUTO:
+  case FLASHJIT_VARIANT_FA2:
+  case FLASHJIT_VARIANT_FA3:
+  case FLASHJIT_VARIANT_DECODE_SPLITK: break;
+  default:
+    return "options.variant = " + std::to_string(static_cast<int>(options.variant)) +
+           ": expected FLASHJIT_VARIANT_AUTO, _FA2, _FA3 or _DECODE_SPLITK";
+  }
+  return {};
+}
+
 StoreConfig store_config_from(const flashjit_options &options) {
   StoreConfig config;
+  config.options_error = options_error(options);
   config.backend = options.backend;
   if (options.backend == FLASHJIT_BACKEND_AUTO) {
     const std::string backend = env("FLASHJIT_BACKEND");
@@ -191,6 +213,8 @@ KernelStore::KernelStore(StoreConfig config) : config_(std::move(config)) {
   else if (!config_.fa3_tuning_error.empty())
     log(LogLevel::warn, "FLASHJIT_FA3_TUNING=" + config_.fa3_tuning_text + " does not parse (" +
                             config_.fa3_tuning_error + "): every kernel request fails until it is fixed or unset");
+  if (!config_.options_error.empty())
+    log(LogLevel::warn, config_.options_error + ": every kernel request fails");
 }
 
 Status KernelStore::register_bundle(const std::filesystem::path &path) {
@@ -259,6 +283,8 @@ std::string KernelStore::not_in_bundle_message(const PlanChoice &choice) const {
 }
 
 Status KernelStore::choose(const KernelSpec &spec, PlanChoice *choice) const {
+  if (!config_.options_error.empty())
+    return Status::error(FLASHJIT_INVALID_ARGUMENT, config_.options_error);
   if (!config_.fa3_tuning_error.empty())
     return Status::error(FLASHJIT_INVALID_ARGUMENT,
                          "FLASHJIT_FA3_TUNING=" + config_.fa3_tuning_text + ": " + config_.fa3_tuning_error);

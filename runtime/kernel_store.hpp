@@ -36,7 +36,14 @@ struct StoreConfig {
   std::string fa3_tuning_text;
   std::optional<Fa3Tuning> fa3_tuning;
   std::string fa3_tuning_error;
+  // An options field out of its enum's range (options_error below): every kernel request fails, naming it.
+  std::string options_error;
 };
+
+// Empty when every enum field of `options` holds one of its values; else which field and what it
+// may be. flashjit_runtime_create refuses such options; a C++ Runtime made with them refuses every
+// kernel request with this message.
+std::string options_error(const flashjit_options &options);
 
 // Settings from flashjit_options plus the environment (FLASHJIT_CACHE, FLASHJIT_CACHE_DIR, FLASHJIT_JIT,
 // FLASHJIT_BACKEND, FLASHJIT_STRICT, FLASHJIT_VARIANT, FLASHJIT_BUNDLE_PATH, FLASHJIT_FA3_TUNING). Explicit

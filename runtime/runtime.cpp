@@ -64,6 +64,8 @@ struct Runtime::Impl {
 
   Status resolve(const AttentionProblem &problem, NormalizedProblem *normalized,
                  std::shared_ptr<const KernelRecord> *record, LaunchContext *launch) {
+    if (!store.config().options_error.empty())
+      return Status::error(FLASHJIT_INVALID_ARGUMENT, store.config().options_error);
     if (Status s = validate_problem(&problem, normalized); !s)
       return s;
     CUcontext context = nullptr;

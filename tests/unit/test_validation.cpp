@@ -332,6 +332,31 @@ TEST(ValidationCApi, ExplainSaysWhenTheKeyLoopHasNoMask) {
   EXPECT_EQ(e.plan.find("without mask code"), std::string::npos) << e.kernel << ": " << e.plan;
 }
 
+// Options whose enums hold no value of theirs: the C ABI refuses to create the runtime, a C++ runtime
+// refuses every kernel request; both name the field.
+TEST(ValidationCApi, OptionsOutOfRangeAreRefusedNamingTheField) {
+  flashjit_options options;
+  flashjit_options_init(&options);
+  options.backend = static_cast<flashjit_backend>(7);
+  flashjit_runtime runtime = nullptr;
+  EXPECT_EQ(flashjit_runtime_create(&options, &runtime), FLASHJIT_INVALID_ARGUMENT);
+  EXPECT_EQ(runtime, nullptr);
+  EXPECT_NE(std::string(flashjit_last_error()).find("options.backend = 7"), std::string::npos) << flashjit_last_error();
+  flashjit_options_init(&options);
+  options.variant = static_cast<flashjit_variant>(-2);
+  EXPECT_EQ(flashjit_runtime_create(&options, &runtime), FLASHJIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashjit_last_error()).find("options.variant = -2"), std::string::npos)
+      << flashjit_last_error();
+
+  Options cpp_options;
+  cpp_options.variant = static_cast<flashjit_variant>(9);
+  Runtime cpp_runtime(cpp_options);
+  const AttentionProblem p = good_problem();
+  const Status s = cpp_runtime.prepare(p);
+  EXPECT_EQ(s.code, FLASHJIT_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("options.variant = 9"), std::string::npos) << s.message;
+}
+
 // merge_states refuses bad input on the host before it looks for a driver: each case names the field.
 TEST(MergeStatesValidation, RefusesWithTheFieldNamed) {
   auto good = [] {
