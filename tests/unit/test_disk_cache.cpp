@@ -230,6 +230,26 @@ TEST(DiskCache, TruncatedEntryIsAMiss) {
   }
 }
 
+// Any one byte flipped in the header and the key after it (magic, version, lengths, checksum) is a
+// miss: no length read from the file is trusted before it is checked against the file's size.
+TEST(DiskCache, EveryHeaderByteFlippedIsAMiss) {
+  constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8 + 8; // magic, version, key/cubin/metadata lengths, checksum
+  const size_t kHeaderAndKeyBytes = kHeaderBytes + kKey.size();
+  TempDir dir;
+  DiskCache cache(dir.path());
+  const fs::path path = cache.entry_path(kKey, kName);
+  CapturedLog log;
+  for (size_t at = 0; at < kHeaderAndKeyBytes; ++at)
+    for (const unsigned char flip : {0x01, 0x80, 0xff}) {
+      ASSERT_TRUE(cache.store(kKey, kName, make_entry(8, 256)));
+      std::vector<char> bytes = read_file(path);
+      ASSERT_GT(bytes.size(), kHeaderAndKeyBytes);
+      bytes[at] = static_cast<char>(bytes[at] ^ flip);
+      write_file(path, bytes);
+      EXPECT_FALSE(cache.load(kKey, kName).has_value()) << "byte " << at << " ^ " << int(flip);
+    }
+}
+
 TEST(DiskCache, TrailingBytesAreAMiss) {
   TempDir dir;
   DiskCache cache(dir.path());
