@@ -1,5 +1,6 @@
 // The kernel store's offline path (no GPU): compile -> disk cache -> reuse, keys, JIT off, strict.
 #include "compiler/build.hpp"
+#include "runtime/bundle.hpp"
 #include "runtime/disk_cache.hpp"
 #include "runtime/kernel_store.hpp"
 
@@ -9,7 +10,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <unistd.h>
+#include <vector>
 
 namespace flashjit {
 namespace {
@@ -190,6 +193,62 @@ TEST_F(KernelStoreTest, Fa3TuningOverrideFromTheEnvironment) {
   EXPECT_EQ(status.code, FLASHJIT_INVALID_ARGUMENT);
   EXPECT_NE(status.message.find("FLASHJIT_FA3_TUNING"), std::string::npos) << status.message;
   EXPECT_NE(status.message.find("wgs=3"), std::string::npos) << status.message;
+}
+
+// One store used from several threads at once, as an engine's threads would (the store's CPU side:
+// compile through the shared disk cache, served() queries, a bundle registered meanwhile). Every
+// thread gets the same cubin for the same spec and the cache ends with one entry per spec. Run under
+// ThreadSanitizer by scripts/sanitize.sh.
+TEST_F(KernelStoreTest, ConcurrentCompilesQueriesAndRegistration) {
+  constexpr int kThreads = 6;
+  const std::vector<int> head_dims = {64, 80, 96};
+  auto spec_of = [](int head_dim) {
+    KernelSpec s = spec();
+    s.head_dim_qk = s.head_dim_v = head_dim;
+    return s;
+  };
+  const std::filesystem::path bundle_dir = dir_ / "bundle";
+  {
+    BundleContents contents; // a kernel the threads never ask for: registering it must not disturb them
+    const PlanChoice choice = choose_plan(spec_of(128), Variant::fa2);
+    ASSERT_TRUE(choice.ok) << choice.error;
+    CompiledKernel stand_in;
+    stand_in.backend = "nvrtc test";
+    stand_in.cubin = {'c', 'u', 'b', 'i', 'n'};
+    contents.add(bundle_kernel_from(choice, "00000000deadbeef", stand_in), stand_in.cubin);
+    ASSERT_TRUE(write_bundle_directory(bundle_dir, contents).ok());
+  }
+  KernelStore store(config());
+  std::vector<std::vector<std::vector<char>>> cubins(kThreads, std::vector<std::vector<char>>(head_dims.size()));
+  std::vector<std::string> failures(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (size_t i = 0; i < head_dims.size(); ++i) {
+        const size_t which = (i + t) % head_dims.size(); // threads start on different specs
+        CompiledKernel k;
+        PlanChoice c;
+        std::string origin;
+        if (Status s = store.compile(spec_of(head_dims[which]), &k, &c, &origin); !s)
+          failures[t] += s.message + "; ";
+        cubins[t][which] = k.cubin;
+        bool served = false;
+        if (Status s = store.served(spec_of(head_dims[which]), &served, &origin); !s || !served)
+          failures[t] += "not served after its compile; ";
+        if (t == 0 && i == 0 && !store.register_bundle(bundle_dir).ok())
+          failures[t] += "bundle refused; ";
+        (void)store.bundles().size();
+      }
+    });
+  for (std::thread &thread : threads)
+    thread.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_TRUE(failures[t].empty()) << "thread " << t << ": " << failures[t];
+    for (size_t i = 0; i < head_dims.size(); ++i)
+      EXPECT_EQ(cubins[t][i], cubins[0][i]) << "thread " << t << ", d" << head_dims[i];
+  }
+  EXPECT_EQ(entries(), head_dims.size());
+  EXPECT_EQ(store.bundles().size(), 1u);
 }
 
 TEST(CacheKey, ChangesWithAnythingThatChangesCode) {
