@@ -443,6 +443,16 @@ def decode_row(fj, batch, kv_len, dtype, iters, page_size=0, mlir=None, kv_layou
     return result
 
 
+def parse_prefill_rows(text):
+    """'d72s4096,d112s16384c' -> [(72, 4096, False), (112, 16384, True)]."""
+    rows = []
+    for item in text.split(","):
+        causal = item.endswith("c")
+        d, s = item.rstrip("c").lstrip("d").split("s")
+        rows.append((int(d), int(s), causal))
+    return rows
+
+
 def mlir_note(r):
     if "mlir_ms" in r:
         diff = r.get("mlir_max_abs_diff_vs_cudnn", r.get("mlir_max_abs_diff_vs_fp32", -1))
@@ -474,6 +484,8 @@ def main():
                     help="contiguous decode rows' K/V storage: bshd ([B, S, H, D], the TARGETS rows) or bhsd "
                          "([B, H, S, D]: each KV head's keys contiguous)")
     ap.add_argument("--decode-pages", default="0,16,64", help="page sizes of the decode rows (0: contiguous KV)")
+    ap.add_argument("--prefill-rows", help="prefill rows to run instead of TARGETS.md's: d<head_dim>s<seqlen>[c], "
+                                           "comma-separated (e.g. d72s4096,d112s16384c for head dims fixed libraries pad)")
     ap.add_argument("--rows", help="only these rows: d<head_dim>s<seqlen>[c] (c: causal) and <batch>x<kv_len>")
     ap.add_argument("--queue-ahead-cycles", type=int, default=QUEUE_AHEAD_CYCLES_PER_LAUNCH,
                     help="spin-kernel cycles per launch queued ahead of each sample's start event (0: none, the old timing)")
@@ -506,7 +518,7 @@ def main():
     for dname in args.dtypes.split(","):
         dtype = dtypes[dname]
         if "prefill" in args.ops:
-            for d, s, causal in PREFILL_ROWS:
+            for d, s, causal in (parse_prefill_rows(args.prefill_rows) if args.prefill_rows else PREFILL_ROWS):
                 if not selected(f"d{d}s{s}{'c' if causal else ''}"):
                     continue
                 r = prefill_row(fj, d, s, causal, dtype, args.iters, mlir, alt)
