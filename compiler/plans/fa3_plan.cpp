@@ -1,12 +1,13 @@
 // Plan for the FlashAttention-3 kernel (templates/kernels/fa3_prefill.cuh) on sm_90a.
 //
 // CTA = 1 producer warpgroup (one thread issues every TMA) + 2 consumer warpgroups of 64 query
-// rows each (kBlockM = 128), or 3 (kBlockM = 192) for head dims <= 96. K and V each get a
-// 2-stage ring; O is staged either in its own region or in Q's (see kMaxHeadDimSeparateO). Every operand tile is stored
-// as 64-column panels of 128-byte rows with the 128B swizzle (what TMA writes and wgmma reads); head dims that are not
-// a multiple of 64 round their *smem* width up to the next panel, while the QK reduction issues only ceil(d/16) k-steps
-// and PV uses N = head_dim_v exactly. kBlockN is the largest multiple of 16 that fits both shared memory and the
-// consumer register budget (S + P + O accumulators), capped at 128 for causal/local (finer diagonal granularity).
+// rows each (kBlockM = 128), or 3 (kBlockM = 192) for head dims <= 96, odd multiples of 8 up to 120 and causal up to
+// 128. K and V each get a 2-stage ring; O is staged either in its own region or in Q's (see kMaxHeadDimSeparateO).
+// Every operand tile is stored as 64-column panels of 128-byte rows with the 128B swizzle (what TMA writes and wgmma
+// reads); head dims that are not a multiple of 64 round their *smem* width up to the next panel, while the QK reduction
+// issues only ceil(d/16) k-steps and PV uses N = head_dim_v exactly. kBlockN is the largest multiple of 16 that fits
+// both shared memory and the consumer register budget (S + P + O accumulators), capped at 128 for causal/local (finer
+// diagonal granularity).
 #include "compiler/plans/fa3_plan.hpp"
 #include "compiler/planner.hpp"
 
@@ -27,6 +28,13 @@ constexpr int kMaxConsumerWarpgroups = 3;
 // the third's GEMMs. Measured on H200 (harness, bf16): d64 439 -> 512..524, d80 489 -> 547..557,
 // d96 553 -> 599, causal S16384 d64 466 -> 500, d80 448..503 -> 512 TFLOP/s.
 constexpr int kMaxHeadDimThreeWarpgroups = 96;
+// Above d96, head dims that are odd multiples of 8 run three too (session 23, bf16; run 27e's
+// flashjit bench, two warpgroups -> three): d104 S4096 449 -> 590, S1024 384 -> 463 (compare.py, run
+// 27f); d120 S4096 576 -> 620, S1024 471 -> 480. Two warpgroups lose 25-30% at those dims (d104 452
+// against d112's 647 in run 27c; the cause is not established), and d72/d88 show the same gap the
+// other way. d112 keeps two: three gave +1..3% at S4096 but -5% at S1024; d128 loses 5% with three.
+constexpr int kMaxHeadDimThreeWarpgroupsOddEights = 120;
+constexpr int kHeadDimWgmmaK = 16;
 // Causal tiles up to d128 too (M = 192, N = 80): d128 causal S16384 687 -> 699..701 TFLOP/s
 // (harness, session 7, two rounds), where the unmasked d128 tile gains nothing (670 vs 670).
 constexpr int kMaxHeadDimThreeWarpgroupsCausal = 128;
@@ -204,7 +212,9 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, Fa3Tile *tile, st
   t.masked = spec.causal || spec.local;
   const int max_dim = std::max(spec.head_dim_qk, spec.head_dim_v);
   const bool small_dim = max_dim <= kSmallHeadDim;
+  const bool odd_eights = spec.head_dim_qk % kHeadDimWgmmaK != 0 || spec.head_dim_v % kHeadDimWgmmaK != 0;
   const bool fits_three_wgs = max_dim <= kMaxHeadDimThreeWarpgroups ||
+                              (odd_eights && max_dim <= kMaxHeadDimThreeWarpgroupsOddEights) ||
                               (spec.causal && !spec.local && max_dim <= kMaxHeadDimThreeWarpgroupsCausal);
   t.consumer_wgs = tuning.consumer_warpgroups > 0 ? tuning.consumer_warpgroups
                    : fits_three_wgs               ? kMaxConsumerWarpgroups
@@ -423,10 +433,9 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add_bool("kFirstBlockInLoop", first_block_in_loop);
   if (tuning.unmasked_key_loop > 0 && (first_block_in_loop || cross_tile_overlap))
     return refuse("fa3: unmasked_key_loop needs the prologue form (no first_block_in_loop or cross_tile_overlap)");
-  plan->add_bool("kUnmaskedKeyLoop", tuning.unmasked_key_loop >= 0
-                                         ? tuning.unmasked_key_loop != 0
-                                         : kUnmaskedKeyLoopDefault && !masked && !first_block_in_loop &&
-                                               !cross_tile_overlap);
+  plan->add_bool("kUnmaskedKeyLoop", tuning.unmasked_key_loop >= 0 ? tuning.unmasked_key_loop != 0
+                                                                   : kUnmaskedKeyLoopDefault && !masked &&
+                                                                         !first_block_in_loop && !cross_tile_overlap);
   plan->add_bool("kProgrammaticLaunch", tuning.programmatic_launch >= 0
                                             ? tuning.programmatic_launch != 0
                                             : kProgrammaticLaunchDefault && backend != FLASHJIT_BACKEND_MLIR);

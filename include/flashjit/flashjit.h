@@ -157,7 +157,7 @@ flashjit_status flashjit_explain(flashjit_runtime runtime, const flashjit_proble
 
 /* Workspace: plan once, run many
  *
- * Prefill on sm_90a (fa3, no causal mask, window or varlen, head dims up to 96 by default): the
+ * Prefill on sm_90a (fa3, no causal mask, window or varlen, head dims up to 128 by default): the
  * last waves of tiles are cut evenly by keys across the SMs, and a tile cut in two is merged by the
  * second CTA to finish it, through scratch in problem->workspace (flashjit_workspace_size bytes).
  * Its arrival counters must start at zero; each launch leaves them at zero. forward zeroes them the

@@ -93,6 +93,12 @@ std::vector<PrefillCase> cases() {
   add("d104_bf16_custom_scale", dense(1, 400, 333, 4, 4, 104, 104, Dtype::bf16),
       [](CaseOptions &c) { c.problem.scale = 0.3f; });
   add("d160_fp16_causal", dense(1, 555, 555, 4, 4, 160, 160, Dtype::fp16), causal);
+  // Non-causal d104 and d120 run three consumer warpgroups, d112 two (session 23): lengths not a
+  // multiple of the tile, sq != sk, GQA 6 and 7.
+  add("d112_bf16_two_warpgroups_gqa6", dense(2, 901, 650, 12, 2, 112, 112, Dtype::bf16), none);
+  all.back().auto_kernel_has = "full.m128n160s2.wg2pp";
+  add("d120_fp16_three_warpgroups_gqa7", dense(1, 500, 1234, 14, 2, 120, 120, Dtype::fp16), none);
+  all.back().auto_kernel_has = "full.m192n80s2.wg3pp";
   add("d8_bf16_short", dense(3, 17, 9, 2, 1, 8, 8, Dtype::bf16), none);
   add("d40_fp16_causal_sq_gt_sk", dense(2, 333, 200, 6, 3, 40, 40, Dtype::fp16), causal);
   add("d128_bf16_one_key", dense(1, 64, 1, 2, 2, 128, 128, Dtype::bf16), causal);

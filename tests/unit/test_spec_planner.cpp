@@ -365,14 +365,15 @@ TEST(Fa3Tuning, CrossTileOverlapIsATuningWhereOHasItsOwnRegion) {
 
 // The tail split: for tiles of equal cost only (no causal, window or varlen), NVRTC only, not with
 // the cross-tile walk; on by default where sessions 10 and 14 measured it worth its compile time
-// (three consumer warpgroups: d <= 96; two up to d128 with the default key block), a tuning elsewhere.
+// (three consumer warpgroups: d <= 96 and odd multiples of 8 up to d120; two up to d128 with the
+// default key block), a tuning elsewhere.
 TEST(Fa3Tuning, TailSplitIsATuningForTilesOfEqualCost) {
-  for (int d : {64, 80, 96, 104, 128, 136, 192, 256}) {
+  for (int d : {64, 80, 96, 104, 112, 120, 128, 136, 192, 256}) {
     Plan plan;
     std::string why;
     ASSERT_TRUE(plan_fa3(prefill(d, false), &plan, &why)) << why;
     const bool expected = d <= 128;
-    EXPECT_EQ(plan.consumer_warpgroups == 3, d <= 96) << "d" << d;
+    EXPECT_EQ(plan.consumer_warpgroups == 3, d <= 96 || d == 104 || d == 120) << "d" << d;
     EXPECT_EQ(plan.constant("kTailSplit"), expected ? 1 : 0) << "d" << d;
     EXPECT_EQ(kernel_name(prefill(d, false), plan).find(".ts") != std::string::npos, expected) << "d" << d;
     ASSERT_TRUE(plan_fa3(prefill(d, true), &plan, &why)) << why;
