@@ -34,7 +34,6 @@ constexpr int kMaxHeadDimThreeWarpgroups = 96;
 // against d112's 647 in run 27c; the cause is not established), and d72/d88 show the same gap the
 // other way. d112 keeps two: three gave +1..3% at S4096 but -5% at S1024; d128 loses 5% with three.
 constexpr int kMaxHeadDimThreeWarpgroupsOddEights = 120;
-constexpr int kHeadDimWgmmaK = 16;
 // Causal tiles up to d128 too (M = 192, N = 80): d128 causal S16384 687 -> 699..701 TFLOP/s
 // (harness, session 7, two rounds), where the unmasked d128 tile gains nothing (670 vs 670).
 constexpr int kMaxHeadDimThreeWarpgroupsCausal = 128;
@@ -212,7 +211,7 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, Fa3Tile *tile, st
   t.masked = spec.causal || spec.local;
   const int max_dim = std::max(spec.head_dim_qk, spec.head_dim_v);
   const bool small_dim = max_dim <= kSmallHeadDim;
-  const bool odd_eights = spec.head_dim_qk % kHeadDimWgmmaK != 0 || spec.head_dim_v % kHeadDimWgmmaK != 0;
+  const bool odd_eights = spec.head_dim_qk % kKStep != 0 || spec.head_dim_v % kKStep != 0;
   const bool fits_three_wgs = max_dim <= kMaxHeadDimThreeWarpgroups ||
                               (odd_eights && max_dim <= kMaxHeadDimThreeWarpgroupsOddEights) ||
                               (spec.causal && !spec.local && max_dim <= kMaxHeadDimThreeWarpgroupsCausal);
