@@ -7,6 +7,7 @@
 # that say what limits a kernel (speed of light, pipe utilization, warp stalls, memory) and prints a
 # short summary.
 #   bench/ncu_profile.sh RESULTS_DIR [NAMES (default fa3_d128,decode_64x4096,decode_1x32768)]
+# NCU_SOURCE=1 adds the source-counter section (the SASS lines with the most stall samples).
 # Uses $FLASHJIT_BUILD_DIR (default build-device).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,17 +26,25 @@ for reason in long_scoreboard short_scoreboard barrier wait math_pipe_throttle m
   stalls+="${stalls:+,}smsp__average_warps_issue_stalled_${reason}_per_issue_active.ratio"
 done
 sections+=(--metrics "$stalls")
+# NCU_SOURCE=1 adds the SASS lines where warps stall most (SourceCounters).
+if [ "${NCU_SOURCE:-0}" = 1 ]; then sections+=(--section SourceCounters); fi
 
 # NAME -> "fj COMMAND" (flashjit's kernels, fj_*) or "sdpa COMMAND" (cuDNN's, launched through PyTorch).
 problem() {
   case "$1" in
   fa3_d128) echo "fj $cli bench -b 4 -s 4096 --heads-q 16 -d 128 -n 8" ;;
   fa3_d128_s1024) echo "fj $cli bench -b 16 -s 1024 --heads-q 16 -d 128 -n 8" ;;
+  fa3_d128_s1024_causal) echo "fj $cli bench -b 16 -s 1024 --heads-q 16 -d 128 -n 8 --causal" ;;
+  # The odd-multiple-of-8 loss with two pingpong warpgroups (perf-notes, session 23): d104 forced onto
+  # the two-warpgroup kernel against d112's, same shape rule (20 and 18 heads).
+  fa3_d104_two_warpgroups) echo "fj env FLASHJIT_FA3_TUNING=consumer_warpgroups=2 $cli bench -b 4 -s 4096 --heads-q 20 -d 104 -n 8" ;;
+  fa3_d112_two_warpgroups) echo "fj $cli bench -b 4 -s 4096 --heads-q 18 -d 112 -n 8" ;;
   decode_64x4096) echo "fj $cli bench -b 64 -s 1 --seqlen-k 4096 --heads-q 32 --heads-kv 8 -d 128 -n 8" ;;
   decode_1x32768) echo "fj $cli bench -b 1 -s 1 --seqlen-k 32768 --heads-q 32 --heads-kv 8 -d 128 -n 8" ;;
   # cuDNN's kernels on the same shapes (PyTorch SDPA), for what ours do differently.
   cudnn_fa_d128) echo "sdpa python3 bench/sdpa_launch.py --backend cudnn --prefill d128s4096" ;;
   cudnn_fa_d128_s1024) echo "sdpa python3 bench/sdpa_launch.py --backend cudnn --prefill d128s1024" ;;
+  cudnn_fa_d128_s1024_causal) echo "sdpa python3 bench/sdpa_launch.py --backend cudnn --prefill d128s1024c" ;;
   cudnn_decode_64x4096) echo "sdpa python3 bench/sdpa_launch.py --backend cudnn --decode 64x4096" ;;
   cudnn_decode_1x32768) echo "sdpa python3 bench/sdpa_launch.py --backend cudnn --decode 1x32768" ;;
   *) echo "unknown profile name $1" >&2; return 1 ;;

@@ -175,18 +175,22 @@ int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int
   // K+V bytes of one (batch, head) pair; query heads of a GQA group share theirs.
   const double pair_bytes = static_cast<double>(std::max(p.seqlen_k, 1)) * (spec.head_dim_qk + spec.head_dim_v) *
                             kElemBytes / std::max(p.group, 1);
-  int section = 1;
-  while (section * 2 <= pairs && (section * 2) * pair_bytes <= kL2SectionShare * l2_bytes)
-    section *= 2;
-  // Causal: one section, so the whole grid runs heaviest-first (m-block descending). CTAs then
-  // walk their KV blocks in near lock-step, which keeps the shared K/V blocks in L2 anyway.
-  if (spec.causal)
-    section = pairs;
-  params->heads_per_section = std::max(section, 1);
   int walkers = num_sms / cluster;
   if (resident_clusters > 0)
     walkers = std::min(walkers, resident_clusters);
   walkers = std::max(1, std::min(walkers, params->num_tiles));
+  int section = 1;
+  while (section * 2 <= pairs && (section * 2) * pair_bytes <= kL2SectionShare * l2_bytes)
+    section *= 2;
+  // Causal: one section, so the whole grid runs heaviest-first (m-block descending), where each wave
+  // holds several tiles of every pair: their CTAs walk the same KV blocks in near lock-step, which
+  // keeps them in L2 anyway. The plan's kCausalSections says when (compiler/plans/fa3_plan.cpp).
+  if (spec.causal) {
+    const int64_t rule = plan.constant("kCausalSections", 0);
+    if (rule == 0 || (rule == 1 && 2 * pairs <= walkers))
+      section = pairs;
+  }
+  params->heads_per_section = std::max(section, 1);
   fa3_fill_tail(plan, walkers, params);
   return cluster * walkers;
 }

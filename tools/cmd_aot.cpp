@@ -176,7 +176,7 @@ bool expand(const ShapeSet &set, flashjit_backend backend, std::vector<KernelSpe
                 if (op == "prefill") {
                   specs->push_back(spec);
                   // The short-key block a problem may pick at run time (fa3_key_block_for).
-                  if (KernelSpec short_keys = spec; (short_keys.key_block = fa3_short_key_block(spec)) != 0)
+                  if (KernelSpec short_keys = spec; (short_keys.key_block = fa3_short_key_block(spec, backend)) != 0)
                     specs->push_back(short_keys);
                   continue;
                 }

@@ -28,11 +28,12 @@ constexpr int kMaxConsumerWarpgroups = 3;
 // the third's GEMMs. Measured on H200 (harness, bf16): d64 439 -> 512..524, d80 489 -> 547..557,
 // d96 553 -> 599, causal S16384 d64 466 -> 500, d80 448..503 -> 512 TFLOP/s.
 constexpr int kMaxHeadDimThreeWarpgroups = 96;
-// Above d96, head dims that are odd multiples of 8 run three too (session 23, bf16; run 27e's
-// flashjit bench, two warpgroups -> three): d104 S4096 449 -> 590, S1024 384 -> 463 (compare.py, run
-// 27f); d120 S4096 576 -> 620, S1024 471 -> 480. Two warpgroups lose 25-30% at those dims (d104 452
-// against d112's 647 in run 27c; the cause is not established), and d72/d88 show the same gap the
-// other way. d112 keeps two: three gave +1..3% at S4096 but -5% at S1024; d128 loses 5% with three.
+// Head dims that are odd multiples of 8 put every other head's K/V rows 16 bytes off a 32-byte
+// sector, and a single CTA of two warpgroups (M = 128, 128 FLOPs per byte of K/V from L2) then
+// loses 25-30%: d104 452 against d112's 647 (run 27c). Nsight Compute (run 28a): L2 84% busy for
+// d104 against 70% for d112, which does 40% more work in that time. Halving the L2 traffic closes it:
+// CTA pairs (kMinHeadDimClusterOddEights below) where the pairs can run, else three warpgroups (M = 192)
+// up to this head dim: d104 S4096 449 -> 590, d120 576 -> 620 (session 23).
 constexpr int kMaxHeadDimThreeWarpgroupsOddEights = 120;
 // Causal tiles up to d128 too (M = 192, N = 80): d128 causal S16384 687 -> 699..701 TFLOP/s
 // (harness, session 7, two rounds), where the unmasked d128 tile gains nothing (670 vs 670).
@@ -143,6 +144,11 @@ constexpr int kMaxHeadDimSeparateO = 128;
 // no varlen (a pair could straddle two sequences).
 constexpr int kClusterPair = 2;
 constexpr int kMinHeadDimCluster = 128;
+// Odd multiples of 8 from d72 run in pairs too (run 28b/c, bf16, planner's kernel -> pairs):
+// d104 two warpgroups S4096 556 -> 570, S1024 457 -> 519 (x1.14 cuDNN); d120 S4096 566 -> 614, S1024 475
+// -> 556 (x0.88 -> x1.03 cuDNN); three warpgroups d72 S4096 +0.8%, S1024 +5.7%, d88 +0.5% / +4.0%.
+// d40 and d56 lose 1.5-2.4% (their softmax, not L2, binds them): single CTAs there.
+constexpr int kMinHeadDimClusterOddEights = 72;
 // The key block for short key lengths that the default (larger) block pads badly: S = 1024 at d128
 // is 6.4 blocks of 160, so the 7th block is 40% padding. Measured (harness, bf16, CTA pairs, session
 // 7, two rounds): d128 S1024 562 -> 587..588 TFLOP/s with N 128, but S4096 672 -> 665 (a 128-key
@@ -162,6 +168,18 @@ constexpr int kMaxHeadDimLazyRescale3Wg = 80;
 // Bytes the TMA maps promote into L2 per miss (runtime/tma_desc.cpp; Fa3Tuning::l2_promotion A/Bs
 // it). 256 since the first fa3 kernel; the decode maps measured 256 at 6-9% below 0/64/128 (run 22d).
 constexpr int kTmaL2PromotionBytes = 256;
+// Walk order of causal tiles (kCausalSections, read by runtime/tma_desc.cpp's fa3_fill_schedule):
+// 0: one section over every (batch, head) pair, heaviest m-blocks first across the whole grid (session
+// 6: +13..31% at S16384 over per-section orders without the snake); there each wave holds several
+// m-blocks of every pair, whose CTAs read the same K/V blocks at about the same time.
+// 1: that where every wave holds at least two tiles of each pair, else sections whose K/V fit in L2,
+// as for unmasked tiles. 2: L2-sized sections always.
+// With many short sequences one section re-reads K/V from DRAM: at d128 S1024 causal (256 pairs,
+// 132 walkers) a pair's next m-block comes 256 tiles (128 MB of K/V) later, and Nsight Compute read
+// 3.4 TB/s of DRAM traffic at a 32% L2 hit rate where cuDNN read 1.6 TB/s at 59% (run 28c).
+constexpr int kCausalSectionsOne = 0;
+constexpr int kCausalSectionsMax = 2;
+constexpr int kCausalSectionsDefault = kCausalSectionsOne;
 // Named barriers: 0 is __syncthreads; then one pingpong barrier and one epilogue barrier per
 // consumer warpgroup.
 constexpr int kBarrierPingpong = 1;
@@ -189,7 +207,18 @@ struct Fa3Tile {
   int smem_limit = 0;
 };
 
-bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, Fa3Tile *tile, std::string *why_not) {
+// CTA pairs need every m-block to see every key (no causal / window mask, no varlen: a pair could
+// straddle two sequences); the MLIR generator renders single-CTA tiles only.
+bool fa3_pairs_can_run(const KernelSpec &spec, flashjit_backend backend) {
+  return !spec.causal && !spec.local && !spec.varlen && backend != FLASHJIT_BACKEND_MLIR;
+}
+
+bool fa3_odd_eights(const KernelSpec &spec) {
+  return spec.head_dim_qk % kKStep != 0 || spec.head_dim_v % kKStep != 0;
+}
+
+bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, flashjit_backend backend, Fa3Tile *tile,
+              std::string *why_not) {
   auto refuse = [&](const std::string &reason) {
     if (why_not)
       *why_not = reason;
@@ -211,10 +240,10 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, Fa3Tile *tile, st
   t.masked = spec.causal || spec.local;
   const int max_dim = std::max(spec.head_dim_qk, spec.head_dim_v);
   const bool small_dim = max_dim <= kSmallHeadDim;
-  const bool odd_eights = spec.head_dim_qk % kKStep != 0 || spec.head_dim_v % kKStep != 0;
-  const bool fits_three_wgs = max_dim <= kMaxHeadDimThreeWarpgroups ||
-                              (odd_eights && max_dim <= kMaxHeadDimThreeWarpgroupsOddEights) ||
-                              (spec.causal && !spec.local && max_dim <= kMaxHeadDimThreeWarpgroupsCausal);
+  const bool fits_three_wgs =
+      max_dim <= kMaxHeadDimThreeWarpgroups ||
+      (fa3_odd_eights(spec) && max_dim <= kMaxHeadDimThreeWarpgroupsOddEights && !fa3_pairs_can_run(spec, backend)) ||
+      (spec.causal && !spec.local && max_dim <= kMaxHeadDimThreeWarpgroupsCausal);
   t.consumer_wgs = tuning.consumer_warpgroups > 0 ? tuning.consumer_warpgroups
                    : fits_three_wgs               ? kMaxConsumerWarpgroups
                                                   : kConsumerWarpgroupsDefault;
@@ -267,7 +296,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return false;
   };
   Fa3Tile tile;
-  if (!fa3_tile(spec, tuning, &tile, why_not))
+  if (!fa3_tile(spec, tuning, backend, &tile, why_not))
     return false;
   const auto [consumer_wgs, block_m, block_n, masked, separate_o, qk_smem_cols, v_smem_cols, q_bytes, o_bytes, qo_bytes,
               smem_limit] = tile;
@@ -278,12 +307,10 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   const int regs_consumer = three_wgs ? kRegsConsumer3 : kRegsConsumer2;
   const int q_panel_bytes = block_m * kSwizzleBytes;
 
-  // The MLIR generator (compiler/mlir/gen_fa3.cpp) renders single-CTA tiles only.
-  const bool pair_fits =
-      !masked && !spec.varlen && consumer_wgs == kConsumerWarpgroupsDefault && max_dim >= kMinHeadDimCluster;
-  const int cluster_m = tuning.cluster_m > 0                            ? tuning.cluster_m
-                        : pair_fits && backend != FLASHJIT_BACKEND_MLIR ? kClusterPair
-                                                                        : 1;
+  const bool pair_fits = fa3_pairs_can_run(spec, backend) &&
+                         ((consumer_wgs == kConsumerWarpgroupsDefault && max_dim >= kMinHeadDimCluster) ||
+                          (fa3_odd_eights(spec) && max_dim >= kMinHeadDimClusterOddEights));
+  const int cluster_m = tuning.cluster_m > 0 ? tuning.cluster_m : pair_fits ? kClusterPair : 1;
   if (cluster_m != 1 && cluster_m != kClusterPair)
     return refuse("fa3: cluster_m must be 1 or 2");
   if (cluster_m == kClusterPair && (masked || spec.varlen))
@@ -336,6 +363,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   if (tuning.q_in_registers > 0 && cross_tile_overlap)
     return refuse("fa3: q_in_registers loads Q per tile (no cross_tile_overlap)");
   const bool q_in_registers = tuning.q_in_registers > 0;
+  if (tuning.causal_sections > kCausalSectionsMax)
+    return refuse("fa3: causal_sections must be 0, 1 or 2");
   if (tuning.l2_promotion >= 0 && tuning.l2_promotion != 0 && tuning.l2_promotion != 64 && tuning.l2_promotion != 128 &&
       tuning.l2_promotion != 256)
     return refuse("fa3: l2_promotion must be 0, 64, 128 or 256 bytes");
@@ -441,6 +470,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add_bool("kQDescPerStep", q_desc_per_step);
   plan->add_bool("kQInRegisters", q_in_registers);
   plan->add("kTmaL2PromotionBytes", tuning.l2_promotion >= 0 ? tuning.l2_promotion : kTmaL2PromotionBytes);
+  if (spec.causal)
+    plan->add("kCausalSections", tuning.causal_sections >= 0 ? tuning.causal_sections : kCausalSectionsDefault);
   plan->add("kBarrierTail", kBarrierPingpong + 2 * consumer_wgs); // all consumer warpgroups
   plan->add("kTailPieces", kTailPieces);
   // One piece's partial state per consumer thread: its O accumulators, its rows' max and sum share.
@@ -472,6 +503,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"l2_promotion", &Fa3Tuning::l2_promotion},
       {"programmatic_launch", &Fa3Tuning::programmatic_launch},
       {"unmasked_key_loop", &Fa3Tuning::unmasked_key_loop},
+      {"causal_sections", &Fa3Tuning::causal_sections},
   };
   size_t begin = 0;
   while (begin <= text.size()) {
@@ -508,7 +540,7 @@ namespace {
 
 // The planner's default kBlockN of an unmasked, fixed-length fa3 spec, or 0 when the spec has no
 // short-key alternative. The cheap refusals come first: this runs on every prefill call.
-int default_block_n_with_short_alternative(const KernelSpec &spec) {
+int default_block_n_with_short_alternative(const KernelSpec &spec, flashjit_backend backend) {
   // Masked tiles already use kMaxBlockNMasked; varlen sequences each pad differently.
   if (spec.op != Op::prefill || spec.arch.sm != 90 || !spec.arch.arch_specific || spec.page_size != 0 ||
       spec.align_bytes % 16 != 0 || spec.causal || spec.local || spec.varlen)
@@ -516,19 +548,19 @@ int default_block_n_with_short_alternative(const KernelSpec &spec) {
   KernelSpec default_spec = spec;
   default_spec.key_block = 0;
   Fa3Tile tile;
-  if (!fa3_tile(default_spec, Fa3Tuning{}, &tile, nullptr))
+  if (!fa3_tile(default_spec, Fa3Tuning{}, backend, &tile, nullptr))
     return 0;
   return tile.block_n > kShortKeyBlock ? tile.block_n : 0;
 }
 
 } // namespace
 
-int fa3_short_key_block(const KernelSpec &spec) {
-  return default_block_n_with_short_alternative(spec) != 0 ? kShortKeyBlock : 0;
+int fa3_short_key_block(const KernelSpec &spec, flashjit_backend backend) {
+  return default_block_n_with_short_alternative(spec, backend) != 0 ? kShortKeyBlock : 0;
 }
 
-int fa3_key_block_for(const KernelSpec &spec, int seqlen_k) {
-  const int default_block = default_block_n_with_short_alternative(spec);
+int fa3_key_block_for(const KernelSpec &spec, int seqlen_k, flashjit_backend backend) {
+  const int default_block = default_block_n_with_short_alternative(spec, backend);
   if (default_block == 0 || seqlen_k <= 0)
     return 0;
   // Keys each block computes, padded to whole blocks, at the measured cost per key of each block.

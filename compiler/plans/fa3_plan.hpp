@@ -26,6 +26,7 @@ struct Fa3Tuning {
   int l2_promotion = -1;        // -1: the planner's choice; 0, 64, 128 or 256: bytes the TMA maps promote into L2
   int programmatic_launch = -1; // -1: the planner's choice; 1: launched as a programmatic dependent (PDL)
   int unmasked_key_loop = -1; // -1: the planner's choice; 1: no mask code below a tile's last block (no causal/window)
+  int causal_sections = -1;   // -1: the planner's choice; causal walk order (kCausalSections): 0, 1 or 2
 };
 
 bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not,
@@ -34,7 +35,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
 // "key=value,..." with the keys block_n, pingpong, exp2_poly_every, consumer_warpgroups,
 // separate_o, rescale_before_pv, cluster_m, lazy_rescale, row_max_partials, cross_tile_overlap,
 // tail_split, first_block_in_loop, q_desc_per_step, q_in_registers, l2_promotion, programmatic_launch,
-// unmasked_key_loop (the fields above; unnamed fields keep
+// unmasked_key_loop, causal_sections (the fields above; unnamed fields keep
 // the planner's choice), e.g. "consumer_warpgroups=2,block_n=128": the developer override FLASHJIT_FA3_TUNING. False,
 // naming the bad item, on an unknown key or a value that is not an integer; whether the values fit a spec is the
 // planner's answer (plan_fa3_tuned).

@@ -93,12 +93,22 @@ std::vector<PrefillCase> cases() {
   add("d104_bf16_custom_scale", dense(1, 400, 333, 4, 4, 104, 104, Dtype::bf16),
       [](CaseOptions &c) { c.problem.scale = 0.3f; });
   add("d160_fp16_causal", dense(1, 555, 555, 4, 4, 160, 160, Dtype::fp16), causal);
-  // Non-causal d104 and d120 run three consumer warpgroups, d112 two (session 23): lengths not a
-  // multiple of the tile, sq != sk, GQA 6 and 7.
+  // Odd multiples of 8 from d72 run in CTA pairs (session 24): d104 and d120 with two consumer
+  // warpgroups, d72 and d88 with three; d112 runs two in single CTAs, d56 three. Lengths not a
+  // multiple of the tile (odd m-block counts: the last pair's second CTA has no rows), sq != sk,
+  // GQA 4, 6 and 7. Sequences this short take the 128-key block where it pads less (d104, d112).
   add("d112_bf16_two_warpgroups_gqa6", dense(2, 901, 650, 12, 2, 112, 112, Dtype::bf16), none);
-  all.back().auto_kernel_has = "full.m128n160s2.wg2pp";
-  add("d120_fp16_three_warpgroups_gqa7", dense(1, 500, 1234, 14, 2, 120, 120, Dtype::fp16), none);
-  all.back().auto_kernel_has = "full.m192n80s2.wg3pp";
+  all.back().auto_kernel_has = "full.m128n128s2.wg2pp.um";
+  add("d120_fp16_pairs_gqa7", dense(1, 500, 1234, 14, 2, 120, 120, Dtype::fp16), none);
+  all.back().auto_kernel_has = "full.m128n160s2.wg2pp.cl2";
+  add("d104_fp16_pairs_odd_m_blocks", dense(2, 333, 1000, 5, 5, 104, 104, Dtype::fp16), none);
+  all.back().auto_kernel_has = "full.m128n128s2.wg2pp.cl2";
+  add("d72_bf16_three_warpgroups_pairs_gqa4", dense(2, 900, 777, 8, 2, 72, 72, Dtype::bf16), none);
+  all.back().auto_kernel_has = "wg3pp.cl2";
+  add("d88_fp16_three_warpgroups_pairs_sq_lt_sk", dense(1, 385, 1500, 6, 6, 88, 88, Dtype::fp16), none);
+  all.back().auto_kernel_has = "wg3pp.cl2";
+  add("d56_bf16_three_warpgroups_single", dense(1, 500, 600, 4, 4, 56, 56, Dtype::bf16), none);
+  all.back().auto_kernel_has = "full.m192n128s2.wg3pp.ts";
   add("d8_bf16_short", dense(3, 17, 9, 2, 1, 8, 8, Dtype::bf16), none);
   add("d40_fp16_causal_sq_gt_sk", dense(2, 333, 200, 6, 3, 40, 40, Dtype::fp16), causal);
   add("d128_bf16_one_key", dense(1, 64, 1, 2, 2, 128, 128, Dtype::bf16), causal);
@@ -215,7 +225,8 @@ INSTANTIATE_TEST_SUITE_P(Prefill, PrefillGpu,
 // FLASHJIT_FA3_TUNING=tail_split=1 turns it on at every head dim), with the workspace
 // flashjit_workspace_size asks for: shapes whose last waves are cut between walkers (unit test
 // Fa3Schedule.TheTailSplitGpuTestShapesCutTiles pins that; d64: 162 units over 132 CTAs, d80: 160,
-// d128 GQA 5: 160 pair units over 66 clusters, d192 with more keys than queries: 150, d256: 72), so
+// d128 and d104 GQA 5: 160 pair units over 66 clusters, d192 with more keys than queries: 150, d256:
+// 72, d72 in pairs of three-warpgroup CTAs: 96), so
 // tiles are merged by the second walker to finish; every element against the float64 reference,
 // then twice more bitwise equal (which CTA merges must not move the result, and the counters,
 // zeroed once per workspace, are left at zero by each launch), and without the workspace the same
@@ -230,7 +241,9 @@ TEST_F(PrefillTailSplitGpu, CutTilesMergeToTheReference) {
                         {"d80_lazy_3wg", 2, 900, 2000, 16, 16, 80, ref::Dtype::fp16},
                         {"d128_gqa5", 1, 1000, 2600, 40, 8, 128, ref::Dtype::fp16},
                         {"d192_sq_lt_sk", 2, 600, 2000, 25, 25, 192, ref::Dtype::bf16},
-                        {"d256", 1, 700, 1600, 24, 24, 256, ref::Dtype::bf16}};
+                        {"d256", 1, 700, 1600, 24, 24, 256, ref::Dtype::bf16},
+                        {"d104_pairs_gqa5", 1, 1000, 2600, 40, 8, 104, ref::Dtype::bf16},
+                        {"d72_pairs_3wg", 2, 900, 2000, 16, 16, 72, ref::Dtype::fp16}};
   const std::unique_ptr<Runtime> tail_split = strict_runtime_with_fa3_tuning("tail_split=1");
   Runtime &runtime = *tail_split;
   for (const Case &c : cases) {

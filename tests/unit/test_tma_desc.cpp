@@ -335,6 +335,44 @@ TEST(Fa3Schedule, TilesSectionsAndGrid) {
   EXPECT_EQ(fa3_fill_schedule(causal, fa3_plan(causal), 132, 50 * 1024 * 1024, &params), 1);
 }
 
+// Causal walk orders (kCausalSections, FLASHJIT_FA3_TUNING=causal_sections): 0 one heaviest-first
+// section over every (batch, head) pair; 1 that only where each wave holds two tiles or more of every
+// pair, else L2-sized sections; 2 L2-sized sections always. Unmasked plans carry no rule.
+TEST(Fa3Schedule, CausalSectionsByRule) {
+  const KernelSpec causal = fa3_spec(128, 128, true);
+  EXPECT_EQ(fa3_plan(fa3_spec(128, 128)).constant("kCausalSections", -1), -1);
+  struct Case {
+    int rule, batch, seqlen, heads;
+    int heads_per_section;
+  };
+  // 1024 x 256 x 2 B = 512 KiB of K/V per pair: 32 pairs fill 16 MiB, 64 would pass 60% of 50 MiB.
+  // 16384 keys: 8 MiB per pair, two per section. 132 walkers (single CTAs: causal).
+  for (const Case &c : {Case{0, 16, 1024, 16, 256}, Case{1, 16, 1024, 16, 32}, Case{2, 16, 1024, 16, 32},
+                        Case{0, 1, 16384, 16, 16}, Case{1, 1, 16384, 16, 16}, Case{2, 1, 16384, 16, 2},
+                        Case{1, 1, 16384, 66, 66}, Case{1, 1, 16384, 67, 2}, Case{1, 2, 1024, 16, 32}}) {
+    Fa3Tuning tuning;
+    tuning.causal_sections = c.rule;
+    Plan plan;
+    std::string why;
+    ASSERT_TRUE(plan_fa3_tuned(causal, tuning, &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kCausalSections"), c.rule);
+    const bool named = kernel_name(causal, plan).find(".cs" + std::to_string(c.rule)) != std::string::npos;
+    EXPECT_EQ(named, c.rule != 0) << kernel_name(causal, plan) << ": kernels that walk differently differ in name";
+    fj_fa3_params params;
+    std::memset(&params, 0, sizeof params);
+    params.base = batch_params(c.batch, c.seqlen, c.seqlen, c.heads, c.heads, 128, 128);
+    fa3_fill_schedule(causal, plan, 132, 50 * 1024 * 1024, &params);
+    EXPECT_EQ(params.heads_per_section, c.heads_per_section)
+        << "rule " << c.rule << ", " << c.batch << " x " << c.heads << " pairs of " << c.seqlen << " keys";
+  }
+  Fa3Tuning bad;
+  bad.causal_sections = 3;
+  Plan plan;
+  std::string why;
+  EXPECT_FALSE(plan_fa3_tuned(causal, bad, &plan, &why));
+  EXPECT_NE(why.find("causal_sections"), std::string::npos) << why;
+}
+
 // The tail split's walk, as templates/kernels/fa3/scheduler.cuh takes it (tail_share, cut_to_share,
 // tail_cut): walker w owns blocks [w * B, (w + 1) * B) of the tail's units laid end to end.
 struct TailPieceCheck {
@@ -461,7 +499,8 @@ TEST(Fa3Schedule, TheTailSplitGpuTestShapesCutTiles) {
   tuning.tail_split = 1;
   for (const Shape &c :
        {Shape{2, 400, 2048, 27, 27, 64}, Shape{2, 900, 2000, 16, 16, 80}, Shape{1, 1000, 2600, 40, 8, 128},
-        Shape{2, 600, 2000, 25, 25, 192}, Shape{1, 700, 1600, 24, 24, 256}}) {
+        Shape{2, 600, 2000, 25, 25, 192}, Shape{1, 700, 1600, 24, 24, 256}, Shape{1, 1000, 2600, 40, 8, 104},
+        Shape{2, 900, 2000, 16, 16, 72}}) {
     KernelSpec spec = fa3_spec(c.d, c.d);
     spec.key_block = fa3_key_block_for(spec, c.seqlen_k);
     Plan plan;
