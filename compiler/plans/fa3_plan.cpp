@@ -168,18 +168,17 @@ constexpr int kMaxHeadDimLazyRescale3Wg = 80;
 // Bytes the TMA maps promote into L2 per miss (runtime/tma_desc.cpp; Fa3Tuning::l2_promotion A/Bs
 // it). 256 since the first fa3 kernel; the decode maps measured 256 at 6-9% below 0/64/128 (run 22d).
 constexpr int kTmaL2PromotionBytes = 256;
-// Walk order of causal tiles (kCausalSections, read by runtime/tma_desc.cpp's fa3_fill_schedule):
-// 0: one section over every (batch, head) pair, heaviest m-blocks first across the whole grid (session
-// 6: +13..31% at S16384 over per-section orders without the snake); there each wave holds several
-// m-blocks of every pair, whose CTAs read the same K/V blocks at about the same time.
-// 1: that where every wave holds at least two tiles of each pair, else sections whose K/V fit in L2,
-// as for unmasked tiles. 2: L2-sized sections always.
-// With many short sequences one section re-reads K/V from DRAM: at d128 S1024 causal (256 pairs,
-// 132 walkers) a pair's next m-block comes 256 tiles (128 MB of K/V) later, and Nsight Compute read
-// 3.4 TB/s of DRAM traffic at a 32% L2 hit rate where cuDNN read 1.6 TB/s at 59% (run 28c).
-constexpr int kCausalSectionsOne = 0;
+// Walk order of causal tiles (kCausalSections, read by fa3_fill_schedule in runtime/tma_desc.cpp):
+// 0 (the default): one section over every (batch, head) pair, heaviest m-blocks first across the
+// whole grid, where each wave holds several tiles of every pair (their CTAs then read the same K/V
+// blocks at about the same time); otherwise sections whose K/V fit in L2, as for unmasked tiles.
+// 1: one section always (the order of sessions 6-23). 2: L2 sections always.
+// Why (run 28d, bf16, one section -> L2 sections): d128 S2048 505 -> 542, S4096 583 -> 595, d64 S4096
+// 456 -> 472 TFLOP/s, where one section brings a pair's next m-block 64-256 tiles later and its K/V
+// back from DRAM (d128 S1024: 3.4 TB/s of DRAM traffic at a 32% L2 hit rate, run 28c); but d128
+// S16384 664 -> 584 and d256 S16384 771 -> 474, with 16 and 8 pairs.
+constexpr int kCausalSectionsByPairs = 0;
 constexpr int kCausalSectionsMax = 2;
-constexpr int kCausalSectionsDefault = kCausalSectionsOne;
 // Named barriers: 0 is __syncthreads; then one pingpong barrier and one epilogue barrier per
 // consumer warpgroup.
 constexpr int kBarrierPingpong = 1;
@@ -471,7 +470,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add_bool("kQInRegisters", q_in_registers);
   plan->add("kTmaL2PromotionBytes", tuning.l2_promotion >= 0 ? tuning.l2_promotion : kTmaL2PromotionBytes);
   if (spec.causal)
-    plan->add("kCausalSections", tuning.causal_sections >= 0 ? tuning.causal_sections : kCausalSectionsDefault);
+    plan->add("kCausalSections", tuning.causal_sections >= 0 ? tuning.causal_sections : kCausalSectionsByPairs);
   plan->add("kBarrierTail", kBarrierPingpong + 2 * consumer_wgs); // all consumer warpgroups
   plan->add("kTailPieces", kTailPieces);
   // One piece's partial state per consumer thread: its O accumulators, its rows' max and sum share.

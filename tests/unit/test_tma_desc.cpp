@@ -329,27 +329,30 @@ TEST(Fa3Schedule, TilesSectionsAndGrid) {
   EXPECT_EQ(params.heads_per_section, 8);
   const KernelSpec causal = fa3_spec(128, 128, true);
   fa3_fill_schedule(causal, fa3_plan(causal), 132, 50 * 1024 * 1024, &params);
-  EXPECT_EQ(params.heads_per_section, 64); // causal: one section, heaviest tiles first
+  EXPECT_EQ(params.heads_per_section, 8); // causal, 64 pairs: L2 sections (CausalSectionsByRule)
   params.base = batch_params(1, 100, 100, 1, 1, 128, 128);
   EXPECT_EQ(fa3_fill_schedule(spec, plan, 132, 50 * 1024 * 1024, &params), 2) << "one pair";
   EXPECT_EQ(fa3_fill_schedule(causal, fa3_plan(causal), 132, 50 * 1024 * 1024, &params), 1);
 }
 
-// Causal walk orders (kCausalSections, FLASHJIT_FA3_TUNING=causal_sections): 0 one heaviest-first
-// section over every (batch, head) pair; 1 that only where each wave holds two tiles or more of every
-// pair, else L2-sized sections; 2 L2-sized sections always. Unmasked plans carry no rule.
+// Causal walk orders (kCausalSections, FLASHJIT_FA3_TUNING=causal_sections): 0 (the default) one
+// heaviest-first section over every (batch, head) pair where each wave holds four tiles or more of
+// every pair, else L2-sized sections; 1 one section always; 2 L2-sized sections always. Unmasked
+// plans carry no rule.
 TEST(Fa3Schedule, CausalSectionsByRule) {
   const KernelSpec causal = fa3_spec(128, 128, true);
   EXPECT_EQ(fa3_plan(fa3_spec(128, 128)).constant("kCausalSections", -1), -1);
+  EXPECT_EQ(fa3_plan(causal).constant("kCausalSections", -1), 0);
   struct Case {
     int rule, batch, seqlen, heads;
     int heads_per_section;
   };
   // 1024 x 256 x 2 B = 512 KiB of K/V per pair: 32 pairs fill 16 MiB, 64 would pass 60% of 50 MiB.
-  // 16384 keys: 8 MiB per pair, two per section. 132 walkers (single CTAs: causal).
-  for (const Case &c : {Case{0, 16, 1024, 16, 256}, Case{1, 16, 1024, 16, 32}, Case{2, 16, 1024, 16, 32},
-                        Case{0, 1, 16384, 16, 16}, Case{1, 1, 16384, 16, 16}, Case{2, 1, 16384, 16, 2},
-                        Case{1, 1, 16384, 66, 66}, Case{1, 1, 16384, 67, 2}, Case{1, 2, 1024, 16, 32}}) {
+  // 16384 keys: 8 MiB per pair, two per section; 4096 keys: 2 MiB, eight. 132 walkers (causal: single CTAs).
+  for (const Case &c :
+       {Case{0, 16, 1024, 16, 32}, Case{1, 16, 1024, 16, 256}, Case{2, 16, 1024, 16, 32}, Case{0, 1, 16384, 16, 16},
+        Case{1, 1, 16384, 16, 16}, Case{2, 1, 16384, 16, 2}, Case{0, 1, 16384, 33, 33}, Case{0, 1, 16384, 34, 2},
+        Case{0, 4, 4096, 16, 8}, Case{1, 4, 4096, 16, 64}, Case{0, 2, 1024, 16, 32}}) {
     Fa3Tuning tuning;
     tuning.causal_sections = c.rule;
     Plan plan;
