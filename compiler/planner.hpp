@@ -26,11 +26,14 @@ bool plan_decode(const KernelSpec &spec, Plan *plan, std::string *why_not,
                  flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
 bool plan_combine(const KernelSpec &spec, Plan *plan, std::string *why_not);
 
-// fa3 prefill: the key block (KernelSpec::key_block) that runs `seqlen_k` keys per sequence faster
-// than the planner's default block, or 0 for the default. Only fixed-length, unmasked problems on
-// sm_90a have one (fa3_short_key_block); it is cheap enough for the per-call path. The backend matters:
-// the MLIR plans of some head dims take other tiles (no CTA pairs, so three warpgroups at d104/d120).
-int fa3_key_block_for(const KernelSpec &spec, int seqlen_k, flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
+// fa3 prefill: the short-sequence tile's key block (KernelSpec::key_block) where it runs a problem of
+// `seqlen_q` queries and `seqlen_k` keys per sequence faster than the planner's default tile, or 0 for
+// the default. Unmasked: a shorter key block where the default pads the keys badly. Causal (d <= 128):
+// two consumer warpgroups for short sequences. Only fixed-length specs on sm_90a have one
+// (fa3_short_key_block); it is cheap enough for the per-call path. The backend matters: the MLIR
+// plans of some specs take other tiles (no CTA pairs, no causal short tile).
+int fa3_key_block_for(const KernelSpec &spec, int seqlen_q, int seqlen_k,
+                      flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
 // The one alternative key block of a spec (0: none), which `flashjit aot` builds beside the default.
 int fa3_short_key_block(const KernelSpec &spec, flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
 // decode: the key block (KernelSpec::key_block) for a problem of `key_heads` keys x KV heads in

@@ -290,7 +290,7 @@ KernelSpec spec_for_problem(const NormalizedProblem &n, const Arch &arch, flashj
   if (spec.causal && spec.op == Op::decode && spec.q_len == 1)
     spec.causal = false;
   if (spec.op == Op::prefill && !n.varlen)
-    spec.key_block = fa3_key_block_for(spec, p.seqlen_k, backend);
+    spec.key_block = fa3_key_block_for(spec, p.seqlen_q, p.seqlen_k, backend);
   if (spec.op == Op::decode) {
     // The problem's static shape, not the lengths of the step: a graph captured with one kernel
     // stays right when flashjit_plan sees the next step's lengths.

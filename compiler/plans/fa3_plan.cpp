@@ -157,6 +157,12 @@ constexpr int kMinHeadDimClusterOddEights = 72;
 constexpr int kShortKeyBlock = 128;
 constexpr int kShortKeyBlockCostNumer = 102; // cost per key of the short block, against
 constexpr int kShortKeyBlockCostDenom = 100; // the default block's
+// Causal sequences up to this length take the short-sequence tile instead of three consumer
+// warpgroups: the same key block (spec.key_block = kShortKeyBlock) with two warpgroups (M = 128) and
+// O in its own region. At S1024 M = 192 runs 5.33 m-blocks whose last, the heaviest, is a third full.
+// Measured (runs 28c-d, bf16, causal, B*S = 16384): d128 S1024 374 -> 411 TFLOP/s (with L2 sections),
+// d64 S1024 297 -> 317; but d128 S2048 542 -> 481.
+constexpr int kMaxSeqlenShortCausal = 1024;
 // Lazy O rescale (templates/kernels/fa3/softmax.cuh, kLazyRescaleLog2): the row max moves only by
 // more than 2^8, so most blocks skip the O FMULs. Measured on H200 (harness, session 7, two rounds):
 // d256 S4096 (no pingpong: the softmax is on the warpgroup's own path) 757 -> 775, d80 (3
@@ -239,10 +245,13 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, flashjit_backend 
   t.masked = spec.causal || spec.local;
   const int max_dim = std::max(spec.head_dim_qk, spec.head_dim_v);
   const bool small_dim = max_dim <= kSmallHeadDim;
+  // The short causal tile (kMaxSeqlenShortCausal): two warpgroups, whatever the head dim.
+  const bool short_causal = t.masked && spec.key_block == kShortKeyBlock;
   const bool fits_three_wgs =
-      max_dim <= kMaxHeadDimThreeWarpgroups ||
-      (fa3_odd_eights(spec) && max_dim <= kMaxHeadDimThreeWarpgroupsOddEights && !fa3_pairs_can_run(spec, backend)) ||
-      (spec.causal && !spec.local && max_dim <= kMaxHeadDimThreeWarpgroupsCausal);
+      !short_causal &&
+      (max_dim <= kMaxHeadDimThreeWarpgroups ||
+       (fa3_odd_eights(spec) && max_dim <= kMaxHeadDimThreeWarpgroupsOddEights && !fa3_pairs_can_run(spec, backend)) ||
+       (spec.causal && !spec.local && max_dim <= kMaxHeadDimThreeWarpgroupsCausal));
   t.consumer_wgs = tuning.consumer_warpgroups > 0 ? tuning.consumer_warpgroups
                    : fits_three_wgs               ? kMaxConsumerWarpgroups
                                                   : kConsumerWarpgroupsDefault;
@@ -256,7 +265,7 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, flashjit_backend 
   // O is staged for its TMA store either in the Q region (Q is dead once the tile's last QK is
   // done, but the next tile's Q then waits for the epilogue) or in its own region (Q is released
   // after the last QK and the next Q loads under the last PV and the epilogue).
-  const bool separate_o_default = three_wgs || (!t.masked && max_dim <= kMaxHeadDimSeparateO);
+  const bool separate_o_default = three_wgs || short_causal || (!t.masked && max_dim <= kMaxHeadDimSeparateO);
   t.separate_o = tuning.separate_o >= 0 ? tuning.separate_o != 0 : separate_o_default;
   t.q_bytes = t.block_m * t.qk_smem_cols * kElemBytes;
   t.o_bytes = t.block_m * t.v_smem_cols * kElemBytes;
@@ -537,34 +546,39 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
 
 namespace {
 
-// The planner's default kBlockN of an unmasked, fixed-length fa3 spec, or 0 when the spec has no
-// short-key alternative. The cheap refusals come first: this runs on every prefill call.
-int default_block_n_with_short_alternative(const KernelSpec &spec, flashjit_backend backend) {
-  // Masked tiles already use kMaxBlockNMasked; varlen sequences each pad differently.
+// The default tile of a fixed-length, unmasked or causal fa3 spec, or false when the spec has no
+// short-sequence alternative. The cheap refusals come first: this runs on every prefill call.
+bool default_tile_with_short_alternative(const KernelSpec &spec, flashjit_backend backend, Fa3Tile *tile) {
+  // Varlen sequences each pad differently; a window is no causal triangle.
   if (spec.op != Op::prefill || spec.arch.sm != 90 || !spec.arch.arch_specific || spec.page_size != 0 ||
-      spec.align_bytes % 16 != 0 || spec.causal || spec.local || spec.varlen)
-    return 0;
+      spec.align_bytes % 16 != 0 || spec.local || spec.varlen)
+    return false;
   KernelSpec default_spec = spec;
   default_spec.key_block = 0;
-  Fa3Tile tile;
-  if (!fa3_tile(default_spec, Fa3Tuning{}, backend, &tile, nullptr))
-    return 0;
-  return tile.block_n > kShortKeyBlock ? tile.block_n : 0;
+  if (!fa3_tile(default_spec, Fa3Tuning{}, backend, tile, nullptr))
+    return false;
+  // Unmasked: a key block longer than the short one. Causal: three warpgroups, in a template
+  // form (the MLIR generator renders the two-warpgroup causal tile with O in the Q region only).
+  return spec.causal ? tile->consumer_wgs == kMaxConsumerWarpgroups && backend != FLASHJIT_BACKEND_MLIR
+                     : tile->block_n > kShortKeyBlock;
 }
 
 } // namespace
 
 int fa3_short_key_block(const KernelSpec &spec, flashjit_backend backend) {
-  return default_block_n_with_short_alternative(spec, backend) != 0 ? kShortKeyBlock : 0;
+  Fa3Tile tile;
+  return default_tile_with_short_alternative(spec, backend, &tile) ? kShortKeyBlock : 0;
 }
 
-int fa3_key_block_for(const KernelSpec &spec, int seqlen_k, flashjit_backend backend) {
-  const int default_block = default_block_n_with_short_alternative(spec, backend);
-  if (default_block == 0 || seqlen_k <= 0)
+int fa3_key_block_for(const KernelSpec &spec, int seqlen_q, int seqlen_k, flashjit_backend backend) {
+  Fa3Tile tile;
+  if (seqlen_k <= 0 || !default_tile_with_short_alternative(spec, backend, &tile))
     return 0;
+  if (spec.causal)
+    return std::max(seqlen_q, seqlen_k) <= kMaxSeqlenShortCausal ? kShortKeyBlock : 0;
   // Keys each block computes, padded to whole blocks, at the measured cost per key of each block.
   auto padded_keys = [seqlen_k](int block_n) { return (seqlen_k + block_n - 1) / block_n * block_n; };
-  const int64_t default_cost = int64_t(padded_keys(default_block)) * kShortKeyBlockCostDenom;
+  const int64_t default_cost = int64_t(padded_keys(tile.block_n)) * kShortKeyBlockCostDenom;
   const int64_t short_cost = int64_t(padded_keys(kShortKeyBlock)) * kShortKeyBlockCostNumer;
   return short_cost < default_cost ? kShortKeyBlock : 0;
 }

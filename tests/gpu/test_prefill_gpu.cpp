@@ -124,6 +124,12 @@ std::vector<PrefillCase> cases() {
   all.back().auto_kernel_has = "m128n128s2.wg2pp.cl2";
   add("d128_bf16_causal_three_warpgroups_gqa7", dense(1, 777, 1100, 14, 2, 128, 128, Dtype::bf16), causal);
   all.back().auto_kernel_has = "causal.m192n80s2.wg3pp";
+  // Short causal sequences (both lengths <= 1024) take two consumer warpgroups with O in its own
+  // region (session 24): sq = sk not a multiple of the tile with GQA 4, and sq < sk (bottom-right).
+  add("d128_bf16_causal_short_two_warpgroups_gqa4", dense(2, 1000, 1000, 8, 2, 128, 128, Dtype::bf16), causal);
+  all.back().auto_kernel_has = "causal.m128n128s2.wg2pp";
+  add("d64_fp16_causal_short_sq_lt_sk", dense(3, 300, 1024, 6, 6, 64, 64, Dtype::fp16), causal);
+  all.back().auto_kernel_has = "causal.m128n128s2.wg2pp";
   // Lazy O rescale (d80, d256 non-causal): a large scale spreads the logits so that later key blocks
   // raise the row max past the 2^8 threshold and the eager rescale path runs mid-tile too. These
   // check O only: at |LSE| ~ 40-55 the fp32 LSE of fa2 (eager) and fa3 both exceeded the

@@ -38,7 +38,7 @@ KernelSpec spec_of(const parity::Fa3Case &c, int seqlen_k) {
   spec.softcap = c.softcap > 0;
   spec.varlen = c.varlen();
   if (!spec.varlen)
-    spec.key_block = fa3_key_block_for(spec, seqlen_k, FLASHJIT_BACKEND_MLIR);
+    spec.key_block = fa3_key_block_for(spec, c.seqlens_q.front(), seqlen_k, FLASHJIT_BACKEND_MLIR);
   return spec;
 }
 

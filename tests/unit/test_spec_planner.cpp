@@ -197,7 +197,7 @@ TEST(Planner, Fa3CtaPairsForUnmaskedWideHeads) {
 }
 
 // The short-key block: taken where the default block pads the key length by more than the short
-// block's measured 2% cost per key, never for masked, varlen or non-Hopper specs.
+// block's measured 2% cost per key, never for windowed, varlen or non-Hopper specs (causal: below).
 TEST(Planner, Fa3ShortKeyBlockWhereTheDefaultPadsTheKeys) {
   const KernelSpec d128 = prefill(128, false);
   Plan default_plan;
@@ -210,11 +210,12 @@ TEST(Planner, Fa3ShortKeyBlockWhereTheDefaultPadsTheKeys) {
   };
   for (const Case &c : {Case{1024, 128}, Case{1000, 128}, Case{1536, 128}, Case{128, 128}, Case{4096, 0}, Case{2048, 0},
                         Case{640, 0}, Case{160, 0}, Case{100, 128}, Case{0, 0}})
-    EXPECT_EQ(fa3_key_block_for(d128, c.seqlen_k), c.key_block) << c.seqlen_k << " keys";
-  KernelSpec causal = prefill(128, true), varlen = d128, ampere = prefill(128, false, Arch{80, false});
+    EXPECT_EQ(fa3_key_block_for(d128, 4096, c.seqlen_k), c.key_block) << c.seqlen_k << " keys";
+  KernelSpec window = prefill(128, true), varlen = d128, ampere = prefill(128, false, Arch{80, false});
+  window.local = true;
   varlen.varlen = true;
-  for (const KernelSpec &spec : {causal, varlen, ampere, prefill(192, false), prefill(96, false)})
-    EXPECT_EQ(fa3_key_block_for(spec, 1024), 0) << spec.head_dim_qk << (spec.causal ? " causal" : "");
+  for (const KernelSpec &spec : {window, varlen, ampere, prefill(192, false), prefill(96, false)})
+    EXPECT_EQ(fa3_key_block_for(spec, 1024, 1024), 0) << spec.head_dim_qk << (spec.causal ? " causal" : "");
 
   KernelSpec short_keys = d128;
   short_keys.key_block = 128;
@@ -231,6 +232,40 @@ TEST(Planner, Fa3ShortKeyBlockWhereTheDefaultPadsTheKeys) {
   short_keys.key_block = 120;
   EXPECT_FALSE(plan_fa3(short_keys, &plan, &why));
   EXPECT_NE(why.find("key block"), std::string::npos) << why;
+}
+
+// Short causal sequences (both lengths up to 1024) of head dims whose causal tile has three consumer
+// warpgroups take the short-sequence tile: two warpgroups, O in its own region, 128-key blocks. Not
+// with the MLIR backend, not where the causal default already has two warpgroups (d256).
+TEST(Planner, Fa3ShortCausalSequencesTakeTwoWarpgroups) {
+  for (int d : {64, 80, 128}) {
+    const KernelSpec causal = prefill(d, true);
+    EXPECT_EQ(fa3_short_key_block(causal), 128) << d;
+    EXPECT_EQ(fa3_short_key_block(causal, FLASHJIT_BACKEND_MLIR), 0) << d;
+    struct Case {
+      int seqlen_q, seqlen_k, key_block;
+    };
+    for (const Case &c : {Case{1024, 1024, 128}, Case{1, 1024, 128}, Case{1000, 300, 128}, Case{1025, 1025, 0},
+                          Case{512, 2048, 0}, Case{2048, 512, 0}, Case{100, 0, 0}})
+      EXPECT_EQ(fa3_key_block_for(causal, c.seqlen_q, c.seqlen_k), c.key_block)
+          << "d" << d << " " << c.seqlen_q << " x " << c.seqlen_k;
+    EXPECT_EQ(fa3_key_block_for(causal, 1024, 1024, FLASHJIT_BACKEND_MLIR), 0);
+    Plan default_plan, short_plan;
+    std::string why;
+    ASSERT_TRUE(plan_fa3(causal, &default_plan, &why)) << why;
+    EXPECT_EQ(default_plan.consumer_warpgroups, 3) << d;
+    KernelSpec short_seq = causal;
+    short_seq.key_block = 128;
+    ASSERT_TRUE(plan_fa3(short_seq, &short_plan, &why)) << why;
+    EXPECT_EQ(short_plan.consumer_warpgroups, 2) << d;
+    EXPECT_EQ(short_plan.block_m, 128);
+    EXPECT_EQ(short_plan.block_n, 128);
+    EXPECT_EQ(short_plan.constant("kSeparateO"), 1);
+    EXPECT_EQ(short_plan.cluster_m, 1) << "causal tiles run single CTAs";
+    EXPECT_NE(kernel_name(short_seq, short_plan), kernel_name(causal, default_plan));
+  }
+  EXPECT_EQ(fa3_short_key_block(prefill(256, true)), 0) << "the d256 causal tile already has two warpgroups";
+  EXPECT_EQ(fa3_key_block_for(prefill(256, true), 1024, 1024), 0);
 }
 
 // Causal head dims up to 128 run three consumer warpgroups (M = 192); unmasked d128 keeps two.

@@ -505,7 +505,7 @@ TEST(Fa3Schedule, TheTailSplitGpuTestShapesCutTiles) {
         Shape{2, 600, 2000, 25, 25, 192}, Shape{1, 700, 1600, 24, 24, 256}, Shape{1, 1000, 2600, 40, 8, 104},
         Shape{2, 900, 2000, 16, 16, 72}}) {
     KernelSpec spec = fa3_spec(c.d, c.d);
-    spec.key_block = fa3_key_block_for(spec, c.seqlen_k);
+    spec.key_block = fa3_key_block_for(spec, c.seqlen_q, c.seqlen_k);
     Plan plan;
     std::string why;
     ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &plan, &why)) << why;
