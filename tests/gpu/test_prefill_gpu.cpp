@@ -130,6 +130,10 @@ std::vector<PrefillCase> cases() {
   all.back().auto_kernel_has = "causal.m128n128s2.wg2pp";
   add("d64_fp16_causal_short_sq_lt_sk", dense(3, 300, 1024, 6, 6, 64, 64, Dtype::fp16), causal);
   all.back().auto_kernel_has = "causal.m128n128s2.wg2pp";
+  // Causal with more (batch, head) pairs than a one-section walk keeps in L2 (96 pairs of 384 KiB on
+  // 132 walkers): sections of 64 pairs and a last one of 32, heaviest m-blocks first in each.
+  add("d64_bf16_causal_l2_sections", dense(6, 1536, 1536, 16, 16, 64, 64, Dtype::bf16), causal);
+  all.back().auto_kernel_has = "causal.m192n128s2.wg3pp";
   // Lazy O rescale (d80, d256 non-causal): a large scale spreads the logits so that later key blocks
   // raise the row max past the 2^8 threshold and the eager rescale path runs mid-tile too. These
   // check O only: at |LSE| ~ 40-55 the fp32 LSE of fa2 (eager) and fa3 both exceeded the
