@@ -31,7 +31,7 @@ constexpr int kMaxHeadDimThreeWarpgroups = 96;
 // Head dims that are odd multiples of 8 put every other head's K/V rows 16 bytes off a 32-byte
 // sector, and a single CTA of two warpgroups (M = 128, 128 FLOPs per byte of K/V from L2) then
 // loses 25-30%: d104 452 against d112's 647 (run 27c). Nsight Compute (run 28a): L2 84% busy for
-// d104 against 70% for d112, which does 40% more work in that time. Halving the L2 traffic closes it:
+// d104 against 70% for d112, which runs 40% faster. Halving the L2 traffic closes it:
 // CTA pairs (kMinHeadDimClusterOddEights below) where the pairs can run, else three warpgroups (M = 192)
 // up to this head dim: d104 S4096 449 -> 590, d120 576 -> 620 (session 23).
 constexpr int kMaxHeadDimThreeWarpgroupsOddEights = 120;
