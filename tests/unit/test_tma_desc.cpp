@@ -329,7 +329,7 @@ TEST(Fa3Schedule, TilesSectionsAndGrid) {
   EXPECT_EQ(params.heads_per_section, 8);
   const KernelSpec causal = fa3_spec(128, 128, true);
   fa3_fill_schedule(causal, fa3_plan(causal), 132, 50 * 1024 * 1024, &params);
-  EXPECT_EQ(params.heads_per_section, 8); // causal, 64 pairs: L2 sections (CausalSectionsByRule)
+  EXPECT_EQ(params.heads_per_section, 12); // causal, 64 pairs: L2 sections of whole waves (CausalSectionsByRule)
   params.base = batch_params(1, 100, 100, 1, 1, 128, 128);
   EXPECT_EQ(fa3_fill_schedule(spec, plan, 132, 50 * 1024 * 1024, &params), 2) << "one pair";
   EXPECT_EQ(fa3_fill_schedule(causal, fa3_plan(causal), 132, 50 * 1024 * 1024, &params), 1);
@@ -337,8 +337,9 @@ TEST(Fa3Schedule, TilesSectionsAndGrid) {
 
 // Causal walk orders (kCausalSections, FLASHJIT_FA3_TUNING=causal_sections): 0 (the default) one
 // heaviest-first section over every (batch, head) pair where each wave holds four tiles or more of
-// every pair, else L2-sized sections; 1 one section always; 2 L2-sized sections always. Unmasked
-// plans carry no rule.
+// every pair, else L2 sections; 1 one section always; 2 L2 sections always. Causal L2 sections hold a
+// whole number of waves of tiles where that fits in L2 (else a power of two of pairs, as unmasked
+// tiles). Unmasked plans carry no rule.
 TEST(Fa3Schedule, CausalSectionsByRule) {
   const KernelSpec causal = fa3_spec(128, 128, true);
   EXPECT_EQ(fa3_plan(fa3_spec(128, 128)).constant("kCausalSections", -1), -1);
@@ -347,12 +348,13 @@ TEST(Fa3Schedule, CausalSectionsByRule) {
     int rule, batch, seqlen, heads;
     int heads_per_section;
   };
-  // 1024 x 256 x 2 B = 512 KiB of K/V per pair: 32 pairs fill 16 MiB, 64 would pass 60% of 50 MiB.
-  // 16384 keys: 8 MiB per pair, two per section; 4096 keys: 2 MiB, eight. 132 walkers (causal: single CTAs).
+  // M = 192, 132 walkers (causal: single CTAs). 1024 keys: 512 KiB of K/V per pair, 60 fit in 60% of
+  // 50 MiB; 6 m-blocks, so 22 pairs are a whole wave: 44. 4096 keys: 2 MiB, 15 fit; 22 m-blocks, 6
+  // pairs a wave: 12. 16384 keys: 8 MiB, 3 fit; 86 m-blocks need 66 pairs: two (a power of two).
   for (const Case &c :
-       {Case{0, 16, 1024, 16, 32}, Case{1, 16, 1024, 16, 256}, Case{2, 16, 1024, 16, 32}, Case{0, 1, 16384, 16, 16},
+       {Case{0, 16, 1024, 16, 44}, Case{1, 16, 1024, 16, 256}, Case{2, 16, 1024, 16, 44}, Case{0, 1, 16384, 16, 16},
         Case{1, 1, 16384, 16, 16}, Case{2, 1, 16384, 16, 2}, Case{0, 1, 16384, 33, 33}, Case{0, 1, 16384, 34, 2},
-        Case{0, 4, 4096, 16, 8}, Case{1, 4, 4096, 16, 64}, Case{0, 2, 1024, 16, 32}}) {
+        Case{0, 4, 4096, 16, 12}, Case{1, 4, 4096, 16, 64}, Case{0, 2, 1024, 16, 32}}) {
     Fa3Tuning tuning;
     tuning.causal_sections = c.rule;
     Plan plan;
