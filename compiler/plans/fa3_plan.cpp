@@ -177,7 +177,8 @@ constexpr int kTmaL2PromotionBytes = 256;
 // Walk order of causal tiles (kCausalSections, read by fa3_fill_schedule in runtime/tma_desc.cpp):
 // 0 (the default): one section over every (batch, head) pair, heaviest m-blocks first across the
 // whole grid, where each wave holds several tiles of every pair (their CTAs then read the same K/V
-// blocks at about the same time); otherwise sections whose K/V fit in L2, as for unmasked tiles.
+// blocks at about the same time); otherwise sections whose K/V fit in L2, of a whole number of waves
+// of tiles where that fits (fa3_fill_schedule says why).
 // 1: one section always (the order of sessions 6-23). 2: L2 sections always.
 // Why (run 28d, bf16, one section -> L2 sections): d128 S2048 505 -> 542, S4096 583 -> 595, d64 S4096
 // 456 -> 472 TFLOP/s, where one section brings a pair's next m-block 64-256 tiles later and its K/V
@@ -557,8 +558,8 @@ bool default_tile_with_short_alternative(const KernelSpec &spec, flashjit_backen
   default_spec.key_block = 0;
   if (!fa3_tile(default_spec, Fa3Tuning{}, backend, tile, nullptr))
     return false;
-  // Unmasked: a key block longer than the short one. Causal: three warpgroups, in a template
-  // form (the MLIR generator renders the two-warpgroup causal tile with O in the Q region only).
+  // Unmasked: a key block longer than the short one. Causal: three warpgroups, NVRTC only (the MLIR
+  // plans keep their three: the short causal tile was measured with the templates alone).
   return spec.causal ? tile->consumer_wgs == kMaxConsumerWarpgroups && backend != FLASHJIT_BACKEND_MLIR
                      : tile->block_n > kShortKeyBlock;
 }
