@@ -119,7 +119,8 @@ std::vector<PrefillCase> cases() {
   add("d136_bf16_pairs_one_m_block", dense(2, 100, 257, 3, 1, 136, 136, Dtype::bf16), none);
   add("d192v128_bf16_pairs", dense(1, 640, 777, 4, 4, 192, 128, Dtype::bf16), none);
   // Short fixed key lengths take the 128-key block (KernelSpec::key_block): 1000 keys end in a partial
-  // block, in CTA pairs, with sq != sk and GQA 2; causal d128 runs three consumer warpgroups.
+  // block, in CTA pairs, with sq != sk and GQA 2; causal d128 past 1024 keys runs three consumer
+  // warpgroups.
   add("d128_fp16_short_key_block_gqa2", dense(2, 700, 1000, 8, 4, 128, 128, Dtype::fp16), none);
   all.back().auto_kernel_has = "m128n128s2.wg2pp.cl2";
   add("d128_bf16_causal_three_warpgroups_gqa7", dense(1, 777, 1100, 14, 2, 128, 128, Dtype::bf16), causal);
@@ -131,7 +132,8 @@ std::vector<PrefillCase> cases() {
   add("d64_fp16_causal_short_sq_lt_sk", dense(3, 300, 1024, 6, 6, 64, 64, Dtype::fp16), causal);
   all.back().auto_kernel_has = "causal.m128n128s2.wg2pp";
   // Causal with more (batch, head) pairs than a one-section walk keeps in L2 (96 pairs of 384 KiB on
-  // 132 walkers): sections of 64 pairs and a last one of 32, heaviest m-blocks first in each.
+  // 132 walkers): sections of a whole number of waves (66 pairs of 8 m-blocks) and a last one of 30,
+  // heaviest m-blocks first in each.
   add("d64_bf16_causal_l2_sections", dense(6, 1536, 1536, 16, 16, 64, 64, Dtype::bf16), causal);
   all.back().auto_kernel_has = "causal.m192n128s2.wg3pp";
   // Lazy O rescale (d80, d256 non-causal): a large scale spreads the logits so that later key blocks
