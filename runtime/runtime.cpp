@@ -299,6 +299,9 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
          << (problem.workspace ? " (where that shortens the longest walk by 8 blocks and 2%)" : " (off: no workspace)");
   if (choice.plan.constant("kUnmaskedKeyLoop", 0) != 0)
     plan << ", a key loop without mask code (only the last key block can hold keys past seqlen_k)";
+  if (choice.plan.variant == Variant::fa3 && choice.spec.key_block != 0)
+    plan << (choice.spec.causal ? ", the short causal tile (a short sequence: two warpgroups, O in its own region)"
+                                : ", the short key block (it pads this key length less)");
   const flashjit_backend backend = resolve_backend(impl_->store.config().backend, choice.plan.variant);
   if (choice.plan.variant == Variant::decode_splitk) {
     const std::string_view no_tma = tma_kv_unsupported(choice.spec, backend, choice.plan.block_n);

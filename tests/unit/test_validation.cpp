@@ -332,6 +332,27 @@ TEST(ValidationCApi, ExplainSaysWhenTheKeyLoopHasNoMask) {
   EXPECT_EQ(e.plan.find("without mask code"), std::string::npos) << e.kernel << ": " << e.plan;
 }
 
+// explain names the short-sequence tiles: the short key block of an unmasked d128 problem whose keys
+// the default block pads, the short causal tile of a causal problem up to 1024 tokens, neither past it.
+TEST(ValidationCApi, ExplainNamesTheShortSequenceTiles) {
+  Runtime runtime;
+  AttentionProblem p = good_problem();
+  p.head_dim_qk = p.head_dim_v = 128;
+  p.seqlen_q = p.seqlen_k = 1000;
+  Explanation e;
+  if (Status s = runtime.explain(p, &e); !s || e.text.find("explained for sm90a") == std::string::npos)
+    GTEST_SKIP() << "a driver is present (its GPU decides); covered by tests/gpu";
+  EXPECT_NE(e.plan.find("the short key block"), std::string::npos) << e.kernel << ": " << e.plan;
+  p.causal = 1;
+  ASSERT_TRUE(runtime.explain(p, &e).ok());
+  EXPECT_NE(e.plan.find("the short causal tile"), std::string::npos) << e.kernel << ": " << e.plan;
+  EXPECT_NE(e.kernel.find("causal.m128n128s2.wg2pp"), std::string::npos) << e.kernel;
+  p.seqlen_q = p.seqlen_k = 2000;
+  ASSERT_TRUE(runtime.explain(p, &e).ok());
+  EXPECT_EQ(e.plan.find("the short"), std::string::npos) << e.kernel << ": " << e.plan;
+  EXPECT_NE(e.kernel.find("causal.m192n80s2.wg3pp"), std::string::npos) << e.kernel;
+}
+
 // Options whose enums hold no value of theirs: the C ABI refuses to create the runtime, a C++ runtime
 // refuses every kernel request; both name the field.
 TEST(ValidationCApi, OptionsOutOfRangeAreRefusedNamingTheField) {
