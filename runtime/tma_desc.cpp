@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <numeric>
 #include <utility>
+#include <vector>
 
 namespace flashjit {
 namespace {
@@ -179,14 +180,60 @@ namespace {
 // 28f), where a model of the walk gives 0.71 of even. So the largest section of a whole number of
 // waves that fits in L2 (33 pairs there: 0.99 in the model), else the power-of-two one. Measured (run
 // 28g, bf16): causal S1024 d128 411 -> 481, d256 367 -> 468, d80 315 -> 369 TFLOP/s; S2048/S4096 even.
+// Pairs whose K/V fit in the L2 share (at most all of them).
+int l2_section_pairs(int pairs, double pair_bytes, int l2_bytes) {
+  return static_cast<int>(std::min<double>(pairs, kL2SectionShare * l2_bytes / pair_bytes));
+}
+
 int causal_section_of_whole_waves(int pairs, int m_blocks, int walkers, double pair_bytes, int l2_bytes,
                                   int power_of_two_section) {
   const int step = walkers / std::gcd(walkers, std::max(m_blocks, 1)); // pairs per whole number of waves
-  const int fits = static_cast<int>(std::min<double>(pairs, kL2SectionShare * l2_bytes / pair_bytes));
+  const int fits = l2_section_pairs(pairs, pair_bytes, l2_bytes);
   return step <= fits ? fits / step * step : power_of_two_section;
 }
 
+// kCausalSections 3 (a tuning): of the L2 sections up to the largest that fits (at most
+// kModelSectionCandidates sizes below it), the one fa3_causal_walk_balance prefers.
+constexpr int kModelSectionCandidates = 64;
+int causal_section_by_model(const Plan &plan, int walkers, int fits, fj_fa3_params *params) {
+  int best = std::max(fits, 1);
+  double best_balance = -1;
+  for (int s = std::max(fits, 1); s >= std::max(1, fits - kModelSectionCandidates + 1); --s) {
+    params->heads_per_section = s;
+    if (const double balance = fa3_causal_walk_balance(plan, *params, walkers); balance > best_balance) {
+      best_balance = balance;
+      best = s;
+    }
+  }
+  return best;
+}
+
 } // namespace
+
+double fa3_causal_walk_balance(const Plan &plan, const fj_fa3_params &params, int walkers) {
+  const fj_attention_params &p = params.base;
+  const int m_blocks = std::max(p.num_m_blocks, 1), pairs = p.batch * p.heads_q;
+  const int section_pairs = std::max(params.heads_per_section, 1), block_n = std::max(plan.block_n, 1);
+  const int key_blocks = (p.seqlen_k + block_n - 1) / block_n;
+  std::vector<double> load(std::max(walkers, 1), 0.0);
+  for (int index = 0; index < params.num_tiles; ++index) {
+    const int wave = index / walkers, lane = index % walkers;
+    const int walker = wave % 2 == 0 ? lane : walkers - 1 - lane;
+    const int section = index / (m_blocks * section_pairs);
+    const int rest = index - section * m_blocks * section_pairs;
+    const int pairs_here = std::min(section_pairs, pairs - section * section_pairs);
+    const int m_block = m_blocks - 1 - rest / pairs_here;
+    const int row_hi = std::min((m_block + 1) * plan.block_m, p.seqlen_q) - 1;
+    const int last_col = row_hi + p.seqlen_k - p.seqlen_q;
+    const int visible = last_col < 0 ? 0 : std::min(key_blocks, last_col / block_n + 1);
+    load[walker] += visible + 1.0;
+  }
+  const double top = *std::max_element(load.begin(), load.end());
+  double total = 0;
+  for (double l : load)
+    total += l;
+  return top > 0 ? total / static_cast<double>(load.size()) / top : 1.0;
+}
 
 int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int l2_bytes, fj_fa3_params *params,
                       int resident_clusters) {
@@ -214,6 +261,8 @@ int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int
     const int64_t rule = plan.constant("kCausalSections", 0);
     if (rule == 1 || (rule == 0 && int64_t{pairs} * kCausalOneSectionTilesPerPair <= walkers))
       section = pairs;
+    else if (rule == 3 && section < pairs)
+      section = causal_section_by_model(plan, walkers, l2_section_pairs(pairs, pair_bytes, l2_bytes), params);
     else if (section < pairs)
       section = causal_section_of_whole_waves(pairs, m_blocks, walkers, pair_bytes, l2_bytes, section);
   }

@@ -77,6 +77,12 @@ bool decode_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int num
 int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int l2_bytes, fj_fa3_params *params,
                       int resident_clusters = 0);
 
+// A model of a causal walk's load balance over `walkers` walkers (templates/kernels/fa3/scheduler.cuh:
+// the snake over sections of params->heads_per_section pairs, heaviest m-blocks first), each tile
+// costing its visible key blocks plus one for its prologue and epilogue: the mean walker load over the
+// largest (1: even). kCausalSections 3 takes the section it prefers; the unit tests check the others.
+double fa3_causal_walk_balance(const Plan &plan, const fj_fa3_params &params, int walkers);
+
 // Tail split (plan constant kTailSplit): fills params->tail_* for `walkers` walkers from num_tiles
 // and seqlen_k (all zero when the plan has no split or nothing would even out). Called by
 // fa3_fill_schedule; the workspace pointers are the launch's.

@@ -179,13 +179,14 @@ constexpr int kTmaL2PromotionBytes = 256;
 // whole grid, where each wave holds several tiles of every pair (their CTAs then read the same K/V
 // blocks at about the same time); otherwise sections whose K/V fit in L2, of a whole number of waves
 // of tiles where that fits (fa3_fill_schedule says why).
-// 1: one section always (the order of sessions 6-23). 2: L2 sections always.
+// 1: one section always (the order of sessions 6-23). 2: L2 sections always. 3 (prepared for an A/B,
+// not measured): L2 sections of the size a model of the walk prefers (fa3_causal_walk_balance).
 // Why (run 28d, bf16, one section -> L2 sections): d128 S2048 505 -> 542, S4096 583 -> 595, d64 S4096
 // 456 -> 472 TFLOP/s, where one section brings a pair's next m-block 64-256 tiles later and its K/V
 // back from DRAM (d128 S1024: 3.4 TB/s of DRAM traffic at a 32% L2 hit rate, run 28c); but d128
 // S16384 664 -> 584 and d256 S16384 771 -> 474, with 16 and 8 pairs.
 constexpr int kCausalSectionsByPairs = 0;
-constexpr int kCausalSectionsMax = 2;
+constexpr int kCausalSectionsMax = 3;
 // Named barriers: 0 is __syncthreads; then one pingpong barrier and one epilogue barrier per
 // consumer warpgroup.
 constexpr int kBarrierPingpong = 1;
@@ -373,7 +374,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: q_in_registers loads Q per tile (no cross_tile_overlap)");
   const bool q_in_registers = tuning.q_in_registers > 0;
   if (tuning.causal_sections > kCausalSectionsMax)
-    return refuse("fa3: causal_sections must be 0, 1 or 2");
+    return refuse("fa3: causal_sections must be 0, 1, 2 or 3");
   if (tuning.l2_promotion >= 0 && tuning.l2_promotion != 0 && tuning.l2_promotion != 64 && tuning.l2_promotion != 128 &&
       tuning.l2_promotion != 256)
     return refuse("fa3: l2_promotion must be 0, 64, 128 or 256 bytes");

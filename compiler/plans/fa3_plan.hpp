@@ -26,7 +26,7 @@ struct Fa3Tuning {
   int l2_promotion = -1;        // -1: the planner's choice; 0, 64, 128 or 256: bytes the TMA maps promote into L2
   int programmatic_launch = -1; // -1: the planner's choice; 1: launched as a programmatic dependent (PDL)
   int unmasked_key_loop = -1; // -1: the planner's choice; 1: no mask code below a tile's last block (no causal/window)
-  int causal_sections = -1;   // -1: the planner's choice (0); causal walk: 0 by pairs, 1 one section, 2 L2
+  int causal_sections = -1;   // -1: the planner's choice (0); causal walk: 0 by pairs, 1 one, 2 L2, 3 model
 };
 
 bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not,

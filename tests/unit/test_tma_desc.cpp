@@ -371,42 +371,15 @@ TEST(Fa3Schedule, CausalSectionsByRule) {
         << "rule " << c.rule << ", " << c.batch << " x " << c.heads << " pairs of " << c.seqlen << " keys";
   }
   Fa3Tuning bad;
-  bad.causal_sections = 3;
+  bad.causal_sections = 4;
   Plan plan;
   std::string why;
   EXPECT_FALSE(plan_fa3_tuned(causal, bad, &plan, &why));
   EXPECT_NE(why.find("causal_sections"), std::string::npos) << why;
 }
 
-// A model of the causal walk's load balance: the walk of templates/kernels/fa3/scheduler.cuh (walker w
-// takes lane w of even waves and lane walkers - 1 - w of odd ones; tiles decoded as decode_tile does,
-// sections of heads_per_section pairs, m-blocks heaviest first), each tile costing its visible key
-// blocks plus one for its prologue and epilogue. Returns the mean walker load over the largest.
-double causal_walk_balance(const fj_fa3_params &params, const Plan &plan, int walkers) {
-  const fj_attention_params &p = params.base;
-  const int m_blocks = p.num_m_blocks, pairs = p.batch * p.heads_q, section_pairs = params.heads_per_section;
-  const int key_blocks = (p.seqlen_k + plan.block_n - 1) / plan.block_n;
-  std::vector<double> load(walkers, 0.0);
-  for (int index = 0; index < params.num_tiles; ++index) {
-    const int wave = index / walkers, lane = index % walkers;
-    const int walker = wave % 2 == 0 ? lane : walkers - 1 - lane;
-    const int section = index / (m_blocks * section_pairs);
-    const int rest = index - section * m_blocks * section_pairs;
-    const int pairs_here = std::min(section_pairs, pairs - section * section_pairs);
-    const int m_block = m_blocks - 1 - rest / pairs_here;
-    const int row_hi = std::min((m_block + 1) * plan.block_m, p.seqlen_q) - 1;
-    const int visible = std::min(key_blocks, (row_hi + p.seqlen_k - p.seqlen_q) / plan.block_n + 1);
-    load[walker] += visible + 1.0;
-  }
-  double total = 0, top = 0;
-  for (double l : load) {
-    total += l;
-    top = std::max(top, l);
-  }
-  return total / walkers / top;
-}
-
-// Causal L2 sections of a whole number of waves even the walkers' loads in the model, where the
+// Causal L2 sections of a whole number of waves even the walkers' loads in the model of the walk
+// (fa3_causal_walk_balance), where the
 // power-of-two sections of run 28e left them at 0.62-0.85 of even (the SMs idled 23-31% in Nsight
 // Compute, run 28f; whole waves gained 17-28% at d128/d256 S1024, run 28g). B*S = 16384, heads*d = 2048,
 // the short causal tile (two warpgroups, 128-key blocks) at d64/d128 and d256's tile; an L2 of 60 MiB
@@ -425,10 +398,19 @@ TEST(Fa3Schedule, CausalSectionsEvenTheWalkersLoads) {
     const int walkers = fa3_fill_schedule(spec, plan, 132, 60 * 1024 * 1024, &params);
     ASSERT_EQ(walkers, 132);
     EXPECT_EQ(params.heads_per_section % 33, 0) << "d" << c.d << ": 8 m-blocks, a wave of 132 tiles";
-    EXPECT_GT(causal_walk_balance(params, plan, walkers), 0.9)
+    EXPECT_GT(fa3_causal_walk_balance(plan, params, walkers), 0.9)
         << "d" << c.d << ", sections of " << params.heads_per_section;
+    const double whole_waves = fa3_causal_walk_balance(plan, params, walkers);
     params.heads_per_section = c.power_of_two_section;
-    EXPECT_LT(causal_walk_balance(params, plan, walkers), 0.9) << "d" << c.d << ": the model must tell them apart";
+    EXPECT_LT(fa3_causal_walk_balance(plan, params, walkers), 0.9) << "d" << c.d << ": the model must tell them apart";
+    // causal_sections=3 (a tuning): the size the model prefers, no worse in the model than whole waves.
+    Fa3Tuning by_model;
+    by_model.causal_sections = 3;
+    Plan model_plan;
+    std::string why;
+    ASSERT_TRUE(plan_fa3_tuned(spec, by_model, &model_plan, &why)) << why;
+    fa3_fill_schedule(spec, model_plan, 132, 60 * 1024 * 1024, &params);
+    EXPECT_GE(fa3_causal_walk_balance(model_plan, params, walkers), whole_waves) << "d" << c.d;
   }
 }
 
