@@ -294,7 +294,9 @@ def time_mlir(fj, mlir, result, problems, mlir_problems, iters, prepare=None):
         result["mlir_error"] = str(e).splitlines()[0][:200]
 
 
-def prefill_row(fj, d, s, causal, dtype, iters, mlir=None, alt=None):
+def prefill_inputs(d, s, causal, dtype):
+    """A prefill row's shape (B*S = 16384, heads*d ~ 2048), enough [B, S, H, D] copies of Q, K, V and O
+    that L2 does not serve consecutive launches, and its FLOPs (halved for causal)."""
     tokens, width = 16384, 2048
     b, h = tokens // s, max(1, round(width / d))
     n = copies_for(3 * b * s * h * d * 2)
@@ -302,7 +304,11 @@ def prefill_row(fj, d, s, causal, dtype, iters, mlir=None, alt=None):
     for _ in range(n):
         q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(3))
         sets.append((q, k, v, torch.empty_like(q)))
-    flops = 4 * b * h * s * s * d / (2 if causal else 1)
+    return b, h, sets, 4 * b * h * s * s * d / (2 if causal else 1)
+
+
+def prefill_row(fj, d, s, causal, dtype, iters, mlir=None, alt=None):
+    b, h, sets, flops = prefill_inputs(d, s, causal, dtype)
     result = {"op": "prefill", "dtype": str(dtype).split(".")[-1], "head_dim": d, "seqlen": s, "batch": b,
               "heads": h, "causal": causal}
     problems = [fj.problem(q, k, v, o, causal) for q, k, v, o in sets]

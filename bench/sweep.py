@@ -37,15 +37,8 @@ def read_list(path):
     return lines
 
 
-def sweep_row(lib, runtimes, d, s, causal, dtype, iters):
-    tokens, width = 16384, 2048
-    b, h = tokens // s, max(1, round(width / d))
-    n = compare.copies_for(3 * b * s * h * d * 2)
-    sets = []
-    for _ in range(n):
-        q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(3))
-        sets.append((q, k, v, torch.empty_like(q)))
-    flops = 4 * b * h * s * s * d / (2 if causal else 1)
+def sweep_row(runtimes, d, s, causal, dtype, iters):
+    _, _, sets, flops = compare.prefill_inputs(d, s, causal, dtype)
     keep = []
     entries = []  # (label, kernel, fns)
     for label, fj in runtimes:
@@ -113,7 +106,7 @@ def main():
             runtimes.append((t, made[t]))
         for d, s, causal in rows:
             for name in args.dtypes.split(","):
-                for r in sweep_row(args.lib, runtimes, d, s, causal, dtypes[name], args.iters):
+                for r in sweep_row(runtimes, d, s, causal, dtypes[name], args.iters):
                     results.append(r)
                     t = f"{r['tflops']:7.1f}" if r["tflops"] else "      -"
                     vp = f"{r['vs_planner']:.3f}" if r["vs_planner"] else "  -  "
