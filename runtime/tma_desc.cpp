@@ -171,6 +171,11 @@ bool decode_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int num
 
 namespace {
 
+// Pairs whose K/V fit in the L2 share (at most all of them).
+int l2_section_pairs(int pairs, double pair_bytes, int l2_bytes) {
+  return static_cast<int>(std::min<double>(pairs, kL2SectionShare * l2_bytes / pair_bytes));
+}
+
 // Causal tiles in L2 sections: each section runs heaviest m-block first, and the snake (a walker takes
 // lane w of even waves and lane walkers - 1 - w of odd ones) evens the walkers' loads only if the
 // sections' cost profile repeats in step with the waves. A section of s pairs is s * m_blocks tiles;
@@ -178,18 +183,15 @@ namespace {
 // same walkers take the heavy tiles wave after wave: at d128 S1024 (sections of 32 pairs, 256 tiles
 // on 132 walkers) the SMs were busy 77% of the kernel's time against cuDNN's 92% (Nsight Compute, run
 // 28f), where a model of the walk gives 0.71 of even. So the largest section of a whole number of
-// waves that fits in L2 (33 pairs there: 0.99 in the model), else the power-of-two one. Measured (run
-// 28g, bf16): causal S1024 d128 411 -> 481, d256 367 -> 468, d80 315 -> 369 TFLOP/s; S2048/S4096 even.
-// Pairs whose K/V fit in the L2 share (at most all of them).
-int l2_section_pairs(int pairs, double pair_bytes, int l2_bytes) {
-  return static_cast<int>(std::min<double>(pairs, kL2SectionShare * l2_bytes / pair_bytes));
-}
-
-int causal_section_of_whole_waves(int pairs, int m_blocks, int walkers, double pair_bytes, int l2_bytes,
-                                  int power_of_two_section) {
+// waves that fits in L2 (33 pairs there: 0.99 in the model). Measured (run 28g, bf16): causal S1024
+// d128 411 -> 481, d256 367 -> 468, d80 315 -> 369 TFLOP/s; S2048/S4096 even. Where no whole wave fits,
+// `fallback`: one section by default, the walk of sessions 6-23, because the model puts power-of-two
+// sections there at 0.57-0.74 of even (d192 S2048/S4096, d256 S2048, d96/d128 S3072, B*S = 16384)
+// against 0.97-0.99 for one section; the power-of-two section for kCausalSections 2.
+int causal_section_of_whole_waves(int pairs, int m_blocks, int walkers, double pair_bytes, int l2_bytes, int fallback) {
   const int step = walkers / std::gcd(walkers, std::max(m_blocks, 1)); // pairs per whole number of waves
   const int fits = l2_section_pairs(pairs, pair_bytes, l2_bytes);
-  return step <= fits ? fits / step * step : power_of_two_section;
+  return step <= fits ? fits / step * step : fallback;
 }
 
 // kCausalSections 3 (a tuning): of the L2 sections up to the largest that fits (at most
@@ -259,12 +261,14 @@ int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int
   // which keeps them in L2 anyway (kCausalSections, compiler/plans/fa3_plan.cpp).
   if (spec.causal) {
     const int64_t rule = plan.constant("kCausalSections", 0);
-    if (rule == 1 || (rule == 0 && int64_t{pairs} * kCausalOneSectionTilesPerPair <= walkers))
+    const bool one_section_by_pairs = int64_t{pairs} * kCausalOneSectionTilesPerPair <= walkers;
+    if (rule == 1 || ((rule == 0 || rule == 3) && one_section_by_pairs))
       section = pairs;
     else if (rule == 3 && section < pairs)
       section = causal_section_by_model(plan, walkers, l2_section_pairs(pairs, pair_bytes, l2_bytes), params);
     else if (section < pairs)
-      section = causal_section_of_whole_waves(pairs, m_blocks, walkers, pair_bytes, l2_bytes, section);
+      section =
+          causal_section_of_whole_waves(pairs, m_blocks, walkers, pair_bytes, l2_bytes, rule == 2 ? section : pairs);
   }
   params->heads_per_section = std::max(section, 1);
   fa3_fill_tail(plan, walkers, params);

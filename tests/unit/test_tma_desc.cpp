@@ -350,10 +350,11 @@ TEST(Fa3Schedule, CausalSectionsByRule) {
   };
   // M = 192, 132 walkers (causal: single CTAs). 1024 keys: 512 KiB of K/V per pair, 60 fit in 60% of
   // 50 MiB; 6 m-blocks, so 22 pairs are a whole wave: 44. 4096 keys: 2 MiB, 15 fit; 22 m-blocks, 6
-  // pairs a wave: 12. 16384 keys: 8 MiB, 3 fit; 86 m-blocks need 66 pairs: two (a power of two).
+  // pairs a wave: 12. 16384 keys: 8 MiB, 3 fit; 86 m-blocks need 66 pairs: no whole wave fits, so one
+  // section under rule 0 and two pairs (a power of two) under rule 2.
   for (const Case &c :
        {Case{0, 16, 1024, 16, 44}, Case{1, 16, 1024, 16, 256}, Case{2, 16, 1024, 16, 44}, Case{0, 1, 16384, 16, 16},
-        Case{1, 1, 16384, 16, 16}, Case{2, 1, 16384, 16, 2}, Case{0, 1, 16384, 33, 33}, Case{0, 1, 16384, 34, 2},
+        Case{1, 1, 16384, 16, 16}, Case{2, 1, 16384, 16, 2}, Case{0, 1, 16384, 33, 33}, Case{0, 1, 16384, 34, 34},
         Case{0, 4, 4096, 16, 12}, Case{1, 4, 4096, 16, 64}, Case{0, 2, 1024, 16, 32}}) {
     Fa3Tuning tuning;
     tuning.causal_sections = c.rule;
@@ -411,6 +412,38 @@ TEST(Fa3Schedule, CausalSectionsEvenTheWalkersLoads) {
     ASSERT_TRUE(plan_fa3_tuned(spec, by_model, &model_plan, &why)) << why;
     fa3_fill_schedule(spec, model_plan, 132, 60 * 1024 * 1024, &params);
     EXPECT_GE(fa3_causal_walk_balance(model_plan, params, walkers), whole_waves) << "d" << c.d;
+  }
+}
+
+// Where no whole wave of pairs fits in L2 (d192 S4096: 3 MiB pairs, 32 m-blocks; d256 S2048: 2 MiB, 16
+// m-blocks), the default walks one section, which the model puts near even, where power-of-two L2
+// sections (kCausalSections 2) would leave the walkers at 0.57-0.64 of it.
+TEST(Fa3Schedule, CausalWalksWithoutAWholeWaveInL2TakeOneSection) {
+  struct Shape {
+    int d, seqlen, heads;
+  };
+  for (const Shape &c : {Shape{192, 4096, 11}, Shape{256, 2048, 8}}) {
+    const KernelSpec spec = fa3_spec(c.d, c.d, true);
+    const int batch = 16384 / c.seqlen;
+    for (int rule : {0, 2}) {
+      Fa3Tuning tuning;
+      tuning.causal_sections = rule;
+      Plan plan;
+      std::string why;
+      ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &plan, &why)) << why;
+      fj_fa3_params params;
+      std::memset(&params, 0, sizeof params);
+      params.base = batch_params(batch, c.seqlen, c.seqlen, c.heads, c.heads, c.d, c.d);
+      const int walkers = fa3_fill_schedule(spec, plan, 132, 60 * 1024 * 1024, &params);
+      const double balance = fa3_causal_walk_balance(plan, params, walkers);
+      if (rule == 0) {
+        EXPECT_EQ(params.heads_per_section, batch * c.heads) << "d" << c.d;
+        EXPECT_GT(balance, 0.95) << "d" << c.d;
+      } else {
+        EXPECT_LT(params.heads_per_section, batch * c.heads) << "d" << c.d;
+        EXPECT_LT(balance, 0.7) << "d" << c.d << ", sections of " << params.heads_per_section;
+      }
+    }
   }
 }
 
