@@ -177,10 +177,11 @@ constexpr int kTmaL2PromotionBytes = 256;
 // Walk order of causal tiles (kCausalSections, read by fa3_fill_schedule in runtime/tma_desc.cpp):
 // 0 (the default): one section over every (batch, head) pair, heaviest m-blocks first across the
 // whole grid, where each wave holds several tiles of every pair (their CTAs then read the same K/V
-// blocks at about the same time); otherwise sections whose K/V fit in L2, of a whole number of waves
-// of tiles where that fits (fa3_fill_schedule says why).
-// 1: one section always (the order of sessions 6-23). 2: L2 sections always. 3 (prepared for an A/B,
-// not measured): L2 sections of the size a model of the walk prefers (fa3_causal_walk_balance).
+// blocks at about the same time); otherwise sections whose K/V fit in L2 and hold a whole number of
+// waves of tiles, or one section where no such section fits (runtime/tma_desc.cpp says why).
+// 1: one section always (the order of sessions 6-23). 2: L2 sections always (of whole waves where
+// they fit, else a power of two of pairs). 3 (prepared for an A/B, not measured): as 0, but L2
+// sections of the size a model of the walk prefers (fa3_causal_walk_balance).
 // Why (run 28d, bf16, one section -> L2 sections): d128 S2048 505 -> 542, S4096 583 -> 595, d64 S4096
 // 456 -> 472 TFLOP/s, where one section brings a pair's next m-block 64-256 tiles later and its K/V
 // back from DRAM (d128 S1024: 3.4 TB/s of DRAM traffic at a 32% L2 hit rate, run 28c); but d128
