@@ -26,7 +26,6 @@ for reason in long_scoreboard short_scoreboard barrier wait math_pipe_throttle m
   stalls+="${stalls:+,}smsp__average_warps_issue_stalled_${reason}_per_issue_active.ratio"
 done
 sections+=(--metrics "$stalls")
-# NCU_SOURCE=1 adds the SASS lines where warps stall most (SourceCounters).
 if [ "${NCU_SOURCE:-0}" = 1 ]; then sections+=(--section SourceCounters); fi
 
 # NAME -> "fj COMMAND" (flashjit's kernels, fj_*) or "sdpa COMMAND" (cuDNN's, launched through PyTorch).

@@ -197,12 +197,13 @@ int causal_section_of_whole_waves(int pairs, int m_blocks, int walkers, double p
 // kCausalSections 3 (a tuning): of the L2 sections up to the largest that fits (at most
 // kModelSectionCandidates sizes below it), the one fa3_causal_walk_balance prefers.
 constexpr int kModelSectionCandidates = 64;
-int causal_section_by_model(const Plan &plan, int walkers, int fits, fj_fa3_params *params) {
+int causal_section_by_model(const Plan &plan, int walkers, int fits, const fj_fa3_params &params) {
+  fj_fa3_params trial = params; // the candidates' section sizes, tried on a copy
   int best = std::max(fits, 1);
   double best_balance = -1;
   for (int s = std::max(fits, 1); s >= std::max(1, fits - kModelSectionCandidates + 1); --s) {
-    params->heads_per_section = s;
-    if (const double balance = fa3_causal_walk_balance(plan, *params, walkers); balance > best_balance) {
+    trial.heads_per_section = s;
+    if (const double balance = fa3_causal_walk_balance(plan, trial, walkers); balance > best_balance) {
       best_balance = balance;
       best = s;
     }
@@ -265,7 +266,7 @@ int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int
     if (rule == 1 || ((rule == 0 || rule == 3) && one_section_by_pairs))
       section = pairs;
     else if (rule == 3 && section < pairs)
-      section = causal_section_by_model(plan, walkers, l2_section_pairs(pairs, pair_bytes, l2_bytes), params);
+      section = causal_section_by_model(plan, walkers, l2_section_pairs(pairs, pair_bytes, l2_bytes), *params);
     else if (section < pairs)
       section =
           causal_section_of_whole_waves(pairs, m_blocks, walkers, pair_bytes, l2_bytes, rule == 2 ? section : pairs);

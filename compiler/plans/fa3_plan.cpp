@@ -574,11 +574,14 @@ int fa3_short_key_block(const KernelSpec &spec, flashjit_backend backend) {
 }
 
 int fa3_key_block_for(const KernelSpec &spec, int seqlen_q, int seqlen_k, flashjit_backend backend) {
+  // The lengths first: every prefill call asks, and most causal ones are past the short tile's.
+  if (seqlen_k <= 0 || (spec.causal && std::max(seqlen_q, seqlen_k) > kMaxSeqlenShortCausal))
+    return 0;
   Fa3Tile tile;
-  if (seqlen_k <= 0 || !default_tile_with_short_alternative(spec, backend, &tile))
+  if (!default_tile_with_short_alternative(spec, backend, &tile))
     return 0;
   if (spec.causal)
-    return std::max(seqlen_q, seqlen_k) <= kMaxSeqlenShortCausal ? kShortKeyBlock : 0;
+    return kShortKeyBlock;
   // Keys each block computes, padded to whole blocks, at the measured cost per key of each block.
   auto padded_keys = [seqlen_k](int block_n) { return (seqlen_k + block_n - 1) / block_n * block_n; };
   const int64_t default_cost = int64_t(padded_keys(tile.block_n)) * kShortKeyBlockCostDenom;

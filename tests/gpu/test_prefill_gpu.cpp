@@ -68,10 +68,10 @@ void PrintTo(const PrefillCase &c, std::ostream *out) {
 std::vector<PrefillCase> cases() {
   using ref::Dtype;
   std::vector<PrefillCase> all;
-  auto add = [&](std::string name, CaseOptions c, auto &&tweak) {
+  auto add = [&](std::string name, CaseOptions c, auto &&tweak, std::string auto_kernel_has = {}) {
     tweak(c);
     c.seed = all.size() + 11;
-    all.push_back({std::move(name), c});
+    all.push_back({std::move(name), c, std::move(auto_kernel_has)});
   };
   auto none = [](CaseOptions &) {};
   auto causal = [](CaseOptions &c) { c.problem.causal = true; };
@@ -97,18 +97,15 @@ std::vector<PrefillCase> cases() {
   // warpgroups, d72 and d88 with three; d112 runs two in single CTAs, d56 three. Lengths not a
   // multiple of the tile (odd m-block counts: the last pair's second CTA has no rows), sq != sk,
   // GQA 4, 6 and 7. Sequences this short take the 128-key block where it pads less (d104, d112).
-  add("d112_bf16_two_warpgroups_gqa6", dense(2, 901, 650, 12, 2, 112, 112, Dtype::bf16), none);
-  all.back().auto_kernel_has = "full.m128n128s2.wg2pp.um";
-  add("d120_fp16_pairs_gqa7", dense(1, 500, 1234, 14, 2, 120, 120, Dtype::fp16), none);
-  all.back().auto_kernel_has = "full.m128n160s2.wg2pp.cl2";
-  add("d104_fp16_pairs_odd_m_blocks", dense(2, 333, 1000, 5, 5, 104, 104, Dtype::fp16), none);
-  all.back().auto_kernel_has = "full.m128n128s2.wg2pp.cl2";
-  add("d72_bf16_three_warpgroups_pairs_gqa4", dense(2, 900, 777, 8, 2, 72, 72, Dtype::bf16), none);
-  all.back().auto_kernel_has = "wg3pp.cl2";
-  add("d88_fp16_three_warpgroups_pairs_sq_lt_sk", dense(1, 385, 1500, 6, 6, 88, 88, Dtype::fp16), none);
-  all.back().auto_kernel_has = "wg3pp.cl2";
-  add("d56_bf16_three_warpgroups_single", dense(1, 500, 600, 4, 4, 56, 56, Dtype::bf16), none);
-  all.back().auto_kernel_has = "full.m192n128s2.wg3pp.ts";
+  add("d112_bf16_two_warpgroups_gqa6", dense(2, 901, 650, 12, 2, 112, 112, Dtype::bf16), none,
+      "full.m128n128s2.wg2pp.um");
+  add("d120_fp16_pairs_gqa7", dense(1, 500, 1234, 14, 2, 120, 120, Dtype::fp16), none, "full.m128n160s2.wg2pp.cl2");
+  add("d104_fp16_pairs_odd_m_blocks", dense(2, 333, 1000, 5, 5, 104, 104, Dtype::fp16), none,
+      "full.m128n128s2.wg2pp.cl2");
+  add("d72_bf16_three_warpgroups_pairs_gqa4", dense(2, 900, 777, 8, 2, 72, 72, Dtype::bf16), none, "wg3pp.cl2");
+  add("d88_fp16_three_warpgroups_pairs_sq_lt_sk", dense(1, 385, 1500, 6, 6, 88, 88, Dtype::fp16), none, "wg3pp.cl2");
+  add("d56_bf16_three_warpgroups_single", dense(1, 500, 600, 4, 4, 56, 56, Dtype::bf16), none,
+      "full.m192n128s2.wg3pp.ts");
   add("d8_bf16_short", dense(3, 17, 9, 2, 1, 8, 8, Dtype::bf16), none);
   add("d40_fp16_causal_sq_gt_sk", dense(2, 333, 200, 6, 3, 40, 40, Dtype::fp16), causal);
   add("d128_bf16_one_key", dense(1, 64, 1, 2, 2, 128, 128, Dtype::bf16), causal);
@@ -121,21 +118,20 @@ std::vector<PrefillCase> cases() {
   // Short fixed key lengths take the 128-key block (KernelSpec::key_block): 1000 keys end in a partial
   // block, in CTA pairs, with sq != sk and GQA 2; causal d128 past 1024 keys runs three consumer
   // warpgroups.
-  add("d128_fp16_short_key_block_gqa2", dense(2, 700, 1000, 8, 4, 128, 128, Dtype::fp16), none);
-  all.back().auto_kernel_has = "m128n128s2.wg2pp.cl2";
-  add("d128_bf16_causal_three_warpgroups_gqa7", dense(1, 777, 1100, 14, 2, 128, 128, Dtype::bf16), causal);
-  all.back().auto_kernel_has = "causal.m192n80s2.wg3pp";
+  add("d128_fp16_short_key_block_gqa2", dense(2, 700, 1000, 8, 4, 128, 128, Dtype::fp16), none, "m128n128s2.wg2pp.cl2");
+  add("d128_bf16_causal_three_warpgroups_gqa7", dense(1, 777, 1100, 14, 2, 128, 128, Dtype::bf16), causal,
+      "causal.m192n80s2.wg3pp");
   // Short causal sequences (both lengths <= 1024) take two consumer warpgroups with O in its own
   // region (session 24): sq = sk not a multiple of the tile with GQA 4, and sq < sk (bottom-right).
-  add("d128_bf16_causal_short_two_warpgroups_gqa4", dense(2, 1000, 1000, 8, 2, 128, 128, Dtype::bf16), causal);
-  all.back().auto_kernel_has = "causal.m128n128s2.wg2pp";
-  add("d64_fp16_causal_short_sq_lt_sk", dense(3, 300, 1024, 6, 6, 64, 64, Dtype::fp16), causal);
-  all.back().auto_kernel_has = "causal.m128n128s2.wg2pp";
+  add("d128_bf16_causal_short_two_warpgroups_gqa4", dense(2, 1000, 1000, 8, 2, 128, 128, Dtype::bf16), causal,
+      "causal.m128n128s2.wg2pp");
+  add("d64_fp16_causal_short_sq_lt_sk", dense(3, 300, 1024, 6, 6, 64, 64, Dtype::fp16), causal,
+      "causal.m128n128s2.wg2pp");
   // Causal with more (batch, head) pairs than a one-section walk keeps in L2 (96 pairs of 384 KiB on
   // 132 walkers): sections of a whole number of waves (66 pairs of 8 m-blocks) and a last one of 30,
   // heaviest m-blocks first in each.
-  add("d64_bf16_causal_l2_sections", dense(6, 1536, 1536, 16, 16, 64, 64, Dtype::bf16), causal);
-  all.back().auto_kernel_has = "causal.m192n128s2.wg3pp";
+  add("d64_bf16_causal_l2_sections", dense(6, 1536, 1536, 16, 16, 64, 64, Dtype::bf16), causal,
+      "causal.m192n128s2.wg3pp");
   // Lazy O rescale (d80, d256 non-causal): a large scale spreads the logits so that later key blocks
   // raise the row max past the 2^8 threshold and the eager rescale path runs mid-tile too. These
   // check O only: at |LSE| ~ 40-55 the fp32 LSE of fa2 (eager) and fa3 both exceeded the
@@ -147,10 +143,8 @@ std::vector<PrefillCase> cases() {
       c.with_lse = false;
     };
   };
-  add("d80_bf16_lazy_rescale_sharp_logits", dense(2, 500, 1500, 8, 2, 80, 80, Dtype::bf16), sharp(1.5f));
-  all.back().auto_kernel_has = ".lz";
-  add("d256_fp16_lazy_rescale_sharp_logits", dense(1, 300, 2000, 4, 4, 256, 256, Dtype::fp16), sharp(0.6f));
-  all.back().auto_kernel_has = ".lz";
+  add("d80_bf16_lazy_rescale_sharp_logits", dense(2, 500, 1500, 8, 2, 80, 80, Dtype::bf16), sharp(1.5f), ".lz");
+  add("d256_fp16_lazy_rescale_sharp_logits", dense(1, 300, 2000, 4, 4, 256, 256, Dtype::fp16), sharp(0.6f), ".lz");
   // More tiles than walkers, so every CTA walks several tiles (ring slots and Q/O parity carried
   // across tiles): pairs, three warpgroups with causal tiles of different lengths, and varlen with
   // sequences that have no rows or no keys. These passed with kCrossTileOverlap on (run 12d) too.
