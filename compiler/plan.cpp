@@ -83,6 +83,8 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // kernel's code, but kernels that walk differently must not share a name.
   if (const int64_t sections = plan.constant("kCausalSections", 0); sections != 0)
     name += ".cs" + std::to_string(sections);
+  if (const int64_t pairs = plan.constant("kCausalSectionPairs", 0); pairs != 0)
+    name += ".sp" + std::to_string(pairs);
   // decode with K/V tiles by TMA (NVRTC builds only).
   if (plan.constant("kTmaKv", 0) != 0)
     name += ".tma";

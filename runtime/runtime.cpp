@@ -299,10 +299,17 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
          << (problem.workspace ? " (where that shortens the longest walk by 8 blocks and 2%)" : " (off: no workspace)");
   if (choice.plan.constant("kUnmaskedKeyLoop", 0) != 0)
     plan << ", a key loop without mask code (only the last key block can hold keys past seqlen_k)";
-  if (choice.plan.variant == Variant::fa3 && choice.spec.key_block != 0)
-    plan << (choice.spec.causal ? ", the short causal tile (a short sequence: two warpgroups, O in its own region)"
-                                : ", the short key block (it pads this key length less)");
   const flashjit_backend backend = resolve_backend(impl_->store.config().backend, choice.plan.variant);
+  if (choice.plan.variant == Variant::fa3 && choice.spec.key_block != 0) {
+    KernelSpec default_spec = choice.spec;
+    default_spec.key_block = 0;
+    Plan default_plan;
+    const bool same_block =
+        plan_fa3(default_spec, &default_plan, nullptr, backend) && default_plan.block_n == choice.spec.key_block;
+    plan << (choice.spec.causal ? ", the short causal tile (a short sequence: two warpgroups, O in its own region)"
+             : same_block ? ", the short-sequence tile (too few key blocks to split the last waves: no tail split)"
+                          : ", the short key block (it pads this key length less)");
+  }
   if (choice.plan.variant == Variant::decode_splitk) {
     const std::string_view no_tma = tma_kv_unsupported(choice.spec, backend, choice.plan.block_n);
     plan << ", " << choice.plan.constant("kCtasPerSm", 0) << " CTAs per SM";

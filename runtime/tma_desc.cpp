@@ -1,6 +1,9 @@
 #include "runtime/tma_desc.hpp"
 
+#include "compiler/plans/fa3_plan.hpp"
+
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <numeric>
@@ -26,9 +29,20 @@ constexpr double kL2SectionShare = 0.6;
 // least this many tiles of each (batch, head) pair, else L2 sections. Measured (run 28d): 8-16 pairs
 // on 132 walkers (S16384) run 1.14-1.6x faster in one section, 64 (d128 S4096) 2% slower.
 constexpr int kCausalOneSectionTilesPerPair = 4;
+// Where no L2 section of a whole number of waves fits, the section the model of the walk prefers
+// (fa3_causal_walk_balance) if it is this even, else one section. Measured (run 29b, bf16, one section
+// -> the model's section): d192 S2048 486 -> 572 (22 pairs, 0.970 in the model), d256 S2048 509 -> 608
+// (11, 0.978), d128 S3072 581 -> 618 (22, 0.984), d192 S4096 625 -> 656 (11, 0.963); sections the
+// model puts at 0.90-0.91 lost 6-7% to a whole-wave section (d128 S4096), at 0.61-0.82 30%.
+// Not for long sequences: d64 and d96 S8192 (43 m-blocks) lost 2.5% and 5% to one section with the
+// model's sections (run 29c: 17 pairs at 0.968, 1 pair at 0.956), where d96 S3072 gained 2-3% with 29
+// pairs at 0.951. And where the whole-wave section is less even than this, the model's if it is more
+// even: d192 S1024 (33 pairs at 0.872, the model's 44 at 0.968) 423 -> 449 TFLOP/s (run 29c).
+constexpr double kMinModelSectionBalance = 0.95;
+constexpr int kMaxMBlocksModelSection = 32;
 // Tail split: cut tiles only when the longest walk shrinks by at least this many key blocks and
 // by at least 1/kTailMinSavedShareInverse of it (fa3_fill_tail).
-constexpr int64_t kTailMinSavedBlocks = 8;
+constexpr int64_t kTailMinSavedBlocks = kFa3TailMinSavedBlocks;
 constexpr int64_t kTailMinSavedShareInverse = 50;
 
 bool fail(std::string *why_not, const std::string &reason) {
@@ -184,30 +198,50 @@ int l2_section_pairs(int pairs, double pair_bytes, int l2_bytes) {
 // on 132 walkers) the SMs were busy 77% of the kernel's time against cuDNN's 92% (Nsight Compute, run
 // 28f), where a model of the walk gives 0.71 of even. So the largest section of a whole number of
 // waves that fits in L2 (33 pairs there: 0.99 in the model). Measured (run 28g, bf16): causal S1024
-// d128 411 -> 481, d256 367 -> 468, d80 315 -> 369 TFLOP/s; S2048/S4096 even. Where no whole wave fits,
-// `fallback`: one section by default, the walk of sessions 6-23, because the model puts power-of-two
-// sections there at 0.57-0.74 of even (d192 S2048/S4096, d256 S2048, d96/d128 S3072, B*S = 16384)
-// against 0.97-0.99 for one section; the power-of-two section for kCausalSections 2.
-int causal_section_of_whole_waves(int pairs, int m_blocks, int walkers, double pair_bytes, int l2_bytes, int fallback) {
+// d128 411 -> 481, d256 367 -> 468, d80 315 -> 369 TFLOP/s; S2048/S4096 even. 0 where no whole wave
+// fits.
+int causal_section_of_whole_waves(int pairs, int m_blocks, int walkers, double pair_bytes, int l2_bytes) {
   const int step = walkers / std::gcd(walkers, std::max(m_blocks, 1)); // pairs per whole number of waves
   const int fits = l2_section_pairs(pairs, pair_bytes, l2_bytes);
-  return step <= fits ? fits / step * step : fallback;
+  return step <= fits ? fits / step * step : 0;
 }
 
-// kCausalSections 3 (a tuning): of the L2 sections up to the largest that fits (at most
-// kModelSectionCandidates sizes below it), the one fa3_causal_walk_balance prefers.
-constexpr int kModelSectionCandidates = 64;
-int causal_section_by_model(const Plan &plan, int walkers, int fits, const fj_fa3_params &params) {
+// The L2 section the model of the walk prefers (fa3_causal_walk_balance): of the sizes up to the
+// largest that fits (`fits`), the best balanced, the larger of equals. The model walks every tile once
+// per size, so at most kModelTileBudget tiles in all (sizes taken at a stride beyond that), and each
+// thread remembers its last few answers: an engine asks for the same shape layer after layer.
+struct ModelSection {
+  int pairs = 1;
+  double balance = 0;
+};
+constexpr int64_t kModelTileBudget = int64_t{1} << 20;
+constexpr double kModelBalanceTie = 1e-3;
+struct ModelSectionKey {
+  int walkers, fits, pairs, m_blocks, block_m, block_n, seqlen_q, seqlen_k;
+  bool operator==(const ModelSectionKey &) const = default;
+};
+constexpr size_t kModelSectionMemo = 8;
+thread_local std::array<std::pair<ModelSectionKey, ModelSection>, kModelSectionMemo> model_section_memo{};
+thread_local size_t model_section_memo_next = 0;
+
+ModelSection causal_section_by_model(const Plan &plan, int walkers, int fits, const fj_fa3_params &params) {
+  const fj_attention_params &p = params.base;
+  const ModelSectionKey key{walkers,      fits,         p.batch * p.heads_q, p.num_m_blocks,
+                            plan.block_m, plan.block_n, p.seqlen_q,          p.seqlen_k};
+  for (const auto &[k, answer] : model_section_memo)
+    if (k == key && answer.balance > 0)
+      return answer;
+  fits = std::max(fits, 1);
+  const int64_t tiles = std::max<int64_t>(params.num_tiles, 1);
+  const int stride = static_cast<int>(std::max<int64_t>(1, (fits * tiles + kModelTileBudget - 1) / kModelTileBudget));
   fj_fa3_params trial = params; // the candidates' section sizes, tried on a copy
-  int best = std::max(fits, 1);
-  double best_balance = -1;
-  for (int s = std::max(fits, 1); s >= std::max(1, fits - kModelSectionCandidates + 1); --s) {
+  ModelSection best;
+  for (int s = fits; s >= 1; s -= stride) {
     trial.heads_per_section = s;
-    if (const double balance = fa3_causal_walk_balance(plan, trial, walkers); balance > best_balance) {
-      best_balance = balance;
-      best = s;
-    }
+    if (const double balance = fa3_causal_walk_balance(plan, trial, walkers); balance > best.balance + kModelBalanceTie)
+      best = ModelSection{s, balance};
   }
+  model_section_memo[model_section_memo_next++ % kModelSectionMemo] = {key, best};
   return best;
 }
 
@@ -218,24 +252,41 @@ double fa3_causal_walk_balance(const Plan &plan, const fj_fa3_params &params, in
   const int m_blocks = std::max(p.num_m_blocks, 1), pairs = p.batch * p.heads_q;
   const int section_pairs = std::max(params.heads_per_section, 1), block_n = std::max(plan.block_n, 1);
   const int key_blocks = (p.seqlen_k + block_n - 1) / block_n;
-  std::vector<double> load(std::max(walkers, 1), 0.0);
-  for (int index = 0; index < params.num_tiles; ++index) {
-    const int wave = index / walkers, lane = index % walkers;
-    const int walker = wave % 2 == 0 ? lane : walkers - 1 - lane;
-    const int section = index / (m_blocks * section_pairs);
-    const int rest = index - section * m_blocks * section_pairs;
-    const int pairs_here = std::min(section_pairs, pairs - section * section_pairs);
-    const int m_block = m_blocks - 1 - rest / pairs_here;
-    const int row_hi = std::min((m_block + 1) * plan.block_m, p.seqlen_q) - 1;
-    const int last_col = row_hi + p.seqlen_k - p.seqlen_q;
-    const int visible = last_col < 0 ? 0 : std::min(key_blocks, last_col / block_n + 1);
-    load[walker] += visible + 1.0;
+  walkers = std::max(walkers, 1);
+  // The tiles of one (section, m-block) share a cost and lie on consecutive lanes: add it to each
+  // run of lanes (split where a wave ends; odd waves run the snake backwards) through a difference
+  // array, so the model costs O(sections * m_blocks + waves), not O(tiles).
+  std::vector<double> step(walkers + 1, 0.0);
+  auto add_run = [&](int wave, int lane, int count, double cost) {
+    const int first = wave % 2 == 0 ? lane : walkers - lane - count;
+    step[first] += cost;
+    step[first + count] -= cost;
+  };
+  int64_t index = 0;
+  const int64_t tiles = params.num_tiles;
+  for (int section_start = 0; section_start < pairs && index < tiles; section_start += section_pairs) {
+    const int pairs_here = std::min(section_pairs, pairs - section_start);
+    for (int m_order = 0; m_order < m_blocks && index < tiles; ++m_order) {
+      const int m_block = m_blocks - 1 - m_order;
+      const int row_hi = std::min((m_block + 1) * plan.block_m, p.seqlen_q) - 1;
+      const int last_col = row_hi + p.seqlen_k - p.seqlen_q;
+      const double cost = (last_col < 0 ? 0 : std::min(key_blocks, last_col / block_n + 1)) + 1.0;
+      for (int64_t left = std::min<int64_t>(pairs_here, tiles - index); left > 0;) {
+        const int wave = static_cast<int>(index / walkers), lane = static_cast<int>(index % walkers);
+        const int count = static_cast<int>(std::min<int64_t>(left, walkers - lane));
+        add_run(wave, lane, count, cost);
+        index += count;
+        left -= count;
+      }
+    }
   }
-  const double top = *std::max_element(load.begin(), load.end());
-  double total = 0;
-  for (double l : load)
-    total += l;
-  return top > 0 ? total / static_cast<double>(load.size()) / top : 1.0;
+  double running = 0, total = 0, top = 0;
+  for (int w = 0; w < walkers; ++w) {
+    running += step[w];
+    total += running;
+    top = std::max(top, running);
+  }
+  return top > 0 ? total / walkers / top : 1.0;
 }
 
 int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int l2_bytes, fj_fa3_params *params,
@@ -263,13 +314,27 @@ int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int
   if (spec.causal) {
     const int64_t rule = plan.constant("kCausalSections", 0);
     const bool one_section_by_pairs = int64_t{pairs} * kCausalOneSectionTilesPerPair <= walkers;
-    if (rule == 1 || ((rule == 0 || rule == 3) && one_section_by_pairs))
+    const int fits = l2_section_pairs(pairs, pair_bytes, l2_bytes);
+    if (const int64_t forced = plan.constant("kCausalSectionPairs", 0); forced > 0)
+      section = static_cast<int>(std::min<int64_t>(forced, pairs)); // Fa3Tuning::causal_section_pairs
+    else if (rule == 1 || ((rule == 0 || rule == 3) && one_section_by_pairs))
       section = pairs;
     else if (rule == 3 && section < pairs)
-      section = causal_section_by_model(plan, walkers, l2_section_pairs(pairs, pair_bytes, l2_bytes), *params);
-    else if (section < pairs)
-      section =
-          causal_section_of_whole_waves(pairs, m_blocks, walkers, pair_bytes, l2_bytes, rule == 2 ? section : pairs);
+      section = causal_section_by_model(plan, walkers, fits, *params).pairs;
+    else if (section < pairs) {
+      const int whole_waves = causal_section_of_whole_waves(pairs, m_blocks, walkers, pair_bytes, l2_bytes);
+      if (whole_waves > 0) {
+        section = whole_waves;
+        params->heads_per_section = whole_waves;
+        if (const double even = fa3_causal_walk_balance(plan, *params, walkers);
+            rule == 0 && even < kMinModelSectionBalance)
+          if (const ModelSection model = causal_section_by_model(plan, walkers, fits, *params); model.balance > even)
+            section = model.pairs;
+      } else if (rule == 0) {
+        const ModelSection model = causal_section_by_model(plan, walkers, fits, *params);
+        section = model.balance >= kMinModelSectionBalance && m_blocks <= kMaxMBlocksModelSection ? model.pairs : pairs;
+      } // rule 2: the power-of-two section
+    }
   }
   params->heads_per_section = std::max(section, 1);
   fa3_fill_tail(plan, walkers, params);

@@ -157,6 +157,13 @@ constexpr int kMinHeadDimClusterOddEights = 72;
 constexpr int kShortKeyBlock = 128;
 constexpr int kShortKeyBlockCostNumer = 102; // cost per key of the short block, against
 constexpr int kShortKeyBlockCostDenom = 100; // the default block's
+// The two-warpgroup tiles of 112-key blocks (unmasked d136..d192 in CTA pairs) take 96-key blocks
+// where they pad less: S1024 is 9.1 blocks of 112 (1120 keys computed), 10.7 of 96 (1056). Measured
+// (bf16, d192 S1024, N112 -> N96): +2.5% (run 28b), +2.7% (runs 29a, 29b), fp16 +2.8% (29b): a 96-key
+// block costs ~3% more per key. NVRTC plans only (measured with the templates).
+constexpr int kNarrowedKeyBlockFrom = 112;
+constexpr int kNarrowKeyBlock = 96;
+constexpr int kNarrowKeyBlockCostNumer = 103;
 // Causal sequences up to this length take the short-sequence tile instead of three consumer
 // warpgroups: the same key block (spec.key_block = kShortKeyBlock) with two warpgroups (M = 128) and
 // O in its own region. At S1024 M = 192 runs 5.33 m-blocks whose last, the heaviest, is a third full.
@@ -178,10 +185,12 @@ constexpr int kTmaL2PromotionBytes = 256;
 // 0 (the default): one section over every (batch, head) pair, heaviest m-blocks first across the
 // whole grid, where each wave holds several tiles of every pair (their CTAs then read the same K/V
 // blocks at about the same time); otherwise sections whose K/V fit in L2 and hold a whole number of
-// waves of tiles, or one section where no such section fits (runtime/tma_desc.cpp says why).
+// waves of tiles (or, where a model of the walk puts those below 0.95 of even, the L2 section it
+// prefers), and where no such section fits, the model's L2 section if it is that even and the
+// sequence has at most 32 m-blocks, else one section (runtime/tma_desc.cpp says why).
 // 1: one section always (the order of sessions 6-23). 2: L2 sections always (of whole waves where
-// they fit, else a power of two of pairs). 3 (prepared for an A/B, not measured): as 0, but L2
-// sections of the size a model of the walk prefers (fa3_causal_walk_balance).
+// they fit, else a power of two of pairs). 3: as 0, but always the L2 section the model of the walk
+// prefers (fa3_causal_walk_balance). Fa3Tuning::causal_section_pairs forces a section size (A/Bs).
 // Why (run 28d, bf16, one section -> L2 sections): d128 S2048 505 -> 542, S4096 583 -> 595, d64 S4096
 // 456 -> 472 TFLOP/s, where one section brings a pair's next m-block 64-256 tiles later and its K/V
 // back from DRAM (d128 S1024: 3.4 TB/s of DRAM traffic at a 32% L2 hit rate, run 28c); but d128
@@ -219,6 +228,16 @@ struct Fa3Tile {
 // straddle two sequences); the MLIR generator renders single-CTA tiles only.
 bool fa3_pairs_can_run(const KernelSpec &spec, flashjit_backend backend) {
   return !spec.causal && !spec.local && !spec.varlen && backend != FLASHJIT_BACKEND_MLIR;
+}
+
+// Whether the planner's tile splits its last waves by keys (kTailSplit) when no tuning says otherwise:
+// where that was measured faster, for specs of any key length (key_block 0; a short sequence's spec
+// names its key block: its units are too short to split, fa3_key_block_for).
+bool tail_split_by_default(const KernelSpec &spec, const Fa3Tile &t, flashjit_backend backend) {
+  const bool three_wgs = t.consumer_wgs == kMaxConsumerWarpgroups;
+  const int max_dim = std::max(spec.head_dim_qk, spec.head_dim_v);
+  return kTailSplitDefault && spec.key_block == 0 && (three_wgs || max_dim <= kMaxHeadDimTailSplitTwoWarpgroups) &&
+         !t.masked && !spec.varlen && !kCrossTileOverlapDefault && backend != FLASHJIT_BACKEND_MLIR;
 }
 
 bool fa3_odd_eights(const KernelSpec &spec) {
@@ -348,12 +367,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: tail_split has a template form only (NVRTC)");
   if (tuning.tail_split > 0 && cross_tile_overlap)
     return refuse("fa3: tail_split walks one tile at a time (no cross_tile_overlap)");
-  const bool tail_split_measured_faster =
-      three_wgs || (max_dim <= kMaxHeadDimTailSplitTwoWarpgroups && spec.key_block == 0);
-  const bool tail_split = tuning.tail_split >= 0
-                              ? tuning.tail_split != 0
-                              : kTailSplitDefault && tail_split_measured_faster && !masked && !spec.varlen &&
-                                    !cross_tile_overlap && backend != FLASHJIT_BACKEND_MLIR;
+  const bool tail_split = tuning.tail_split >= 0 ? tuning.tail_split != 0
+                                                 : tail_split_by_default(spec, tile, backend) && !cross_tile_overlap;
   if (tuning.first_block_in_loop > 0 && backend == FLASHJIT_BACKEND_MLIR)
     return refuse("fa3: first_block_in_loop has a template form only (NVRTC)");
   if (tuning.first_block_in_loop > 0 && cross_tile_overlap)
@@ -376,6 +391,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   const bool q_in_registers = tuning.q_in_registers > 0;
   if (tuning.causal_sections > kCausalSectionsMax)
     return refuse("fa3: causal_sections must be 0, 1, 2 or 3");
+  if (tuning.causal_section_pairs < 0)
+    return refuse("fa3: causal_section_pairs must be 0 (by causal_sections) or a number of pairs");
   if (tuning.l2_promotion >= 0 && tuning.l2_promotion != 0 && tuning.l2_promotion != 64 && tuning.l2_promotion != 128 &&
       tuning.l2_promotion != 256)
     return refuse("fa3: l2_promotion must be 0, 64, 128 or 256 bytes");
@@ -481,8 +498,11 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add_bool("kQDescPerStep", q_desc_per_step);
   plan->add_bool("kQInRegisters", q_in_registers);
   plan->add("kTmaL2PromotionBytes", tuning.l2_promotion >= 0 ? tuning.l2_promotion : kTmaL2PromotionBytes);
-  if (spec.causal)
+  if (spec.causal) {
     plan->add("kCausalSections", tuning.causal_sections >= 0 ? tuning.causal_sections : kCausalSectionsByPairs);
+    if (tuning.causal_section_pairs > 0)
+      plan->add("kCausalSectionPairs", tuning.causal_section_pairs);
+  }
   plan->add("kBarrierTail", kBarrierPingpong + 2 * consumer_wgs); // all consumer warpgroups
   plan->add("kTailPieces", kTailPieces);
   // One piece's partial state per consumer thread: its O accumulators, its rows' max and sum share.
@@ -515,6 +535,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"programmatic_launch", &Fa3Tuning::programmatic_launch},
       {"unmasked_key_loop", &Fa3Tuning::unmasked_key_loop},
       {"causal_sections", &Fa3Tuning::causal_sections},
+      {"causal_section_pairs", &Fa3Tuning::causal_section_pairs},
   };
   size_t begin = 0;
   while (begin <= text.size()) {
@@ -549,28 +570,39 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
 
 namespace {
 
-// The default tile of a fixed-length, unmasked or causal fa3 spec, or false when the spec has no
-// short-sequence alternative. The cheap refusals come first: this runs on every prefill call.
-bool default_tile_with_short_alternative(const KernelSpec &spec, flashjit_backend backend, Fa3Tile *tile) {
+// A fixed-length spec's alternative key block for short sequences (0: none), with its default tile.
+// The cheap refusals come first: this runs on every prefill call.
+//  - causal, three warpgroups by default (NVRTC): the short causal tile (kShortKeyBlock, two warpgroups);
+//  - unmasked, a default block longer than kShortKeyBlock: that block, where it pads the keys less;
+//  - unmasked, two warpgroups of kNarrowedKeyBlockFrom keys (NVRTC): kNarrowKeyBlock, likewise;
+//  - unmasked with the tail split: the default block without the split, where no unit has enough key
+//    blocks to split (kFa3TailMinSavedBlocks). The split's code alone cost 2.8-3.1% at d64 S1024 and
+//    0.4-0.9% at d80/d96 S1024 (run 29b, bf16 / fp16), where fa3_fill_tail never splits.
+int short_alternative(const KernelSpec &spec, flashjit_backend backend, Fa3Tile *tile) {
   // Varlen sequences each pad differently; a window is no causal triangle.
   if (spec.op != Op::prefill || spec.arch.sm != 90 || !spec.arch.arch_specific || spec.page_size != 0 ||
       spec.align_bytes % 16 != 0 || spec.local || spec.varlen)
-    return false;
+    return 0;
   KernelSpec default_spec = spec;
   default_spec.key_block = 0;
   if (!fa3_tile(default_spec, Fa3Tuning{}, backend, tile, nullptr))
-    return false;
-  // Unmasked: a key block longer than the short one. Causal: three warpgroups, NVRTC only (the MLIR
-  // plans keep their three: the short causal tile was measured with the templates alone).
-  return spec.causal ? tile->consumer_wgs == kMaxConsumerWarpgroups && backend != FLASHJIT_BACKEND_MLIR
-                     : tile->block_n > kShortKeyBlock;
+    return 0;
+  // The MLIR plans keep their three warpgroups: the short causal tile was measured with the templates alone.
+  if (spec.causal)
+    return tile->consumer_wgs == kMaxConsumerWarpgroups && backend != FLASHJIT_BACKEND_MLIR ? kShortKeyBlock : 0;
+  if (tile->block_n > kShortKeyBlock)
+    return kShortKeyBlock;
+  if (tile->block_n == kNarrowedKeyBlockFrom && tile->consumer_wgs == kConsumerWarpgroupsDefault &&
+      backend != FLASHJIT_BACKEND_MLIR)
+    return kNarrowKeyBlock;
+  return tail_split_by_default(default_spec, *tile, backend) ? tile->block_n : 0;
 }
 
 } // namespace
 
 int fa3_short_key_block(const KernelSpec &spec, flashjit_backend backend) {
   Fa3Tile tile;
-  return default_tile_with_short_alternative(spec, backend, &tile) ? kShortKeyBlock : 0;
+  return short_alternative(spec, backend, &tile);
 }
 
 int fa3_key_block_for(const KernelSpec &spec, int seqlen_q, int seqlen_k, flashjit_backend backend) {
@@ -578,15 +610,17 @@ int fa3_key_block_for(const KernelSpec &spec, int seqlen_q, int seqlen_k, flashj
   if (seqlen_k <= 0 || (spec.causal && std::max(seqlen_q, seqlen_k) > kMaxSeqlenShortCausal))
     return 0;
   Fa3Tile tile;
-  if (!default_tile_with_short_alternative(spec, backend, &tile))
-    return 0;
-  if (spec.causal)
-    return kShortKeyBlock;
+  const int alternative = short_alternative(spec, backend, &tile);
+  if (alternative == 0 || spec.causal)
+    return alternative;
+  if (alternative == tile.block_n) // the same block without the tail split
+    return seqlen_k <= kFa3TailMinSavedBlocks * tile.block_n ? alternative : 0;
   // Keys each block computes, padded to whole blocks, at the measured cost per key of each block.
   auto padded_keys = [seqlen_k](int block_n) { return (seqlen_k + block_n - 1) / block_n * block_n; };
   const int64_t default_cost = int64_t(padded_keys(tile.block_n)) * kShortKeyBlockCostDenom;
-  const int64_t short_cost = int64_t(padded_keys(kShortKeyBlock)) * kShortKeyBlockCostNumer;
-  return short_cost < default_cost ? kShortKeyBlock : 0;
+  const int cost_numer = alternative == kNarrowKeyBlock ? kNarrowKeyBlockCostNumer : kShortKeyBlockCostNumer;
+  const int64_t short_cost = int64_t(padded_keys(alternative)) * cost_numer;
+  return short_cost < default_cost ? alternative : 0;
 }
 
 } // namespace flashjit

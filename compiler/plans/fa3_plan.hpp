@@ -8,6 +8,11 @@
 
 namespace flashjit {
 
+// Tail split (kTailSplit): a tile is cut only where that shortens the longest walk by at least this
+// many key blocks (runtime fa3_fill_tail); the planner builds specs whose tiles have no more than
+// this many key blocks without the split (fa3_key_block_for).
+constexpr int kFa3TailMinSavedBlocks = 8;
+
 struct Fa3Tuning {
   int block_n = 0;              // 0: the planner's choice; else a multiple of 16 that must fit
   int pingpong = -1;            // -1: the planner's choice; 0 / 1 force it
@@ -27,6 +32,7 @@ struct Fa3Tuning {
   int programmatic_launch = -1; // -1: the planner's choice; 1: launched as a programmatic dependent (PDL)
   int unmasked_key_loop = -1; // -1: the planner's choice; 1: no mask code below a tile's last block (no causal/window)
   int causal_sections = -1;   // -1: the planner's choice (0); causal walk: 0 by pairs, 1 one, 2 L2, 3 model
+  int causal_section_pairs = 0; // 0: by causal_sections; else (batch, head) pairs per causal section (an A/B)
 };
 
 bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not,
@@ -35,7 +41,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
 // "key=value,..." with the keys block_n, pingpong, exp2_poly_every, consumer_warpgroups,
 // separate_o, rescale_before_pv, cluster_m, lazy_rescale, row_max_partials, cross_tile_overlap,
 // tail_split, first_block_in_loop, q_desc_per_step, q_in_registers, l2_promotion, programmatic_launch,
-// unmasked_key_loop, causal_sections (the fields above; unnamed fields keep
+// unmasked_key_loop, causal_sections, causal_section_pairs (the fields above; unnamed fields keep
 // the planner's choice), e.g. "consumer_warpgroups=2,block_n=128": the developer override FLASHJIT_FA3_TUNING. False,
 // naming the bad item, on an unknown key or a value that is not an integer; whether the values fit a spec is the
 // planner's answer (plan_fa3_tuned).

@@ -132,6 +132,16 @@ std::vector<PrefillCase> cases() {
   // heaviest m-blocks first in each.
   add("d64_bf16_causal_l2_sections", dense(6, 1536, 1536, 16, 16, 64, 64, Dtype::bf16), causal,
       "causal.m192n128s2.wg3pp");
+  // Causal where no whole wave of pairs fits in L2 (36 pairs of 1.5 MiB, 16 m-blocks): sections of the
+  // size the walk model prefers, the last one partial.
+  add("d192_bf16_causal_model_sections_gqa3", dense(3, 2048, 2048, 12, 4, 192, 192, Dtype::bf16), causal,
+      "causal.m128n112s2.wg2pp");
+  // Short sequences: d192's pairs with 96-key blocks (1000 keys: 11 blocks, the last partial), and d64's
+  // three warpgroups built without the tail split (at most 8 key blocks a unit).
+  add("d192_bf16_narrow_key_block_gqa3", dense(2, 1000, 1000, 6, 2, 192, 192, Dtype::bf16), none,
+      "full.m128n96s2.wg2.cl2");
+  add("d64_fp16_short_no_tail_split_sq_lt_sk", dense(2, 500, 1000, 8, 2, 64, 64, Dtype::fp16), none,
+      "full.m192n128s2.wg3pp.um");
   // Lazy O rescale (d80, d256 non-causal): a large scale spreads the logits so that later key blocks
   // raise the row max past the 2^8 threshold and the eager rescale path runs mid-tile too. These
   // check O only: at |LSE| ~ 40-55 the fp32 LSE of fa2 (eager) and fa3 both exceeded the

@@ -197,10 +197,11 @@ TEST(Planner, Fa3CtaPairsForUnmaskedWideHeads) {
 }
 
 // The short-key block: taken where the default block pads the key length by more than the short
-// block's measured 2% cost per key, never for windowed, varlen or non-Hopper specs (causal: below).
+// block's measured 2% cost per key, never for windowed, varlen or non-Hopper specs (causal: below);
+// d192's narrow block; the tail-split tiles' short-sequence kernel.
 TEST(Planner, Fa3ShortKeyBlockWhereTheDefaultPadsTheKeys) {
   const KernelSpec d128 = prefill(128, false);
-  Plan default_plan;
+  Plan default_plan, plan_for_narrow;
   std::string why;
   ASSERT_TRUE(plan_fa3(d128, &default_plan, &why)) << why;
   ASSERT_EQ(default_plan.block_n, 160) << "the cases below assume the d128 default";
@@ -214,8 +215,40 @@ TEST(Planner, Fa3ShortKeyBlockWhereTheDefaultPadsTheKeys) {
   KernelSpec window = prefill(128, true), varlen = d128, ampere = prefill(128, false, Arch{80, false});
   window.local = true;
   varlen.varlen = true;
-  for (const KernelSpec &spec : {window, varlen, ampere, prefill(192, false), prefill(96, false)})
+  for (const KernelSpec &spec : {window, varlen, ampere})
     EXPECT_EQ(fa3_key_block_for(spec, 1024, 1024), 0) << spec.head_dim_qk << (spec.causal ? " causal" : "");
+
+  // d192's 112-key pair tile takes 96-key blocks where they pad less at their 3% higher cost per key
+  // (S1024: 1056 keys against 1120), not at S2048 (2112 * 1.03 > 2128) or S4096; the MLIR plans keep 112.
+  const KernelSpec d192 = prefill(192, false);
+  ASSERT_TRUE(plan_fa3(d192, &default_plan, &why)) << why;
+  ASSERT_EQ(default_plan.block_n, 112) << "the cases below assume the d192 default";
+  EXPECT_EQ(fa3_short_key_block(d192), 96);
+  EXPECT_EQ(fa3_short_key_block(d192, FLASHJIT_BACKEND_MLIR), 0);
+  for (const Case &c : {Case{1024, 96}, Case{2048, 0}, Case{4096, 0}, Case{96, 96}, Case{112, 0}})
+    EXPECT_EQ(fa3_key_block_for(d192, c.seqlen_k, c.seqlen_k), c.key_block) << "d192, " << c.seqlen_k << " keys";
+  KernelSpec narrow = d192;
+  narrow.key_block = 96;
+  ASSERT_TRUE(plan_fa3(narrow, &plan_for_narrow, &why)) << why;
+  EXPECT_EQ(plan_for_narrow.block_n, 96);
+  EXPECT_EQ(plan_for_narrow.cluster_m, 2) << "96 keys split into two CTAs' swizzle atoms";
+
+  // Three-warpgroup tiles with the tail split (d64: 128-key blocks) build a kernel without it for keys
+  // that no split can shorten (at most 8 blocks a unit), and keep the split beyond.
+  const KernelSpec d64 = prefill(64, false);
+  ASSERT_TRUE(plan_fa3(d64, &default_plan, &why)) << why;
+  ASSERT_EQ(default_plan.block_n, 128);
+  ASSERT_EQ(default_plan.constant("kTailSplit"), 1);
+  EXPECT_EQ(fa3_short_key_block(d64), 128);
+  for (const Case &c : {Case{1024, 128}, Case{1000, 128}, Case{1025, 0}, Case{4096, 0}})
+    EXPECT_EQ(fa3_key_block_for(d64, c.seqlen_k, c.seqlen_k), c.key_block) << "d64, " << c.seqlen_k << " keys";
+  KernelSpec no_split = d64;
+  no_split.key_block = 128;
+  ASSERT_TRUE(plan_fa3(no_split, &plan_for_narrow, &why)) << why;
+  EXPECT_EQ(plan_for_narrow.block_n, 128);
+  EXPECT_EQ(plan_for_narrow.constant("kTailSplit"), 0);
+  EXPECT_NE(kernel_name(no_split, plan_for_narrow), kernel_name(d64, default_plan));
+  EXPECT_EQ(fa3_short_key_block(d64, FLASHJIT_BACKEND_MLIR), 0) << "the MLIR plans have no tail split";
 
   KernelSpec short_keys = d128;
   short_keys.key_block = 128;

@@ -329,7 +329,7 @@ TEST(Fa3Schedule, TilesSectionsAndGrid) {
   EXPECT_EQ(params.heads_per_section, 8);
   const KernelSpec causal = fa3_spec(128, 128, true);
   fa3_fill_schedule(causal, fa3_plan(causal), 132, 50 * 1024 * 1024, &params);
-  EXPECT_EQ(params.heads_per_section, 12); // causal, 64 pairs: L2 sections of whole waves (CausalSectionsByRule)
+  EXPECT_EQ(params.heads_per_section, 14); // causal, 64 pairs: L2 sections, the model's (CausalSectionsByRule)
   params.base = batch_params(1, 100, 100, 1, 1, 128, 128);
   EXPECT_EQ(fa3_fill_schedule(spec, plan, 132, 50 * 1024 * 1024, &params), 2) << "one pair";
   EXPECT_EQ(fa3_fill_schedule(causal, fa3_plan(causal), 132, 50 * 1024 * 1024, &params), 1);
@@ -349,13 +349,15 @@ TEST(Fa3Schedule, CausalSectionsByRule) {
     int heads_per_section;
   };
   // M = 192, 132 walkers (causal: single CTAs). 1024 keys: 512 KiB of K/V per pair, 60 fit in 60% of
-  // 50 MiB; 6 m-blocks, so 22 pairs are a whole wave: 44. 4096 keys: 2 MiB, 15 fit; 22 m-blocks, 6
-  // pairs a wave: 12. 16384 keys: 8 MiB, 3 fit; 86 m-blocks need 66 pairs: no whole wave fits, so one
-  // section under rule 0 and two pairs (a power of two) under rule 2.
+  // 50 MiB; 6 m-blocks, so 22 pairs are a whole wave: 44 (rule 2), less even than 0.95 in the model,
+  // which prefers 33 (rule 0). 4096 keys: 2 MiB, 15 fit; 22 m-blocks, 6
+  // pairs a wave: 12, which the model of the walk puts below 0.95 of even, so rule 0 takes the model's
+  // 14. 16384 keys: 8 MiB, 3 fit; 86 m-blocks need 66 pairs: no whole wave fits, so one section under
+  // rule 0 and two pairs (a power of two) under rule 2.
   for (const Case &c :
-       {Case{0, 16, 1024, 16, 44}, Case{1, 16, 1024, 16, 256}, Case{2, 16, 1024, 16, 44}, Case{0, 1, 16384, 16, 16},
+       {Case{0, 16, 1024, 16, 33}, Case{1, 16, 1024, 16, 256}, Case{2, 16, 1024, 16, 44}, Case{0, 1, 16384, 16, 16},
         Case{1, 1, 16384, 16, 16}, Case{2, 1, 16384, 16, 2}, Case{0, 1, 16384, 33, 33}, Case{0, 1, 16384, 34, 34},
-        Case{0, 4, 4096, 16, 12}, Case{1, 4, 4096, 16, 64}, Case{0, 2, 1024, 16, 32}}) {
+        Case{0, 4, 4096, 16, 14}, Case{2, 4, 4096, 16, 12}, Case{1, 4, 4096, 16, 64}, Case{0, 2, 1024, 16, 32}}) {
     Fa3Tuning tuning;
     tuning.causal_sections = c.rule;
     Plan plan;
@@ -377,6 +379,47 @@ TEST(Fa3Schedule, CausalSectionsByRule) {
   std::string why;
   EXPECT_FALSE(plan_fa3_tuned(causal, bad, &plan, &why));
   EXPECT_NE(why.find("causal_sections"), std::string::npos) << why;
+}
+
+// The model of the walk adds each (section, m-block)'s cost to runs of lanes; tile by tile, as the
+// scheduler walks them (templates/kernels/fa3/scheduler.cuh decode_tile, snake_tile), it must give the
+// same loads, for sections that do and do not divide the pairs and waves that end mid-section.
+TEST(Fa3Schedule, CausalWalkModelMatchesTheTileByTileWalk) {
+  struct Shape {
+    int d, batch, heads, seqlen_q, seqlen_k, section, walkers;
+  };
+  for (const Shape &c : {Shape{128, 4, 16, 4096, 4096, 14, 132}, Shape{192, 3, 11, 2048, 2048, 7, 132},
+                         Shape{64, 2, 5, 1000, 1300, 3, 17}, Shape{256, 1, 3, 700, 500, 1, 5},
+                         Shape{96, 16, 21, 1024, 1024, 336, 132}}) {
+    const KernelSpec spec = fa3_spec(c.d, c.d, true);
+    const Plan plan = fa3_plan(spec);
+    fj_fa3_params params;
+    std::memset(&params, 0, sizeof params);
+    params.base = batch_params(c.batch, c.seqlen_q, c.seqlen_k, c.heads, c.heads, c.d, c.d);
+    const int walkers = fa3_fill_schedule(spec, plan, c.walkers, 60 * 1024 * 1024, &params);
+    params.heads_per_section = c.section;
+    const int m_blocks = params.base.num_m_blocks, pairs = c.batch * c.heads;
+    const int key_blocks = (c.seqlen_k + plan.block_n - 1) / plan.block_n;
+    std::vector<double> load(walkers, 0.0);
+    for (int index = 0; index < params.num_tiles; ++index) {
+      const int wave = index / walkers, lane = index % walkers;
+      const int section = index / (m_blocks * c.section);
+      const int rest = index - section * m_blocks * c.section;
+      const int pairs_here = std::min(c.section, pairs - section * c.section);
+      const int m_block = m_blocks - 1 - rest / pairs_here;
+      const int last_col = std::min((m_block + 1) * plan.block_m, c.seqlen_q) - 1 + c.seqlen_k - c.seqlen_q;
+      load[wave % 2 == 0 ? lane : walkers - 1 - lane] +=
+          (last_col < 0 ? 0 : std::min(key_blocks, last_col / plan.block_n + 1)) + 1.0;
+    }
+    double total = 0, top = 0;
+    for (double l : load) {
+      total += l;
+      top = std::max(top, l);
+    }
+    EXPECT_NEAR(fa3_causal_walk_balance(plan, params, walkers), total / walkers / top, 1e-12)
+        << "d" << c.d << " " << c.batch << "x" << c.heads << " S" << c.seqlen_q << "/" << c.seqlen_k << ", sections of "
+        << c.section << " on " << walkers;
+  }
 }
 
 // Causal L2 sections of a whole number of waves even the walkers' loads in the model of the walk
@@ -416,33 +459,64 @@ TEST(Fa3Schedule, CausalSectionsEvenTheWalkersLoads) {
 }
 
 // Where no whole wave of pairs fits in L2 (d192 S4096: 3 MiB pairs, 32 m-blocks; d256 S2048: 2 MiB, 16
-// m-blocks), the default walks one section, which the model puts near even, where power-of-two L2
-// sections (kCausalSections 2) would leave the walkers at 0.57-0.64 of it.
-TEST(Fa3Schedule, CausalWalksWithoutAWholeWaveInL2TakeOneSection) {
+// m-blocks), the default walks the L2 section the model prefers (11 pairs for both, >= 0.95 of even),
+// where power-of-two L2 sections (kCausalSections 2) would leave the walkers at 0.57-0.64 of it. Where
+// the model finds no section that even (d128 S8192 with 32 pairs: 0.88 at best), one section; a forced
+// size (causal_section_pairs) wins over every rule.
+TEST(Fa3Schedule, CausalWalksWithoutAWholeWaveInL2TakeTheModelsSection) {
   struct Shape {
-    int d, seqlen, heads;
+    int d, seqlen, heads, rule, section_pairs;
+    bool one_section;
   };
-  for (const Shape &c : {Shape{192, 4096, 11}, Shape{256, 2048, 8}}) {
+  for (const Shape &c :
+       {Shape{192, 4096, 11, 0, 0, false}, Shape{256, 2048, 8, 0, 0, false}, Shape{192, 4096, 11, 2, 0, false},
+        Shape{256, 2048, 8, 2, 0, false}, Shape{192, 2048, 11, 0, 0, false}, Shape{128, 8192, 16, 0, 0, true},
+        Shape{192, 4096, 11, 0, 7, false}}) {
     const KernelSpec spec = fa3_spec(c.d, c.d, true);
     const int batch = 16384 / c.seqlen;
-    for (int rule : {0, 2}) {
-      Fa3Tuning tuning;
-      tuning.causal_sections = rule;
-      Plan plan;
-      std::string why;
-      ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &plan, &why)) << why;
-      fj_fa3_params params;
-      std::memset(&params, 0, sizeof params);
-      params.base = batch_params(batch, c.seqlen, c.seqlen, c.heads, c.heads, c.d, c.d);
-      const int walkers = fa3_fill_schedule(spec, plan, 132, 60 * 1024 * 1024, &params);
-      const double balance = fa3_causal_walk_balance(plan, params, walkers);
-      if (rule == 0) {
-        EXPECT_EQ(params.heads_per_section, batch * c.heads) << "d" << c.d;
-        EXPECT_GT(balance, 0.95) << "d" << c.d;
-      } else {
-        EXPECT_LT(params.heads_per_section, batch * c.heads) << "d" << c.d;
-        EXPECT_LT(balance, 0.7) << "d" << c.d << ", sections of " << params.heads_per_section;
-      }
+    const std::string where = "d" + std::to_string(c.d) + " S" + std::to_string(c.seqlen) + " rule " +
+                              std::to_string(c.rule) + " forced " + std::to_string(c.section_pairs);
+    Fa3Tuning tuning;
+    tuning.causal_sections = c.rule;
+    tuning.causal_section_pairs = c.section_pairs;
+    Plan plan;
+    std::string why;
+    ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &plan, &why)) << why;
+    fj_fa3_params params;
+    std::memset(&params, 0, sizeof params);
+    params.base = batch_params(batch, c.seqlen, c.seqlen, c.heads, c.heads, c.d, c.d);
+    const int walkers = fa3_fill_schedule(spec, plan, 132, 60 * 1024 * 1024, &params);
+    const double balance = fa3_causal_walk_balance(plan, params, walkers);
+    const int pairs = batch * c.heads;
+    const double pair_bytes = double(c.seqlen) * 2 * c.d * 2;
+    if (c.section_pairs > 0) {
+      EXPECT_EQ(params.heads_per_section, c.section_pairs) << where;
+      EXPECT_NE(kernel_name(spec, plan).find(".sp" + std::to_string(c.section_pairs)), std::string::npos) << where;
+    } else if (c.one_section) {
+      EXPECT_EQ(params.heads_per_section, pairs) << where;
+    } else if (c.rule == 0) {
+      EXPECT_LT(params.heads_per_section, pairs) << where;
+      EXPECT_LE(params.heads_per_section * pair_bytes, 0.6 * 60 * 1024 * 1024) << where << ": fits in L2";
+      EXPECT_GE(balance, 0.95) << where << ", sections of " << params.heads_per_section;
+    } else {
+      EXPECT_LT(params.heads_per_section, pairs) << where;
+      EXPECT_LT(balance, 0.7) << where << ", sections of " << params.heads_per_section;
+    }
+  }
+  // The model's answer does not depend on what this thread asked before (its memo).
+  const KernelSpec spec = fa3_spec(192, 192, true);
+  const Plan plan = fa3_plan(spec);
+  int first = 0;
+  for (int round = 0; round < 12; ++round) {
+    fj_fa3_params params;
+    std::memset(&params, 0, sizeof params);
+    const int seqlen = round % 2 == 0 ? 4096 : 2048 + 128 * round;
+    params.base = batch_params(16384 / seqlen, seqlen, seqlen, 11, 11, 192, 192);
+    fa3_fill_schedule(spec, plan, 132, 60 * 1024 * 1024, &params);
+    if (round == 0) {
+      first = params.heads_per_section;
+    } else if (round % 2 == 0) {
+      EXPECT_EQ(params.heads_per_section, first) << "round " << round;
     }
   }
 }
