@@ -304,9 +304,12 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
     KernelSpec default_spec = choice.spec;
     default_spec.key_block = 0;
     Plan default_plan;
-    const bool same_block =
-        plan_fa3(default_spec, &default_plan, nullptr, backend) && default_plan.block_n == choice.spec.key_block;
-    plan << (choice.spec.causal ? ", the short causal tile (a short sequence: two warpgroups, O in its own region)"
+    const bool planned = plan_fa3(default_spec, &default_plan, nullptr, backend);
+    const bool same_block = planned && default_plan.block_n == choice.spec.key_block;
+    const bool fewer_warpgroups = planned && default_plan.consumer_warpgroups != choice.plan.consumer_warpgroups;
+    plan << (choice.spec.causal && fewer_warpgroups
+                 ? ", the short causal tile (a short sequence: two warpgroups, O in its own region)"
+             : choice.spec.causal ? ", the short causal key block (a short sequence: narrower key blocks)"
              : same_block ? ", the short-sequence tile (too few key blocks to split the last waves: no tail split)"
                           : ", the short key block (it pads this key length less)");
   }

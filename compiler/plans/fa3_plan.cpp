@@ -175,7 +175,9 @@ constexpr int kMaxSeqlenShortCausal = 1024;
 // d256 S4096 (no pingpong: the softmax is on the warpgroup's own path) 757 -> 775, d80 (3
 // warpgroups) 571 -> 583, but d64 537 -> 528, d128 678 -> 668, d128 causal 696..701 -> 691..716.
 // On by default where it gained: tiles without pingpong (d192 by extension) and 3-warpgroup
-// head dims 72..80.
+// head dims 72..80; causal 3-warpgroup tiles from d72 up (run 29g, bf16 / fp16, eager -> lazy: d128
+// S2048..S16384 +3.0..4.0%, d96 S4096 +1.2%, but d64 S4096/S16384 -0.5..0%, and the two-warpgroup
+// short causal tile -1%). Session 7's d128 causal reading (696..701 -> 691..716) was one-section walks.
 constexpr int kMinHeadDimLazyRescale3Wg = 72;
 constexpr int kMaxHeadDimLazyRescale3Wg = 80;
 // Bytes the TMA maps promote into L2 per miss (runtime/tma_desc.cpp; Fa3Tuning::l2_promotion A/Bs
@@ -474,8 +476,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add_bool("kRescaleBeforePv", tuning.rescale_before_pv > 0);
   // The MLIR generator renders eager rescaling only (like CTA pairs, NVRTC plans only).
   const bool lazy_default =
-      backend != FLASHJIT_BACKEND_MLIR &&
-      (!plan->pingpong || (three_wgs && max_dim >= kMinHeadDimLazyRescale3Wg && max_dim <= kMaxHeadDimLazyRescale3Wg));
+      backend != FLASHJIT_BACKEND_MLIR && (!plan->pingpong || (three_wgs && max_dim >= kMinHeadDimLazyRescale3Wg &&
+                                                               (max_dim <= kMaxHeadDimLazyRescale3Wg || spec.causal)));
   plan->add_bool("kLazyRescale", tuning.lazy_rescale >= 0 ? tuning.lazy_rescale != 0 : lazy_default);
   plan->add("kExp2PolyEvery",
             tuning.exp2_poly_every >= 0 ? tuning.exp2_poly_every : (small_dim ? kExp2PolyEverySmallDim : 0));
@@ -574,6 +576,8 @@ namespace {
 // The cheap refusals come first: this runs on every prefill call.
 //  - causal, three warpgroups by default (NVRTC): the short causal tile (kShortKeyBlock, two warpgroups);
 //  - unmasked, a default block longer than kShortKeyBlock: that block, where it pads the keys less;
+//  - causal, two warpgroups of kNarrowedKeyBlockFrom keys (NVRTC): kNarrowKeyBlock, for short sequences
+//    (d192 S1024 causal +1.5..3.0%, runs 29f-g);
 //  - unmasked, two warpgroups of kNarrowedKeyBlockFrom keys (NVRTC): kNarrowKeyBlock, likewise;
 //  - unmasked with the tail split: the default block without the split, where no unit has enough key
 //    blocks to split (kFa3TailMinSavedBlocks). The split's code alone cost 2.8-3.1% at d64 S1024 and
@@ -587,13 +591,17 @@ int short_alternative(const KernelSpec &spec, flashjit_backend backend, Fa3Tile 
   default_spec.key_block = 0;
   if (!fa3_tile(default_spec, Fa3Tuning{}, backend, tile, nullptr))
     return 0;
-  // The MLIR plans keep their three warpgroups: the short causal tile was measured with the templates alone.
+  // The MLIR plans keep their tiles: the short causal tile and the narrow block were measured with the
+  // templates alone.
+  const bool narrows = tile->block_n == kNarrowedKeyBlockFrom && tile->consumer_wgs == kConsumerWarpgroupsDefault &&
+                       backend != FLASHJIT_BACKEND_MLIR;
   if (spec.causal)
-    return tile->consumer_wgs == kMaxConsumerWarpgroups && backend != FLASHJIT_BACKEND_MLIR ? kShortKeyBlock : 0;
+    return tile->consumer_wgs == kMaxConsumerWarpgroups && backend != FLASHJIT_BACKEND_MLIR ? kShortKeyBlock
+           : narrows                                                                        ? kNarrowKeyBlock
+                                                                                            : 0;
   if (tile->block_n > kShortKeyBlock)
     return kShortKeyBlock;
-  if (tile->block_n == kNarrowedKeyBlockFrom && tile->consumer_wgs == kConsumerWarpgroupsDefault &&
-      backend != FLASHJIT_BACKEND_MLIR)
+  if (narrows)
     return kNarrowKeyBlock;
   return tail_split_by_default(default_spec, *tile, backend) ? tile->block_n : 0;
 }

@@ -141,6 +141,8 @@ std::vector<PrefillCase> cases() {
   // (at most 8 key blocks a unit).
   add("d192_bf16_narrow_key_block_gqa3", dense(2, 1000, 1024, 6, 2, 192, 192, Dtype::bf16), none,
       "full.m128n96s2.wg2.cl2");
+  add("d192_fp16_causal_narrow_key_block_sq_lt_sk_gqa2", dense(2, 700, 1000, 6, 3, 192, 192, Dtype::fp16), causal,
+      "causal.m128n96s2.wg2pp");
   add("d64_fp16_short_no_tail_split_sq_lt_sk", dense(2, 500, 1000, 8, 2, 64, 64, Dtype::fp16), none,
       "full.m192n128s2.wg3pp.um");
   // Lazy O rescale (d80, d256 non-causal): a large scale spreads the logits so that later key blocks

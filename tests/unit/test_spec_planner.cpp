@@ -233,6 +233,12 @@ TEST(Planner, Fa3ShortKeyBlockWhereTheDefaultPadsTheKeys) {
   EXPECT_EQ(plan_for_narrow.block_n, 96);
   EXPECT_EQ(plan_for_narrow.cluster_m, 2) << "96 keys split into two CTAs' swizzle atoms";
 
+  // Causal d192 (two warpgroups of 112 keys) takes 96-key blocks for short sequences only.
+  const KernelSpec d192_causal = prefill(192, true);
+  EXPECT_EQ(fa3_key_block_for(d192_causal, 1024, 1024), 96);
+  EXPECT_EQ(fa3_key_block_for(d192_causal, 1024, 1025), 0);
+  EXPECT_EQ(fa3_key_block_for(d192_causal, 1024, 1024, FLASHJIT_BACKEND_MLIR), 0);
+
   // Three-warpgroup tiles with the tail split (d64: 128-key blocks) build a kernel without it for keys
   // that no split can shorten (at most 8 blocks a unit), and keep the split beyond.
   const KernelSpec d64 = prefill(64, false);
@@ -333,12 +339,13 @@ TEST(Planner, Fa3LazyRescaleWhereItMeasuredFaster) {
     flashjit_backend backend;
     bool lazy;
   };
-  for (const Case &c :
-       {Case{80, false, FLASHJIT_BACKEND_AUTO, true}, Case{72, true, FLASHJIT_BACKEND_NVRTC, true},
-        Case{256, false, FLASHJIT_BACKEND_AUTO, true}, Case{192, false, FLASHJIT_BACKEND_AUTO, true},
-        Case{256, true, FLASHJIT_BACKEND_AUTO, false}, Case{128, false, FLASHJIT_BACKEND_AUTO, false},
-        Case{64, false, FLASHJIT_BACKEND_AUTO, false}, Case{96, false, FLASHJIT_BACKEND_AUTO, false},
-        Case{80, false, FLASHJIT_BACKEND_MLIR, false}, Case{256, false, FLASHJIT_BACKEND_MLIR, false}}) {
+  for (const Case &c : {Case{80, false, FLASHJIT_BACKEND_AUTO, true}, Case{72, true, FLASHJIT_BACKEND_NVRTC, true},
+                        Case{256, false, FLASHJIT_BACKEND_AUTO, true}, Case{192, false, FLASHJIT_BACKEND_AUTO, true},
+                        Case{256, true, FLASHJIT_BACKEND_AUTO, false}, Case{128, false, FLASHJIT_BACKEND_AUTO, false},
+                        Case{64, false, FLASHJIT_BACKEND_AUTO, false}, Case{96, false, FLASHJIT_BACKEND_AUTO, false},
+                        Case{80, false, FLASHJIT_BACKEND_MLIR, false}, Case{256, false, FLASHJIT_BACKEND_MLIR, false},
+                        Case{128, true, FLASHJIT_BACKEND_AUTO, true}, Case{96, true, FLASHJIT_BACKEND_AUTO, true},
+                        Case{64, true, FLASHJIT_BACKEND_AUTO, false}, Case{128, true, FLASHJIT_BACKEND_MLIR, false}}) {
     Plan plan;
     std::string why;
     ASSERT_TRUE(plan_fa3(prefill(c.d, c.causal), &plan, &why, c.backend)) << why;

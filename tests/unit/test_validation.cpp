@@ -333,7 +333,8 @@ TEST(ValidationCApi, ExplainSaysWhenTheKeyLoopHasNoMask) {
 }
 
 // explain names the short-sequence tiles: the short key block of an unmasked d128 problem whose keys
-// the default block pads, the short causal tile of a causal problem up to 1024 tokens, neither past it.
+// the default block pads, the short causal tile of a causal problem up to 1024 tokens, neither past it,
+// d192's narrower causal key block and d64's tile without the tail split.
 TEST(ValidationCApi, ExplainNamesTheShortSequenceTiles) {
   Runtime runtime;
   AttentionProblem p = good_problem();
@@ -351,6 +352,18 @@ TEST(ValidationCApi, ExplainNamesTheShortSequenceTiles) {
   ASSERT_TRUE(runtime.explain(p, &e).ok());
   EXPECT_EQ(e.plan.find("the short"), std::string::npos) << e.kernel << ": " << e.plan;
   EXPECT_NE(e.kernel.find("causal.m192n80s2.wg3pp"), std::string::npos) << e.kernel;
+  // d192 causal up to 1024 tokens: 96-key blocks, the same two warpgroups.
+  p.head_dim_qk = p.head_dim_v = 192;
+  p.seqlen_q = p.seqlen_k = 1024;
+  ASSERT_TRUE(runtime.explain(p, &e).ok());
+  EXPECT_NE(e.plan.find("the short causal key block"), std::string::npos) << e.kernel << ": " << e.plan;
+  EXPECT_NE(e.kernel.find("causal.m128n96s2.wg2pp"), std::string::npos) << e.kernel;
+  // d64 unmasked with at most 8 key blocks: the three-warpgroup tile without the tail split.
+  p.causal = 0;
+  p.head_dim_qk = p.head_dim_v = 64;
+  ASSERT_TRUE(runtime.explain(p, &e).ok());
+  EXPECT_NE(e.plan.find("no tail split"), std::string::npos) << e.kernel << ": " << e.plan;
+  EXPECT_EQ(e.kernel.find(".ts"), std::string::npos) << e.kernel;
 }
 
 // Options whose enums hold no value of theirs: the C ABI refuses to create the runtime, a C++ runtime
