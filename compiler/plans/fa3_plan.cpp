@@ -174,13 +174,12 @@ constexpr int kMaxSeqlenShortCausal = 1024;
 // more than 2^8, so most blocks skip the O FMULs. Measured on H200 (harness, session 7, two rounds):
 // d256 S4096 (no pingpong: the softmax is on the warpgroup's own path) 757 -> 775, d80 (3
 // warpgroups) 571 -> 583, but d64 537 -> 528, d128 678 -> 668, d128 causal 696..701 -> 691..716.
-// On by default where it gained: tiles without pingpong (d192 by extension) and every 3-warpgroup
-// tile from d64. Session 7 had it at d72..80 only; re-measured on today's kernels (bf16 / fp16, eager
-// -> lazy): causal d128 S2048..S16384 +3.0..4.0%, d112 S16384 +2.5..3.0%, d96 S4096 +1.2% (runs
-// 29g-h); unmasked d96 S4096 +4.3..4.6%, d64 S4096 +2.3..2.7% (run 29i); causal d64 -0.5..0% (noise).
-// Not the two-warpgroup pingpong tiles: d128 S4096 -3.0%, the short causal tile -1% (runs 29g, 29i).
-// Below d64 (d32..d56) not measured: eager.
-constexpr int kMinHeadDimLazyRescale3Wg = 64;
+// On by default where it gained: tiles without pingpong (d192 by extension) and 3-warpgroup
+// head dims 72..80; causal 3-warpgroup tiles from d72 up (run 29g, bf16 / fp16, eager -> lazy: d128
+// S2048..S16384 +3.0..4.0%, d96 S4096 +1.2%, but d64 S4096/S16384 -0.5..0%, and the two-warpgroup
+// short causal tile -1%). Session 7's d128 causal reading (696..701 -> 691..716) was one-section walks.
+constexpr int kMinHeadDimLazyRescale3Wg = 72;
+constexpr int kMaxHeadDimLazyRescale3Wg = 80;
 // Bytes the TMA maps promote into L2 per miss (runtime/tma_desc.cpp; Fa3Tuning::l2_promotion A/Bs
 // it). 256 since the first fa3 kernel; the decode maps measured 256 at 6-9% below 0/64/128 (run 22d).
 constexpr int kTmaL2PromotionBytes = 256;
@@ -477,7 +476,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add_bool("kRescaleBeforePv", tuning.rescale_before_pv > 0);
   // The MLIR generator renders eager rescaling only (like CTA pairs, NVRTC plans only).
   const bool lazy_default =
-      backend != FLASHJIT_BACKEND_MLIR && (!plan->pingpong || (three_wgs && max_dim >= kMinHeadDimLazyRescale3Wg));
+      backend != FLASHJIT_BACKEND_MLIR && (!plan->pingpong || (three_wgs && max_dim >= kMinHeadDimLazyRescale3Wg &&
+                                                               (max_dim <= kMaxHeadDimLazyRescale3Wg || spec.causal)));
   plan->add_bool("kLazyRescale", tuning.lazy_rescale >= 0 ? tuning.lazy_rescale != 0 : lazy_default);
   plan->add("kExp2PolyEvery",
             tuning.exp2_poly_every >= 0 ? tuning.exp2_poly_every : (small_dim ? kExp2PolyEverySmallDim : 0));
