@@ -207,30 +207,16 @@ int causal_section_of_whole_waves(int pairs, int m_blocks, int walkers, double p
 }
 
 // The L2 section the model of the walk prefers (fa3_causal_walk_balance): of the sizes up to the
-// largest that fits (`fits`), the best balanced, the larger of equals. The model walks every tile once
-// per size, so at most kModelTileBudget tiles in all (sizes taken at a stride beyond that), and each
-// thread remembers its last few answers: an engine asks for the same shape layer after layer.
+// largest that fits (`fits`), the best balanced, the larger of equals. Each size costs the model
+// O(sections * m_blocks + waves); past kModelTileBudget tiles in all, the sizes are taken at a stride.
 struct ModelSection {
   int pairs = 1;
   double balance = 0;
 };
 constexpr int64_t kModelTileBudget = int64_t{1} << 20;
 constexpr double kModelBalanceTie = 1e-3;
-struct ModelSectionKey {
-  int walkers, fits, pairs, m_blocks, block_m, block_n, seqlen_q, seqlen_k;
-  bool operator==(const ModelSectionKey &) const = default;
-};
-constexpr size_t kModelSectionMemo = 8;
-thread_local std::array<std::pair<ModelSectionKey, ModelSection>, kModelSectionMemo> model_section_memo{};
-thread_local size_t model_section_memo_next = 0;
 
 ModelSection causal_section_by_model(const Plan &plan, int walkers, int fits, const fj_fa3_params &params) {
-  const fj_attention_params &p = params.base;
-  const ModelSectionKey key{walkers,      fits,         p.batch * p.heads_q, p.num_m_blocks,
-                            plan.block_m, plan.block_n, p.seqlen_q,          p.seqlen_k};
-  for (const auto &[k, answer] : model_section_memo)
-    if (k == key && answer.balance > 0)
-      return answer;
   fits = std::max(fits, 1);
   const int64_t tiles = std::max<int64_t>(params.num_tiles, 1);
   const int stride = static_cast<int>(std::max<int64_t>(1, (fits * tiles + kModelTileBudget - 1) / kModelTileBudget));
@@ -241,8 +227,58 @@ ModelSection causal_section_by_model(const Plan &plan, int walkers, int fits, co
     if (const double balance = fa3_causal_walk_balance(plan, trial, walkers); balance > best.balance + kModelBalanceTie)
       best = ModelSection{s, balance};
   }
-  model_section_memo[model_section_memo_next++ % kModelSectionMemo] = {key, best};
   return best;
+}
+
+// Pairs per section of a causal walk (kCausalSections, compiler/plans/fa3_plan.cpp): `power_of_two`
+// is the unmasked walk's L2 section, `fits` the most pairs whose K/V fit the L2 share. The model runs
+// on a launch-cache miss, which an engine takes layer after layer (new tensors, same shape), so each
+// thread keeps its last few answers by shape.
+struct CausalSectionKey {
+  int64_t rule, forced;
+  int walkers, fits, power_of_two, pairs, m_blocks, block_m, block_n, seqlen_q, seqlen_k;
+  bool operator==(const CausalSectionKey &) const = default;
+};
+constexpr size_t kCausalSectionMemo = 8;
+thread_local std::array<std::pair<CausalSectionKey, int>, kCausalSectionMemo> causal_section_memo{};
+thread_local size_t causal_section_memo_next = 0;
+
+int causal_section(const Plan &plan, int walkers, int fits, int power_of_two, double pair_bytes, int l2_bytes,
+                   const fj_fa3_params &params) {
+  const fj_attention_params &p = params.base;
+  const int pairs = p.batch * p.heads_q, m_blocks = p.num_m_blocks;
+  const int64_t rule = plan.constant("kCausalSections", 0);
+  const int64_t forced = plan.constant("kCausalSectionPairs", 0); // Fa3Tuning::causal_section_pairs
+  const CausalSectionKey key{rule,     forced,       walkers,      fits,       power_of_two, pairs,
+                             m_blocks, plan.block_m, plan.block_n, p.seqlen_q, p.seqlen_k};
+  for (const auto &[k, section] : causal_section_memo)
+    if (section > 0 && k == key)
+      return section;
+  const bool one_section_by_pairs = int64_t{pairs} * kCausalOneSectionTilesPerPair <= walkers;
+  int section = power_of_two;
+  if (forced > 0)
+    section = static_cast<int>(std::min<int64_t>(forced, pairs));
+  else if (rule == 1 || ((rule == 0 || rule == 3) && one_section_by_pairs))
+    section = pairs;
+  else if (rule == 3 && power_of_two < pairs)
+    section = causal_section_by_model(plan, walkers, fits, params).pairs;
+  else if (power_of_two < pairs) {
+    if (const int whole_waves = causal_section_of_whole_waves(pairs, m_blocks, walkers, pair_bytes, l2_bytes);
+        whole_waves > 0) {
+      section = whole_waves;
+      fj_fa3_params trial = params;
+      trial.heads_per_section = whole_waves;
+      if (const double even = fa3_causal_walk_balance(plan, trial, walkers);
+          rule == 0 && even < kMinModelSectionBalance)
+        if (const ModelSection model = causal_section_by_model(plan, walkers, fits, params); model.balance > even)
+          section = model.pairs;
+    } else if (rule == 0) {
+      const ModelSection model = causal_section_by_model(plan, walkers, fits, params);
+      section = model.balance >= kMinModelSectionBalance && m_blocks <= kMaxMBlocksModelSection ? model.pairs : pairs;
+    } // rule 2: the power-of-two section
+  }
+  causal_section_memo[causal_section_memo_next++ % kCausalSectionMemo] = {key, section};
+  return section;
 }
 
 } // namespace
@@ -311,31 +347,9 @@ int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int
   // Causal: one section where each wave holds several tiles of every pair, so the whole grid runs
   // heaviest-first (m-block descending) and CTAs of a pair walk the same KV blocks in near lock-step,
   // which keeps them in L2 anyway (kCausalSections, compiler/plans/fa3_plan.cpp).
-  if (spec.causal) {
-    const int64_t rule = plan.constant("kCausalSections", 0);
-    const bool one_section_by_pairs = int64_t{pairs} * kCausalOneSectionTilesPerPair <= walkers;
-    const int fits = l2_section_pairs(pairs, pair_bytes, l2_bytes);
-    if (const int64_t forced = plan.constant("kCausalSectionPairs", 0); forced > 0)
-      section = static_cast<int>(std::min<int64_t>(forced, pairs)); // Fa3Tuning::causal_section_pairs
-    else if (rule == 1 || ((rule == 0 || rule == 3) && one_section_by_pairs))
-      section = pairs;
-    else if (rule == 3 && section < pairs)
-      section = causal_section_by_model(plan, walkers, fits, *params).pairs;
-    else if (section < pairs) {
-      const int whole_waves = causal_section_of_whole_waves(pairs, m_blocks, walkers, pair_bytes, l2_bytes);
-      if (whole_waves > 0) {
-        section = whole_waves;
-        params->heads_per_section = whole_waves;
-        if (const double even = fa3_causal_walk_balance(plan, *params, walkers);
-            rule == 0 && even < kMinModelSectionBalance)
-          if (const ModelSection model = causal_section_by_model(plan, walkers, fits, *params); model.balance > even)
-            section = model.pairs;
-      } else if (rule == 0) {
-        const ModelSection model = causal_section_by_model(plan, walkers, fits, *params);
-        section = model.balance >= kMinModelSectionBalance && m_blocks <= kMaxMBlocksModelSection ? model.pairs : pairs;
-      } // rule 2: the power-of-two section
-    }
-  }
+  if (spec.causal)
+    section = causal_section(plan, walkers, l2_section_pairs(pairs, pair_bytes, l2_bytes), section, pair_bytes,
+                             l2_bytes, *params);
   params->heads_per_section = std::max(section, 1);
   fa3_fill_tail(plan, walkers, params);
   return cluster * walkers;
