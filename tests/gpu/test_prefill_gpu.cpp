@@ -165,6 +165,9 @@ std::vector<PrefillCase> cases() {
   add("d128_fp16_causal_many_tiles_per_cta", dense(2, 900, 900, 24, 4, 128, 128, Dtype::fp16), causal);
   add("varlen_d64_many_tiles_with_empty_sequences",
       varlen({300, 0, 700, 1, 450, 200}, {300, 10, 700, 1, 450, 0}, 24, 8, 64, Dtype::bf16), none);
+  // d80 varlen with three warpgroups (lazy rescaling by default for fixed lengths, eager for varlen).
+  add("varlen_d80_three_warpgroups_gqa3", varlen({300, 1, 700, 129}, {300, 5, 900, 64}, 12, 4, 80, Dtype::bf16), none,
+      "wg3pp");
   add("varlen_d128_with_len1_and_len0", varlen({1, 513, 77, 0}, {300, 600, 77, 5}, 8, 4, 128, Dtype::bf16), none);
   add("varlen_d64_causal", varlen({1, 200, 129}, {1, 350, 64}, 6, 6, 64, Dtype::fp16), causal);
   add("paged1_d128_causal", dense(2, 100, 333, 4, 2, 128, 128, Dtype::bf16), [](CaseOptions &c) {
