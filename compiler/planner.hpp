@@ -28,8 +28,10 @@ bool plan_combine(const KernelSpec &spec, Plan *plan, std::string *why_not);
 
 // fa3 prefill: the short-sequence tile's key block (KernelSpec::key_block) where it runs a problem of
 // `seqlen_q` queries and `seqlen_k` keys per sequence faster than the planner's default tile, or 0 for
-// the default. Unmasked: a shorter key block where the default pads the keys badly. Causal (d <= 128):
-// two consumer warpgroups for short sequences. Only fixed-length specs on sm_90a have one
+// the default. Unmasked: a shorter key block where the default pads the keys less (128 for longer
+// defaults, 96 for the 112-key pair tiles), or the default block without the tail split where no unit
+// is long enough to split. Causal up to 1024 tokens: two consumer warpgroups where the default has
+// three, 96-key blocks for the 112-key tiles. Only fixed-length specs on sm_90a have one
 // (fa3_short_key_block); it is cheap enough for the per-call path. The backend matters: the MLIR
 // plans of some specs take other tiles (no CTA pairs, no causal short tile).
 int fa3_key_block_for(const KernelSpec &spec, int seqlen_q, int seqlen_k,

@@ -46,8 +46,9 @@ struct KernelSpec {
   int q_len = 0;        // decode: max query tokens per sequence
   int align_bytes = 16; // 16: every row start is 16-byte aligned; 2: element-aligned only
   // fa3 prefill: the short-sequence tile's key block (kBlockN), as chosen by fa3_key_block_for()
-  // (compiler/planner.hpp): for key lengths the default block pads badly, and for short causal
-  // sequences, whose tile then also takes two consumer warpgroups; 0: the planner's default.
+  // (compiler/planner.hpp): for key lengths the default block pads badly, for short causal sequences
+  // (whose three-warpgroup tiles then take two), and for keys too few to split (no tail split); 0: the
+  // planner's default.
   int key_block = 0;
 
   bool operator==(const KernelSpec &) const = default;

@@ -200,9 +200,8 @@ int l2_section_pairs(int pairs, double pair_bytes, int l2_bytes) {
 // waves that fits in L2 (33 pairs there: 0.99 in the model). Measured (run 28g, bf16): causal S1024
 // d128 411 -> 481, d256 367 -> 468, d80 315 -> 369 TFLOP/s; S2048/S4096 even. 0 where no whole wave
 // fits.
-int causal_section_of_whole_waves(int pairs, int m_blocks, int walkers, double pair_bytes, int l2_bytes) {
+int causal_section_of_whole_waves(int m_blocks, int walkers, int fits) {
   const int step = walkers / std::gcd(walkers, std::max(m_blocks, 1)); // pairs per whole number of waves
-  const int fits = l2_section_pairs(pairs, pair_bytes, l2_bytes);
   return step <= fits ? fits / step * step : 0;
 }
 
@@ -243,8 +242,7 @@ constexpr size_t kCausalSectionMemo = 8;
 thread_local std::array<std::pair<CausalSectionKey, int>, kCausalSectionMemo> causal_section_memo{};
 thread_local size_t causal_section_memo_next = 0;
 
-int causal_section(const Plan &plan, int walkers, int fits, int power_of_two, double pair_bytes, int l2_bytes,
-                   const fj_fa3_params &params) {
+int causal_section(const Plan &plan, int walkers, int fits, int power_of_two, const fj_fa3_params &params) {
   const fj_attention_params &p = params.base;
   const int pairs = p.batch * p.heads_q, m_blocks = p.num_m_blocks;
   const int64_t rule = plan.constant("kCausalSections", 0);
@@ -263,8 +261,7 @@ int causal_section(const Plan &plan, int walkers, int fits, int power_of_two, do
   else if (rule == 3 && power_of_two < pairs)
     section = causal_section_by_model(plan, walkers, fits, params).pairs;
   else if (power_of_two < pairs) {
-    if (const int whole_waves = causal_section_of_whole_waves(pairs, m_blocks, walkers, pair_bytes, l2_bytes);
-        whole_waves > 0) {
+    if (const int whole_waves = causal_section_of_whole_waves(m_blocks, walkers, fits); whole_waves > 0) {
       section = whole_waves;
       fj_fa3_params trial = params;
       trial.heads_per_section = whole_waves;
@@ -348,8 +345,7 @@ int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int
   // heaviest-first (m-block descending) and CTAs of a pair walk the same KV blocks in near lock-step,
   // which keeps them in L2 anyway (kCausalSections, compiler/plans/fa3_plan.cpp).
   if (spec.causal)
-    section = causal_section(plan, walkers, l2_section_pairs(pairs, pair_bytes, l2_bytes), section, pair_bytes,
-                             l2_bytes, *params);
+    section = causal_section(plan, walkers, l2_section_pairs(pairs, pair_bytes, l2_bytes), section, *params);
   params->heads_per_section = std::max(section, 1);
   fa3_fill_tail(plan, walkers, params);
   return cluster * walkers;

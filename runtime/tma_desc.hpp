@@ -80,8 +80,9 @@ int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int
 // A model of a causal walk's load balance over `walkers` walkers (templates/kernels/fa3/scheduler.cuh:
 // the snake over sections of params->heads_per_section pairs, heaviest m-blocks first), each tile
 // costing its visible key blocks plus one for its prologue and epilogue: the mean walker load over the
-// largest (1: even). Causal walks run single CTAs, so a work unit is one m-block. kCausalSections 3
-// takes the section it prefers; the unit tests check the others.
+// largest (1: even). Causal walks run single CTAs, so a work unit is one m-block. fa3_fill_schedule
+// takes the L2 section it prefers where no even whole-wave section fits (kCausalSections 0) or always
+// (kCausalSections 3).
 double fa3_causal_walk_balance(const Plan &plan, const fj_fa3_params &params, int walkers);
 
 // Tail split (plan constant kTailSplit): fills params->tail_* for `walkers` walkers from num_tiles
