@@ -57,7 +57,7 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
     name += ".cl" + std::to_string(plan.cluster_m);
   // fa3 with the lazy O rescale: another kernel than the eager one of the same tile (MLIR builds that).
   if (plan.constant("kLazyRescale", 0) != 0)
-    name += ".lz";
+    name += plan.constant("kLazyTopRounding", 0) != 0 ? ".lzt" : ".lz"; // "t": O normalized by the rounded top p
   // fa3 overlapping a tile's last PV and epilogue with the next tile's first QK (NVRTC builds only).
   if (plan.constant("kCrossTileOverlap", 0) != 0)
     name += ".xt";

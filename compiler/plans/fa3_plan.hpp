@@ -22,6 +22,7 @@ struct Fa3Tuning {
   int rescale_before_pv = -1;   // -1: the planner's choice; 1: rescale O between the QK and PV issues
   int cluster_m = 0;            // 0: the planner's choice; 1: one CTA per tile; 2: CTA pairs multicast K/V
   int lazy_rescale = -1;        // -1: the planner's choice; 1: raise the row max only by more than 2^8
+  int lazy_top_rounding = -1;   // -1: the planner's choice (0); 1: with lazy_rescale, O normalized by the rounded top p
   int row_max_partials = 0;     // 0: the planner's choice; else 1, 2, 4 or 8 running maxima per row
   int cross_tile_overlap = -1;  // -1: the planner's choice; 1: next tile's first QK with this tile's last PV
   int tail_split = -1;          // -1: the planner's choice; 1: the last waves' tiles split by keys (a workspace)
@@ -39,7 +40,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
                     flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
 
 // "key=value,..." with the keys block_n, pingpong, exp2_poly_every, consumer_warpgroups,
-// separate_o, rescale_before_pv, cluster_m, lazy_rescale, row_max_partials, cross_tile_overlap,
+// separate_o, rescale_before_pv, cluster_m, lazy_rescale, lazy_top_rounding, row_max_partials, cross_tile_overlap,
 // tail_split, first_block_in_loop, q_desc_per_step, q_in_registers, l2_promotion, programmatic_launch,
 // unmasked_key_loop, causal_sections, causal_section_pairs (the fields above; unnamed fields keep
 // the planner's choice), e.g. "consumer_warpgroups=2,block_n=128": the developer override FLASHJIT_FA3_TUNING. False,

@@ -94,6 +94,11 @@ template <int DType> __device__ __forceinline__ u32 pack2_from_f32(float lo, flo
     return cvt_rn_f16x2_f32(lo, hi);
 }
 
+// The nearest 16-bit value to `value` (round to nearest even), as a float.
+template <int DType> __device__ __forceinline__ float round_to_16bit(float value) {
+  return to_f32<DType>(from_f32<DType>(value));
+}
+
 // Unpacks a 32-bit pair of 16-bit values (low half first) into floats.
 template <int DType> __device__ __forceinline__ f32x2 unpack2_to_f32(u32 pair) {
   constexpr u32 kLowMask = 0xffffu;

@@ -180,6 +180,37 @@ CompiledKernel compile_tuned(const KernelSpec &spec, const Fa3Tuning &tuning) {
   return kernel;
 }
 
+// Lazy rescaling's top rounding (a tuning, kLazyTopRounding): one scalar 16-bit rounding per row and
+// key block (the P pairs round as bf16x2), and no exp2 of its own (the block's top p takes the exp2
+// of the factor, which a kept max does not need), no spills; with the tail split, the varlen form
+// (lazy_rescale=1 too) and causal three warpgroups.
+TEST(Fa3CompileFeatures, LazyTopRoundingAddsNoExp2) {
+  auto count = [](const std::string &text, const std::string &what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  Fa3Tuning rounded;
+  rounded.lazy_rescale = 1;
+  rounded.lazy_top_rounding = 1;
+  Fa3Tuning lazy;
+  lazy.lazy_rescale = 1;
+  KernelSpec varlen = testing::prefill_spec(Arch{90, true}, 192, 192, FLASHJIT_BF16, false);
+  varlen.varlen = true;
+  for (const KernelSpec &spec : {testing::prefill_spec(Arch{90, true}, 80, 80, FLASHJIT_BF16, false),
+                                 testing::prefill_spec(Arch{90, true}, 128, 128, FLASHJIT_FP16, true), varlen}) {
+    const CompiledKernel with = compile_tuned(spec, rounded);
+    const CompiledKernel without = compile_tuned(spec, lazy);
+    ASSERT_FALSE(with.cubin.empty());
+    EXPECT_NE(with.name.find(".lzt"), std::string::npos) << with.name;
+    const std::string round = spec.dtype == FLASHJIT_BF16 ? "cvt.rn.bf16.f32" : "cvt.rn.f16.f32";
+    EXPECT_GT(count(with.ptx, round), count(without.ptx, round)) << with.name;
+    EXPECT_EQ(count(with.ptx, "ex2.approx"), count(without.ptx, "ex2.approx")) << with.name;
+    EXPECT_EQ(with.resources.spill_store_bytes, 0) << with.name;
+  }
+}
+
 // The tail split (a tuning, kTailSplit): a cut tile's pieces arrive on a grid-scope counter and
 // the second folds the first's state in, read through L2; one named barrier of the consumer
 // warpgroups broadcasts which CTA that is. Spills as session 10 measured them (none on the default

@@ -363,6 +363,40 @@ TEST(Planner, Fa3LazyRescaleWhereItMeasuredFaster) {
   }
 }
 
+// The top rounding of lazy rescaling (kLazyTopRounding, `.lzt`): off by default until a GPU run has
+// checked and timed it; a tuning turns it on where the plan rescales lazily and is refused where it
+// rescales eagerly; with the tail split, each thread's state gains one float4 for the rounding shares.
+TEST(Planner, Fa3LazyTopRoundingOnlyWithLazyRescaling) {
+  Plan plan;
+  std::string why;
+  ASSERT_TRUE(plan_fa3(prefill(80, false), &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kLazyRescale"), 1);
+  EXPECT_EQ(plan.constant("kLazyTopRounding"), 0) << "not the default before a GPU run";
+  Fa3Tuning rounded;
+  ASSERT_TRUE(parse_fa3_tuning("lazy_top_rounding=1", &rounded, &why)) << why;
+  EXPECT_EQ(rounded.lazy_top_rounding, 1);
+  for (const KernelSpec &spec : {prefill(80, false), prefill(128, true), prefill(256, false)}) {
+    ASSERT_TRUE(plan_fa3_tuned(spec, rounded, &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kLazyTopRounding"), 1) << kernel_name(spec, plan);
+    EXPECT_NE(kernel_name(spec, plan).find(".lzt"), std::string::npos) << kernel_name(spec, plan);
+  }
+  // d80 non-causal has the tail split by default: O, max and sum shares, and the rounding shares.
+  ASSERT_TRUE(plan_fa3_tuned(prefill(80, false), rounded, &plan, &why)) << why;
+  ASSERT_EQ(plan.constant("kTailSplit"), 1);
+  EXPECT_EQ(plan.constant("kTailSlotFloats"), plan.consumer_warpgroups * 128 * (80 / 2 + 4 + 4));
+  // Eager plans: the default d128 tile, and varlen (eager everywhere) unless lazy_rescale=1 too.
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), rounded, &plan, &why));
+  EXPECT_NE(why.find("lazy_top_rounding"), std::string::npos) << why;
+  KernelSpec varlen = prefill(80, false);
+  varlen.varlen = true;
+  EXPECT_FALSE(plan_fa3_tuned(varlen, rounded, &plan, &why));
+  rounded.lazy_rescale = 1;
+  ASSERT_TRUE(plan_fa3_tuned(varlen, rounded, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kLazyTopRounding"), 1);
+  rounded.lazy_rescale = 0;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(80, false), rounded, &plan, &why)) << "eager rescaling has nothing to round";
+}
+
 TEST(Fa3Tuning, ParsesTheOverrideAndNamesWhatItCannotParse) {
   Fa3Tuning tuning;
   std::string error;

@@ -75,12 +75,12 @@ template <class C> struct Consumer {
   // matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) of the warp's 16 rows, row-half first.
   __device__ __forceinline__ void load_q_fragments() const {
     if constexpr (C::kQInRegisters) {
-      constexpr int kRowsPerLaneGroup = 8;                           // lanes that address one 8x8 matrix
+      constexpr int kRowsPerLaneGroup = 8;                                // lanes that address one 8x8 matrix
       constexpr int kSwizzleRowMask = C::kSwizzleBytes / kChunkBytes - 1; // chunk index ^= row % 8
       const int lane = tid % kWarpSize;
       const int matrix = lane / kRowsPerLaneGroup;
-      const int row = wg * kWgmmaM + (tid / kWarpSize) * kRowsPerWarp + (matrix % 2) * kRowsPerLaneGroup +
-                      lane % kRowsPerLaneGroup;
+      const int row =
+          wg * kWgmmaM + (tid / kWarpSize) * kRowsPerWarp + (matrix % 2) * kRowsPerLaneGroup + lane % kRowsPerLaneGroup;
 #pragma unroll
       for (int k = 0; k < C::kKStepsQK; ++k) {
         const int chunk = (k % kKStepsPerPanel) * (kKStepBytes / kChunkBytes) + matrix / 2;
@@ -207,6 +207,7 @@ template <class C> struct Consumer {
     for (int r = 0; r < kRowsPerThread; ++r) {
       st.max[r] = neg_inf();
       st.sum[r] = 0.0f;
+      st.top_rounding[r] = 0.0f;
     }
 #pragma unroll
     for (int i = 0; i < C::kHeadDimV / 2; ++i)
@@ -430,6 +431,7 @@ template <class C> struct Consumer {
         for (int r = 0; r < kRowsPerThread; ++r) {
           st.max[r] = neg_inf();
           st.sum[r] = 0.0f;
+          st.top_rounding[r] = 0.0f;
         }
       }
       softmax(s, st, scale, lg, next_t, w, next_n);

@@ -126,7 +126,9 @@ template <class C> struct Epilogue {
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
       const float sum = quad_reduce_sum(st.sum[r]);
-      const float inv = sum > 0.0f ? rcp_approx(sum) : 0.0f;
+      // kLazyTopRounding: O by the sum of the P that weighted V, the LSE by the exact sum.
+      const float normalizer = C::kLazyTopRounding ? quad_reduce_sum(st.sum[r] + st.top_rounding[r]) : sum;
+      const float inv = normalizer > 0.0f ? rcp_approx(normalizer) : 0.0f;
 #pragma unroll
       for (int j = 0; j < C::kHeadDimV / kColsPerGroup; ++j) {
         o[j * kAccPerGroup + r * 2] *= inv;

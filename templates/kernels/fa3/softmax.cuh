@@ -8,6 +8,7 @@
 
 #include "kernels/fa3/scheduler.cuh"
 #include "prim/math.cuh"
+#include "prim/types.cuh"
 #include "prim/warp.cuh"
 
 namespace fj::fa3 {
@@ -41,9 +42,17 @@ __device__ __forceinline__ float exp2_poly3(float x) {
   return poly * __int_as_float(exponent);
 }
 
+// kLazyTopRounding: each of a quad's four lanes adds this share of the block's top rounding (they all
+// compute the same one), so the epilogue's quad sum counts it once.
+constexpr float kQuadShare = 0.25f;
+
 template <class C> struct RowState {
   float max[kRowsPerThread]; // running max of raw (or soft-capped) logits; -inf before any key
   float sum[kRowsPerThread]; // this thread's share of sum(p), rescaled with the max
+  // kLazyTopRounding: this thread's share of sum(round(p_top) - p_top) over the blocks, rescaled
+  // with the max, where p_top is a block's largest p. O is normalized by sum + top_rounding, the
+  // LSE by sum (see softmax_step).
+  float top_rounding[kRowsPerThread];
 };
 
 // Sets invisible logits to -inf. `row0` is the thread's first row in the sequence, `col0` the
@@ -101,7 +110,10 @@ __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowStat
 #pragma unroll
       for (int i = 0; i + width < kPartials; i += 2 * width)
         partial[i] = max_f32(partial[i], partial[i + width]);
-    float block_max = quad_reduce_max(max_f32(st.max[r], partial[0]));
+    // This block's largest logit on its own (kLazyTopRounding), or folded with the running max.
+    const float block_top = C::kLazyTopRounding ? quad_reduce_max(partial[0]) : partial[0];
+    float block_max =
+        C::kLazyTopRounding ? max_f32(st.max[r], block_top) : quad_reduce_max(max_f32(st.max[r], block_top));
     bool keep_max = false;
     if constexpr (C::kLazyRescale)
       keep_max = st.max[r] != neg_inf() && (block_max - st.max[r]) * scale_log2 <= kLazyRescaleLog2;
@@ -109,9 +121,24 @@ __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowStat
       block_max = st.max[r];
     // A row that has seen no key keeps max = -inf; use 0 so that exp2 gives 0, not NaN.
     const float safe_max = block_max == neg_inf() ? 0.0f : block_max;
-    rescale[r] = keep_max ? 1.0f : ex2_approx((st.max[r] - safe_max) * scale_log2);
-    st.max[r] = block_max;
     const float bias = -safe_max * scale_log2;
+    if constexpr (C::kLazyTopRounding) {
+      // Under a kept (stale) max the block's top p is 2^d with 0 < d <= 8 where it raised the row's
+      // max, and the 16-bit P fed to P.V rounds it by up to 2^-8; eager rescaling makes it exactly
+      // 1. In a peaked row that one rounding is most of O's error, and the sum of the unrounded p
+      // no longer matches the P that weighted V (run 29j's failure: 2.8x the naive error). Adding
+      // round(p_top) - p_top to O's normalizer restores the match; it costs no exp2 of its own: the
+      // one exp2 is the factor when the max moves (the top p is then 1, exact) and p_top when it stays.
+      // p_top's argument is the same FFMA as its element's in the loop below (the same value unless
+      // that column takes the exp2 polynomial, 7.5e-5 apart).
+      const float power = ex2_approx(keep_max ? block_top * scale_log2 + bias : (st.max[r] - safe_max) * scale_log2);
+      rescale[r] = keep_max ? 1.0f : power;
+      const float top = keep_max ? power : 1.0f;
+      st.top_rounding[r] = st.top_rounding[r] * rescale[r] + kQuadShare * (round_to_16bit<C::kDType>(top) - top);
+    } else {
+      rescale[r] = keep_max ? 1.0f : ex2_approx((st.max[r] - safe_max) * scale_log2);
+    }
+    st.max[r] = block_max;
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < C::kBlockN / kColsPerGroup; ++j)

@@ -22,17 +22,17 @@
 namespace fj::fa3 {
 
 template <class C> struct TailMerge {
-  // Per consumer thread: its O accumulators, then its rows' running max and row-sum share.
-  static constexpr int kFloatsPerThread = C::kHeadDimV / 2 + 2 * kRowsPerThread;
+  // The state moves as float4s: a quarter of the loads and stores (and of the compile time they
+  // cost) of scalar ones. Per consumer thread: one float4 per 8-column group of its O accumulators
+  // (kMaxAt is a multiple of 4: head_dim_v is a multiple of 8), one for its rows' running max and
+  // row-sum share, and (kLazyTopRounding) one for its rows' top-rounding shares.
+  static constexpr int kVecFloats = 4;
+  static constexpr int kTopRoundingFloats = C::kLazyTopRounding ? kVecFloats : 0;
+  static constexpr int kFloatsPerThread = C::kHeadDimV / 2 + 2 * kRowsPerThread + kTopRoundingFloats;
   static constexpr int kMaxAt = C::kHeadDimV / 2;
   static constexpr u32 kConsumerThreads = C::kConsumerWarpgroups * kWarpgroupThreads;
   static_assert(C::kTailSlotFloats == C::kConsumerWarpgroups * kWarpgroupThreads * kFloatsPerThread,
                 "the planner sizes a slot for every consumer thread's state");
-
-  // The state moves as float4s: a quarter of the loads and stores (and of the compile time they
-  // cost) of scalar ones. kMaxAt is a multiple of 4 (head_dim_v is a multiple of 8), so the last
-  // float4 holds the rows' maxima and sums.
-  static constexpr int kVecFloats = 4;
   static constexpr int kVecsPerThread = kFloatsPerThread / kVecFloats;
   static constexpr int kStateVec = kMaxAt / kVecFloats;
   static_assert(kMaxAt % kVecFloats == 0 && 2 * kRowsPerThread == kVecFloats && kAccPerGroup == kVecFloats,
@@ -62,6 +62,8 @@ template <class C> struct TailMerge {
       mine[v * kWarpgroupThreads] =
           make_float4(o[kVecFloats * v], o[kVecFloats * v + 1], o[kVecFloats * v + 2], o[kVecFloats * v + 3]);
     mine[kStateVec * kWarpgroupThreads] = make_float4(st.max[0], st.max[1], st.sum[0], st.sum[1]);
+    if constexpr (C::kLazyTopRounding)
+      mine[(kStateVec + 1) * kWarpgroupThreads] = make_float4(st.top_rounding[0], st.top_rounding[1], 0.0f, 0.0f);
     fence_acq_rel_gpu(); // release: this thread's state before the arrival below
     named_barrier_sync(C::kBarrierTail, kConsumerThreads);
     bool completes = false;
@@ -100,6 +102,12 @@ template <class C> struct TailMerge {
       after_factor[r] = any ? ex2_approx((after_max[r] - top) * scale_log2) : 0.0f;
       st.sum[r] = before_sum[r] * before_factor[r] + after_sum[r] * after_factor[r];
       st.max[r] = top;
+    }
+    if constexpr (C::kLazyTopRounding) {
+      const float4 before_top = __ldcg(before + (kStateVec + 1) * kWarpgroupThreads);
+      const float4 after_top = __ldcg(after + (kStateVec + 1) * kWarpgroupThreads);
+      st.top_rounding[0] = before_top.x * before_factor[0] + after_top.x * after_factor[0];
+      st.top_rounding[1] = before_top.y * before_factor[1] + after_top.y * after_factor[1];
     }
     // Float4 v of O holds one 8-column group: rows 0 and 1 of this thread, two columns each.
 #pragma unroll
