@@ -299,6 +299,12 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
          << (problem.workspace ? " (where that shortens the longest walk by 8 blocks and 2%)" : " (off: no workspace)");
   if (choice.plan.constant("kUnmaskedKeyLoop", 0) != 0)
     plan << ", a key loop without mask code (only the last key block can hold keys past seqlen_k)";
+  if (choice.plan.constant("kLazyRescale", 0) != 0)
+    plan << (choice.plan.constant("kLazyTopRounding", 0) != 0
+                 ? ", lazy O rescale with its top rounding (a row's max moves only by more than 2^8; O is normalized "
+                   "by the P that weighted V)"
+                 : ", lazy O rescale (a row's max moves only by more than 2^8; rounding error up to about the naive "
+                   "reference's, where eager rescaling stays below it)");
   const flashjit_backend backend = resolve_backend(impl_->store.config().backend, choice.plan.variant);
   if (choice.plan.variant == Variant::fa3 && choice.spec.key_block != 0) {
     KernelSpec default_spec = choice.spec;

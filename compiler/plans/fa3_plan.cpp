@@ -58,13 +58,13 @@ constexpr int kMaxBlockNMasked = 128; // causal / local
 constexpr int kMinHeadDim = 8;
 constexpr int kMaxHeadDim = 256; // one wgmma N
 constexpr int kHeadDimGranule = 8;
-constexpr int kRowsPerTmaBox = 64;
+constexpr int kRowsPerTmaBox = 64; // Q / O boxes cover one consumer warpgroup's rows
 constexpr int kMaxPingpongHeadDim = 128;
 // Exponentials on the FMA pipe (every k-th 8-column group; 0 = all on MUFU). Measured on H200:
 // +2.4% at d64 with N=192 (k = 4) but none on top of N=224 (441 vs 445 TFLOP/s), -3..-4% at
 // d96/d128, so it is off by default and left as a tuning knob. Run 26e, with today's three-warpgroup
 // tiles (d64 m192n128, d80 m192n112): every 8th group −2.4..−4.9%, every 4th −10.5%, every 2nd −20%.
-constexpr int kExp2PolyEverySmallDim = 0; // Q / O boxes cover one consumer warpgroup's rows
+constexpr int kExp2PolyEverySmallDim = 0;
 // Running maxima per row in the softmax (kRowMaxPartials, interleaved over the block's column
 // groups of kColsPerGroup columns, then a tree). Runtime A/B, one lease, bf16 (perf-notes,
 // session 8): 4 instead of one chain gains +1.1% at d128 S4096, +2.2% at d128 S1024, +1.2% at d256

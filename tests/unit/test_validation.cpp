@@ -332,6 +332,23 @@ TEST(ValidationCApi, ExplainSaysWhenTheKeyLoopHasNoMask) {
   EXPECT_EQ(e.plan.find("without mask code"), std::string::npos) << e.kernel << ": " << e.plan;
 }
 
+// explain names the lazy O rescale (d80: three warpgroups, fixed lengths) and says nothing of it for
+// an eager plan (d128).
+TEST(ValidationCApi, ExplainSaysWhenOIsRescaledLazily) {
+  Runtime runtime;
+  AttentionProblem p = good_problem();
+  p.head_dim_qk = p.head_dim_v = 80;
+  Explanation e;
+  if (Status s = runtime.explain(p, &e); !s || e.text.find("explained for sm90a") == std::string::npos)
+    GTEST_SKIP() << "a driver is present (its GPU decides); covered by tests/gpu";
+  EXPECT_NE(e.kernel.find(".lz"), std::string::npos) << e.kernel;
+  EXPECT_NE(e.plan.find("lazy O rescale"), std::string::npos) << e.kernel << ": " << e.plan;
+  p.head_dim_qk = p.head_dim_v = 128;
+  ASSERT_TRUE(runtime.explain(p, &e).ok());
+  EXPECT_EQ(e.kernel.find(".lz"), std::string::npos) << e.kernel;
+  EXPECT_EQ(e.plan.find("lazy"), std::string::npos) << e.kernel << ": " << e.plan;
+}
+
 // explain names the short-sequence tiles: the short key block of an unmasked d128 problem whose keys
 // the default block pads, the short causal tile of a causal problem up to 1024 tokens, neither past it,
 // d192's narrower causal key block and d64's tile without the tail split.
