@@ -331,13 +331,28 @@ Status DeviceBuffer::fill_bytes(unsigned char value) {
   return Status::success();
 }
 
+std::optional<ref::Fa3Numerics> fa3_numerics_of_kernel(std::string_view kernel) {
+  if (!kernel.starts_with("prefill.fa3."))
+    return std::nullopt;
+  const size_t tile = kernel.find(".m");
+  const size_t n = kernel.find('n', tile);
+  if (tile == std::string_view::npos || n == std::string_view::npos)
+    return std::nullopt;
+  ref::Fa3Numerics numerics;
+  numerics.block_n = std::stoi(std::string(kernel.substr(n + 1)));
+  numerics.lazy_top_rounding = kernel.find(".lzt.") != std::string_view::npos;
+  numerics.lazy_rescale = numerics.lazy_top_rounding || kernel.find(".lz.") != std::string_view::npos;
+  return numerics;
+}
+
 std::string CaseResult::summary() const {
   std::ostringstream out;
   out << (pass() ? "PASS" : "FAIL") << " " << kernel;
   if (!status.ok())
     out << " status: " << status.message;
   else
-    out << "\n  O:   " << o.summary << (lse.count ? "\n  LSE: " + lse.summary : "");
+    out << "\n  O:   " << o.summary << (lse.count ? "\n  LSE: " + lse.summary : "")
+        << (model.count ? "\n  fa3 model: " + model.summary : "");
   return out.str();
 }
 
@@ -390,6 +405,10 @@ CaseResult run_case(Runtime &runtime, const CaseOptions &options) {
   const ref::Output naive = ref::attention_lowprec(rp, q, k, v, options.dtype);
   result.o = ref::check_output(o, ref64.o, naive.o);
   result.o_values = std::move(o);
+  if (const auto numerics = fa3_numerics_of_kernel(result.kernel); options.fa3_model && numerics && rp.softcap == 0) {
+    const ref::Output model = ref::fa3_numerics_attention(rp, q, k, v, options.dtype, *numerics);
+    result.model = ref::check_output(std::vector<float>(model.o.begin(), model.o.end()), ref64.o, naive.o, "model O");
+  }
   if (options.with_lse) {
     std::vector<float> lse(size_t(total_q) * rp.heads_q);
     if (result.status = tensors.lse.download(lse.data(), lse.size() * 4); !result.status)

@@ -3,6 +3,7 @@
 // `flashjit check`/`bench` and by tests/gpu. Talks to the GPU through flashjit's own driver table.
 #pragma once
 
+#include "tests/reference/fa3_numerics.hpp"
 #include "tests/reference/reference.hpp"
 
 #include <flashjit/flashjit.hpp>
@@ -10,7 +11,9 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace flashjit::harness {
@@ -63,6 +66,7 @@ struct CaseOptions {
   bool with_workspace = false;    // allocate flashjit_workspace_size bytes and plan (split-K decode, fa3 tail split)
   size_t workspace_shortfall = 0; // tests: allocate this many bytes less than asked for
   bool graph_capture = false;     // prepare, capture forward() into a CUDA graph on a new stream, replay it
+  bool fa3_model = false; // an fa3 kernel (no softcap): also check the CPU model of its arithmetic (fa3_numerics)
   uint64_t seed = 1;
 };
 
@@ -72,9 +76,14 @@ struct CaseResult {
   ref::CheckResult lse;
   std::string kernel;          // explain().kernel
   std::vector<float> o_values; // the output as computed, [total_q, heads_q, head_dim_v]
+  ref::CheckResult model;      // fa3_model: the model's O against the same references (count 0: not run)
   bool pass() const { return status.ok() && o.pass && (lse.count == 0 || lse.pass); }
   std::string summary() const;
 };
+
+// The arithmetic of an fa3 kernel, read from its name (`.m<M>n<N>s<S>`: the key block; `.lz` / `.lzt`:
+// lazy rescaling, with the top rounding), for the CPU model; nothing for other kernels.
+std::optional<ref::Fa3Numerics> fa3_numerics_of_kernel(std::string_view kernel);
 
 // Runs and checks one case. `runtime` must belong to the current context's thread.
 CaseResult run_case(Runtime &runtime, const CaseOptions &options);

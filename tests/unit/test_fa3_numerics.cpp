@@ -2,6 +2,8 @@
 // measured, and what it says about lazy rescaling's precision.
 #include "tests/reference/fa3_numerics.hpp"
 
+#include "tests/harness/device_case.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -121,6 +123,28 @@ TEST(Fa3Numerics, TheTopRoundingMatchesEagerOnAPeakedRow) {
   EXPECT_GT(std::abs(lazy.o[0] - ref64.o[0]), std::abs(eager.o[0] - ref64.o[0]));
   EXPECT_DOUBLE_EQ(rounded.lse[0], lazy.lse[0]) << "the LSE keeps the exact sum";
   EXPECT_NEAR(rounded.lse[0], ref64.lse[0], 1e-5);
+}
+
+// The GPU harness reads an fa3 kernel's arithmetic from its name for the model (CaseOptions::fa3_model).
+TEST(Fa3Numerics, TheHarnessReadsTheArithmeticFromTheKernelName) {
+  const auto lazy =
+      harness::fa3_numerics_of_kernel("prefill.fa3.sm90a.d80v80.bf16.full.m192n112s2.wg3pp.lz.ts.um.al16");
+  ASSERT_TRUE(lazy.has_value());
+  EXPECT_EQ(lazy->block_n, 112);
+  EXPECT_TRUE(lazy->lazy_rescale);
+  EXPECT_FALSE(lazy->lazy_top_rounding);
+  const auto rounded =
+      harness::fa3_numerics_of_kernel("prefill.fa3.sm90a.d128v128.fp16.causal.m192n80s2.wg3pp.lzt.al16");
+  ASSERT_TRUE(rounded.has_value());
+  EXPECT_EQ(rounded->block_n, 80);
+  EXPECT_TRUE(rounded->lazy_rescale && rounded->lazy_top_rounding);
+  const auto eager =
+      harness::fa3_numerics_of_kernel("prefill.fa3.sm90a.d64v64.bf16.full.varlen.m192n128s2.wg3pp.um.al16");
+  ASSERT_TRUE(eager.has_value());
+  EXPECT_EQ(eager->block_n, 128);
+  EXPECT_FALSE(eager->lazy_rescale);
+  EXPECT_FALSE(harness::fa3_numerics_of_kernel("prefill.fa2.sm90a.d128v128.bf16.full.m128n64s2.r32.al16"));
+  EXPECT_FALSE(harness::fa3_numerics_of_kernel(""));
 }
 
 } // namespace
