@@ -11,6 +11,7 @@ namespace {
 struct GpuCommandOptions {
   ProblemOptions problem;
   int iterations = 30;
+  bool fa3_model = false; // check: the CPU model of an fa3 kernel's arithmetic beside its result
 };
 
 // Opens device 0 and builds the case, printing why not on failure.
@@ -32,11 +33,15 @@ bool open_case(const GpuCommandOptions &o, harness::DeviceSession *session, harn
 Action add_check(CLI::App &app) {
   auto options = std::make_shared<GpuCommandOptions>();
   options->problem.add_to(app);
+  app.add_flag("--fa3-model", options->fa3_model,
+               "fa3 kernels: also check the CPU model of the kernel's rounding (tests/reference/fa3_numerics); its "
+               "max error should be the kernel's to an ulp");
   return [options] {
     harness::DeviceSession session;
     harness::CaseOptions c;
     if (!open_case(*options, &session, &c))
       return 2;
+    c.fa3_model = options->fa3_model;
     Runtime runtime(options->problem.runtime_options());
     const harness::CaseResult result = harness::run_case(runtime, c);
     std::cout << "device: " << session.name() << "\nproblem: " << c.problem.describe() << " "
