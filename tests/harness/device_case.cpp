@@ -405,10 +405,11 @@ CaseResult run_case(Runtime &runtime, const CaseOptions &options) {
   const ref::Output naive = ref::attention_lowprec(rp, q, k, v, options.dtype);
   result.o = ref::check_output(o, ref64.o, naive.o);
   result.o_values = std::move(o);
-  if (const auto numerics = fa3_numerics_of_kernel(result.kernel); options.fa3_model && numerics && rp.softcap == 0) {
-    const ref::Output model = ref::fa3_numerics_attention(rp, q, k, v, options.dtype, *numerics);
-    result.model = ref::check_output(std::vector<float>(model.o.begin(), model.o.end()), ref64.o, naive.o, "model O");
-  }
+  if (options.fa3_model && rp.softcap == 0)
+    if (const auto numerics = fa3_numerics_of_kernel(result.kernel)) {
+      const ref::Output model = ref::fa3_numerics_attention(rp, q, k, v, options.dtype, *numerics);
+      result.model = ref::check_output(std::vector<float>(model.o.begin(), model.o.end()), ref64.o, naive.o, "model O");
+    }
   if (options.with_lse) {
     std::vector<float> lse(size_t(total_q) * rp.heads_q);
     if (result.status = tensors.lse.download(lse.data(), lse.size() * 4); !result.status)

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
-#include <thread>
 #include <vector>
 
 namespace flashjit::ref {
@@ -99,21 +98,13 @@ Output fa3_numerics_attention(const Problem &problem, std::span<const float> q, 
   out.o.resize(problem.o_size());
   out.lse.resize(problem.lse_size());
   const int total_q = problem.total_q();
-  auto work = [&](size_t first, size_t last) {
-    for (size_t i = first; i < last; ++i) {
-      const Row &r = rows[i];
-      const size_t token = size_t(cu_q[r.seq] + r.token);
-      row_attention(problem, r, q, k, v, dtype, numerics, cu_q.data(), cu_k.data(),
-                    &out.o[(token * problem.heads_q + r.head) * problem.head_dim_v],
-                    &out.lse[size_t(r.head) * total_q + token]);
-    }
-  };
-  const size_t threads = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  for (size_t t = 0; t < threads; ++t)
-    pool.emplace_back(work, rows.size() * t / threads, rows.size() * (t + 1) / threads);
-  for (std::thread &t : pool)
-    t.join();
+  parallel_for(rows.size(), [&](size_t i) {
+    const Row &r = rows[i];
+    const size_t token = size_t(cu_q[r.seq] + r.token);
+    row_attention(problem, r, q, k, v, dtype, numerics, cu_q.data(), cu_k.data(),
+                  &out.o[(token * problem.heads_q + r.head) * problem.head_dim_v],
+                  &out.lse[size_t(r.head) * total_q + token]);
+  });
   return out;
 }
 

@@ -151,8 +151,10 @@ Output naive_attention(const Problem &problem, std::span<const float> q, std::sp
       for (int i = 0; i < problem.seqlens_q[b]; i += kRowsPerChunk)
         chunks.push_back({b, h, i, std::min(problem.seqlens_q[b], i + kRowsPerChunk)});
 
-  auto run_chunk = [&](const Chunk &chunk, std::vector<Real> &logits, std::vector<char> &visible,
-                       std::vector<Real> &acc) {
+  parallel_for(chunks.size(), [&](size_t n) {
+    const Chunk &chunk = chunks[n];
+    std::vector<Real> logits, acc;
+    std::vector<char> visible;
     const int b = chunk.seq, h = chunk.head;
     const int sq = problem.seqlens_q[b], sk = problem.seqlens_k[b];
     const int hk = problem.kv_head(h);
@@ -196,26 +198,26 @@ Output naive_attention(const Problem &problem, std::span<const float> q, std::sp
         o_row[c] = round_lowprec ? double(round_lowprec(dtype, float(acc[c]))) : double(acc[c]);
       out.lse[size_t(h) * total_q + token] = double(row_max + std::log(sum));
     }
-  };
+  });
+  return out;
+}
 
+} // namespace
+
+void parallel_for(size_t count, const std::function<void(size_t)> &body) {
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    std::vector<Real> logits, acc;
-    std::vector<char> visible;
-    for (size_t n = next++; n < chunks.size(); n = next++)
-      run_chunk(chunks[n], logits, visible, acc);
+    for (size_t n = next++; n < count; n = next++)
+      body(n);
   };
-  const size_t threads = std::min<size_t>(chunks.size(), std::max(1u, std::thread::hardware_concurrency()));
+  const size_t threads = std::min<size_t>(count, std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
   for (size_t t = 1; t < threads; ++t)
     pool.emplace_back(worker);
   worker();
   for (std::thread &thread : pool)
     thread.join();
-  return out;
 }
-
-} // namespace
 
 // ---------------------------------------------------------------------------------------------
 // 16-bit conversions

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -93,6 +94,11 @@ struct Problem {
   // "b2 sq[5,1] sk[9,0] h8/2 d64v64 causal wl-1 wr-1 softcap0", for test names and messages.
   std::string describe() const;
 };
+
+// ---------------------------------------------------------------------------------------------
+// body(0) .. body(count - 1) on all cores, items handed out in order; each item must write only its
+// own results (the references compute query rows this way, deterministically whatever the core count).
+void parallel_for(size_t count, const std::function<void(size_t)> &body);
 
 // ---------------------------------------------------------------------------------------------
 // Reference attention
