@@ -20,7 +20,7 @@ namespace {
 struct EncodedParams {
   const KernelRecord *kernel = nullptr;
   std::string kernel_key;
-  int sm_count = 0, l2_bytes = 0, total_k = 0;
+  int sm_count = 0, l2_bytes = 0, total_k = 0, num_pages = 0;
   fj_attention_params base{};
   fj_fa3_params params{};
   int grid = 0;
@@ -30,9 +30,10 @@ thread_local std::array<EncodedParams, kEncodedCacheEntries> encoded_cache;
 thread_local size_t encoded_cache_next = 0;
 
 bool same_inputs(const EncodedParams &e, const KernelRecord &kernel, const LaunchContext &ctx, int total_k,
-                 const fj_attention_params &base) {
+                 int num_pages, const fj_attention_params &base) {
   return e.kernel == &kernel && e.kernel_key == kernel.key && e.sm_count == ctx.sm_count &&
-         e.l2_bytes == ctx.l2_bytes && e.total_k == total_k && std::memcmp(&e.base, &base, sizeof(base)) == 0;
+         e.l2_bytes == ctx.l2_bytes && e.total_k == total_k && e.num_pages == num_pages &&
+         std::memcmp(&e.base, &base, sizeof(base)) == 0;
 }
 
 // Tail split: its counters and partial states live in the caller's workspace (flashjit_workspace_size
@@ -68,16 +69,18 @@ Status fa3_launch(const KernelRecord &kernel, const NormalizedProblem &problem, 
   fj_attention_params base{}; // zero-filled padding, so the byte comparison above is exact
   base = make_attention_params(problem);
   const int total_k = problem.varlen ? problem.p.total_k : problem.p.batch * problem.p.seqlen_k;
+  const int num_pages = problem.paged ? problem.p.num_pages : 0;
   const EncodedParams *hit = nullptr;
   for (const EncodedParams &e : encoded_cache)
-    if (same_inputs(e, kernel, ctx, total_k, base))
+    if (same_inputs(e, kernel, ctx, total_k, num_pages, base))
       hit = &e;
   if (!hit) {
     EncodedParams &e = encoded_cache[encoded_cache_next++ % kEncodedCacheEntries];
     e = EncodedParams{};
     e.params.base = base;
     std::string why_not;
-    if (!fa3_encode_tensor_maps(spec, plan, total_k, driver::api()->cuTensorMapEncodeTiled, &e.params, &why_not)) {
+    if (!fa3_encode_tensor_maps(spec, plan, total_k, num_pages, driver::api()->cuTensorMapEncodeTiled, &e.params,
+                                &why_not)) {
       e.kernel = nullptr;
       return Status::error(FLASHJIT_INVALID_ARGUMENT, kernel.name + ": TMA cannot address this layout: " + why_not);
     }
@@ -98,6 +101,7 @@ Status fa3_launch(const KernelRecord &kernel, const NormalizedProblem &problem, 
     e.sm_count = ctx.sm_count;
     e.l2_bytes = ctx.l2_bytes;
     e.total_k = total_k;
+    e.num_pages = num_pages;
     e.base = base;
     hit = &e;
   }

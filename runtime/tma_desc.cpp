@@ -128,28 +128,42 @@ bool encode_all(TensorMapEncodeTiledFn encode,
 } // namespace
 
 bool fa3_tensor_map_args(const KernelSpec &spec, const Plan &plan, const fj_attention_params &p, int total_k,
-                         Fa3TensorMaps *maps, std::string *why_not) {
+                         int num_pages, Fa3TensorMaps *maps, std::string *why_not) {
   const MapFormat format{map_type(spec), l2_promotion(plan.constant("kTmaL2PromotionBytes"))};
   const auto box_cols = static_cast<uint32_t>(plan.constant("kPanelCols"));
   const auto box_rows_q = static_cast<uint32_t>(plan.constant("kTmaBoxRows"));
+  const uint64_t q_rows = spec.varlen ? p.total_q : p.seqlen_q;
+  if (!operand_map("q", p.q, spec.head_dim_qk, q_rows, p.heads_q, p.batch, spec.varlen, box_cols, box_rows_q, format,
+                   &maps->q, why_not) ||
+      !operand_map("o", p.o, spec.head_dim_v, q_rows, p.heads_q, p.batch, spec.varlen, box_cols, box_rows_q, format,
+                   &maps->o, why_not))
+    return false;
+  if (spec.page_size != 0) {
+    // Pages {dim, page_size, heads_kv, num_pages}: a box is kPagedBoxRows keys of one page; its page
+    // comes from the block table in the kernel (the batch stride is the stride between pages).
+    if (num_pages < 1)
+      return fail(why_not, "paged KV: num_pages must be >= 1");
+    const auto box_rows = static_cast<uint32_t>(plan.constant("kPagedBoxRows"));
+    const auto page_rows = static_cast<uint64_t>(spec.page_size);
+    const auto pages = static_cast<uint64_t>(num_pages);
+    return operand_map("k", p.k, spec.head_dim_qk, page_rows, p.heads_kv, pages, false, box_cols, box_rows, format,
+                       &maps->k, why_not) &&
+           operand_map("v", p.v, spec.head_dim_v, page_rows, p.heads_kv, pages, false, box_cols, box_rows, format,
+                       &maps->v, why_not);
+  }
   // A CTA of a pair loads (and multicasts) its share of each K/V block's rows.
   const auto box_rows_kv = static_cast<uint32_t>(plan.constant("kKVRowsPerCta", plan.block_n));
-  const uint64_t q_rows = spec.varlen ? p.total_q : p.seqlen_q;
   const uint64_t k_rows = spec.varlen ? total_k : p.seqlen_k;
-  return operand_map("q", p.q, spec.head_dim_qk, q_rows, p.heads_q, p.batch, spec.varlen, box_cols, box_rows_q, format,
-                     &maps->q, why_not) &&
-         operand_map("k", p.k, spec.head_dim_qk, k_rows, p.heads_kv, p.batch, spec.varlen, box_cols, box_rows_kv,
+  return operand_map("k", p.k, spec.head_dim_qk, k_rows, p.heads_kv, p.batch, spec.varlen, box_cols, box_rows_kv,
                      format, &maps->k, why_not) &&
          operand_map("v", p.v, spec.head_dim_v, k_rows, p.heads_kv, p.batch, spec.varlen, box_cols, box_rows_kv, format,
-                     &maps->v, why_not) &&
-         operand_map("o", p.o, spec.head_dim_v, q_rows, p.heads_q, p.batch, spec.varlen, box_cols, box_rows_q, format,
-                     &maps->o, why_not);
+                     &maps->v, why_not);
 }
 
-bool fa3_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int total_k, TensorMapEncodeTiledFn encode,
-                            fj_fa3_params *params, std::string *why_not) {
+bool fa3_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int total_k, int num_pages,
+                            TensorMapEncodeTiledFn encode, fj_fa3_params *params, std::string *why_not) {
   Fa3TensorMaps maps;
-  if (!fa3_tensor_map_args(spec, plan, params->base, total_k, &maps, why_not))
+  if (!fa3_tensor_map_args(spec, plan, params->base, total_k, num_pages, &maps, why_not))
     return false;
   return encode_all(
       encode,

@@ -45,15 +45,16 @@ using TensorMapEncodeTiledFn = CUresult (*)(CUtensorMap *, CUtensorMapDataType, 
                                             CUtensorMapFloatOOBfill);
 
 // Maps are 4-D {dim, tokens, heads, batch}; varlen: {dim, total rows, heads, 1} over the packed
-// tensor (`total_k` = rows of packed K/V, which fj_attention_params does not carry). Boxes are
-// one 64-column panel (128 B, the swizzle span) x kBlockN rows (K, V) or kTmaBoxRows (Q, O).
+// tensor (`total_k` = rows of packed K/V, which fj_attention_params does not carry); paged K/V:
+// {dim, page_size, heads_kv, num_pages}. Boxes are one 64-column panel (128 B, the swizzle span) x
+// kBlockN rows (K, V; a pair's share with CTA pairs, kPagedBoxRows when paged) or kTmaBoxRows (Q, O).
 // False, with a reason, when TMA cannot address the layout (unaligned pointer or stride).
 bool fa3_tensor_map_args(const KernelSpec &spec, const Plan &plan, const fj_attention_params &params, int total_k,
-                         Fa3TensorMaps *maps, std::string *why_not);
+                         int num_pages, Fa3TensorMaps *maps, std::string *why_not);
 
 // Encodes all four maps into params->tma_{q,k,v,o}.
-bool fa3_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int total_k, TensorMapEncodeTiledFn encode,
-                            fj_fa3_params *params, std::string *why_not);
+bool fa3_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int total_k, int num_pages,
+                            TensorMapEncodeTiledFn encode, fj_fa3_params *params, std::string *why_not);
 
 // decode_splitk with TMA tiles (plan constant kTmaKv): K's and V's maps, 4-D {dim, heads_kv, keys,
 // batch} over contiguous KV or {dim, heads_kv, page_size, num_pages} over pages, boxes of one

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <charconv>
 #include <iterator>
+#include <numeric>
 #include <string>
 #include <utility>
 
@@ -212,6 +213,14 @@ constexpr int kTmaL2PromotionBytes = 256;
 // S16384 664 -> 584 and d256 S16384 771 -> 474, with 16 and 8 pairs.
 constexpr int kCausalSectionsByPairs = 0;
 constexpr int kCausalSectionsMax = 3;
+// Paged KV (kPageSize > 0): each K/V block lands as boxes of kPagedBoxRows keys of one page, the
+// largest that divides both the page and the block, so every box starts on a swizzle atom (8 rows
+// of 128 bytes) and lies in one page. Pages of fewer or of odd multiples of 4 keys take fa2.
+constexpr int kMinPagedBoxRows = kTmaSwizzleAlign / kSwizzleBytes;
+// Not a default until a GPU run has checked it: the paged fa3 kernel is compiled and inspected on
+// the CPU (tests/compile) and its GPU tests are written (PrefillFa3PagedGpu); no device was lent in
+// the session that wrote it. FLASHJIT_FA3_TUNING=paged=1 selects it.
+constexpr bool kPagedDefault = false;
 // Named barriers: 0 is __syncthreads; then one pingpong barrier and one epilogue barrier per
 // consumer warpgroup.
 constexpr int kBarrierPingpong = 1;
@@ -239,10 +248,16 @@ struct Fa3Tile {
   int smem_limit = 0;
 };
 
+// Whether the sequences of a problem may differ in length: varlen, or paged KV (seqlens_k).
+bool lengths_vary(const KernelSpec &spec) {
+  return spec.varlen || spec.page_size != 0;
+}
+
 // CTA pairs need every m-block to see every key (no causal / window mask, no varlen: a pair could
-// straddle two sequences); the MLIR generator renders single-CTA tiles only.
+// straddle two sequences; no paged KV: its blocks land in page-sized boxes per CTA); the MLIR
+// generator renders single-CTA tiles only.
 bool fa3_pairs_can_run(const KernelSpec &spec, flashjit_backend backend) {
-  return !spec.causal && !spec.local && !spec.varlen && backend != FLASHJIT_BACKEND_MLIR;
+  return !spec.causal && !spec.local && !lengths_vary(spec) && backend != FLASHJIT_BACKEND_MLIR;
 }
 
 // Whether the planner's tile splits its last waves by keys (kTailSplit) when no tuning says otherwise:
@@ -252,7 +267,7 @@ bool tail_split_by_default(const KernelSpec &spec, const Fa3Tile &t, flashjit_ba
   const bool three_wgs = t.consumer_wgs == kMaxConsumerWarpgroups;
   const int max_dim = std::max(spec.head_dim_qk, spec.head_dim_v);
   return kTailSplitDefault && spec.key_block == 0 && (three_wgs || max_dim <= kMaxHeadDimTailSplitTwoWarpgroups) &&
-         !t.masked && !spec.varlen && !kCrossTileOverlapDefault && backend != FLASHJIT_BACKEND_MLIR;
+         !t.masked && !lengths_vary(spec) && !kCrossTileOverlapDefault && backend != FLASHJIT_BACKEND_MLIR;
 }
 
 bool fa3_odd_eights(const KernelSpec &spec) {
@@ -270,8 +285,15 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, flashjit_backend 
     return refuse("fa3 implements prefill only");
   if (spec.arch.sm != 90 || !spec.arch.arch_specific)
     return refuse("fa3 needs sm_90a (wgmma, setmaxnreg)");
-  if (spec.page_size != 0)
-    return refuse("fa3 does not implement paged KV");
+  if (spec.page_size != 0) {
+    if (backend == FLASHJIT_BACKEND_MLIR)
+      return refuse("fa3 paged KV has a template form only (NVRTC)");
+    if (spec.page_size % kMinPagedBoxRows != 0)
+      return refuse("fa3 paged KV needs pages of a multiple of " + std::to_string(kMinPagedBoxRows) +
+                    " keys (TMA boxes of whole swizzle atoms), got page_size " + std::to_string(spec.page_size));
+    if (!(tuning.paged >= 0 ? tuning.paged != 0 : kPagedDefault))
+      return refuse("fa3 paged KV is not yet checked on a GPU (FLASHJIT_FA3_TUNING=paged=1 selects it)");
+  }
   if (spec.align_bytes % 16 != 0)
     return refuse("fa3 needs 16-byte aligned rows (TMA strides)");
   for (int dim : {spec.head_dim_qk, spec.head_dim_v})
@@ -358,8 +380,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   const int cluster_m = tuning.cluster_m > 0 ? tuning.cluster_m : pair_fits ? kClusterPair : 1;
   if (cluster_m != 1 && cluster_m != kClusterPair)
     return refuse("fa3: cluster_m must be 1 or 2");
-  if (cluster_m == kClusterPair && (masked || spec.varlen))
-    return refuse("fa3: CTA pairs need every m-block to see every key (no causal, window or varlen)");
+  if (cluster_m == kClusterPair && (masked || lengths_vary(spec)))
+    return refuse("fa3: CTA pairs need every m-block to see every key (no causal, window, varlen or paged KV)");
   // Each CTA of a pair loads half of a block's rows; the halves must start on a swizzle atom.
   constexpr int kSwizzleAtomRows = kTmaSwizzleAlign / kSwizzleBytes;
   if (block_n % (cluster_m * kSwizzleAtomRows) != 0)
@@ -376,8 +398,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   // by key blocks, so no walker idles while others finish a last tile; a tile cut between two
   // walkers is merged by the second to finish it (partial states in the caller's workspace).
   // Units must all cost the same (no causal, window or varlen). Template form only.
-  if (tuning.tail_split > 0 && (masked || spec.varlen))
-    return refuse("fa3: tail_split needs every tile to see every key (no causal, window or varlen)");
+  if (tuning.tail_split > 0 && (masked || lengths_vary(spec)))
+    return refuse("fa3: tail_split needs every tile to see every key (no causal, window, varlen or paged KV)");
   if (tuning.tail_split > 0 && backend == FLASHJIT_BACKEND_MLIR)
     return refuse("fa3: tail_split has a template form only (NVRTC)");
   if (tuning.tail_split > 0 && cross_tile_overlap)
@@ -468,6 +490,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add("kSwizzleBytes", kSwizzleBytes);
   plan->add("kWgmmaSwizzle", kWgmmaSwizzle128);
   plan->add("kTmaBoxRows", kRowsPerTmaBox);
+  plan->add("kPagedBoxRows", spec.page_size != 0 ? std::gcd(spec.page_size, block_n) : 0);
   plan->add("kSmemAlign", kTmaSwizzleAlign);
   plan->add("kSmemOffsetQ", offset_q);
   plan->add("kSmemPanelBytesQ", q_panel_bytes);
@@ -488,7 +511,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   // -0.5% at d80, within noise with 3 warpgroups: off unless tuned.
   plan->add_bool("kRescaleBeforePv", tuning.rescale_before_pv > 0);
   // The MLIR generator renders eager rescaling only (like CTA pairs, NVRTC plans only).
-  const bool lazy_default = backend != FLASHJIT_BACKEND_MLIR && !spec.varlen &&
+  const bool lazy_default = backend != FLASHJIT_BACKEND_MLIR && !lengths_vary(spec) &&
                             (!plan->pingpong || (three_wgs && max_dim >= kMinHeadDimLazyRescale3Wg &&
                                                  (max_dim <= kMaxHeadDimLazyRescale3Wg || spec.causal)));
   const bool lazy = tuning.lazy_rescale >= 0 ? tuning.lazy_rescale != 0 : lazy_default;
@@ -560,6 +583,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"unmasked_key_loop", &Fa3Tuning::unmasked_key_loop},
       {"causal_sections", &Fa3Tuning::causal_sections},
       {"causal_section_pairs", &Fa3Tuning::causal_section_pairs},
+      {"paged", &Fa3Tuning::paged},
   };
   size_t begin = 0;
   while (begin <= text.size()) {

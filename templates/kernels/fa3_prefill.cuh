@@ -1,9 +1,9 @@
 // FlashAttention-3-class forward kernel for Hopper (sm_90a), rendered with a KernelConfig from
 // compiler/plans/fa3_plan.cpp. Roles: warpgroup 0 = producer (one thread issues TMA for Q, K, V
-// into a kStages ring guarded by mbarriers), warpgroups 1..kConsumerWarpgroups = consumers (wgmma
-// S = QK^T from smem, online softmax, O += PV with P in registers, epilogue). setmaxnreg moves
-// registers from the producer to the consumers. Persistent: one CTA per SM walks the tiles; with
-// kClusterM = 2 the grid is launched in CTA pairs that share (multicast) every K/V block.
+// into a kStages ring guarded by mbarriers; one warp with paged KV), warpgroups 1..kConsumerWarpgroups = consumers
+// (wgmma S = QK^T from smem, online softmax, O += PV with P in registers, epilogue). setmaxnreg moves registers from
+// the producer to the consumers. Persistent: one CTA per SM walks the tiles; with kClusterM = 2 the grid is launched in
+// CTA pairs that share (multicast) every K/V block.
 #pragma once
 
 #include "kernels/fa3/consumer.cuh"
@@ -44,6 +44,8 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       mbarrier_init(smem.v_full(stage), 1);
       mbarrier_init(smem.v_empty(stage), C::kConsumerWarpgroups * C::kClusterM);
     }
+    if constexpr (C::kPageSize > 0)
+      mbarrier_init(smem.v_landed(), 1);
     fence_mbarrier_init();
     tma_prefetch_descriptor(&params.tma_q);
     tma_prefetch_descriptor(&params.tma_k);
@@ -67,7 +69,8 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 
   if (warpgroup == 0) {
     setmaxnreg_dec<C::kRegsProducer>();
-    if (threadIdx.x == 0) {
+    constexpr unsigned kProducerThreads = C::kPageSize > 0 ? kWarpSize : 1; // paged KV: a lane per page box
+    if (threadIdx.x < kProducerThreads) {
       Producer<C> producer{params, smem};
       producer.run();
     }

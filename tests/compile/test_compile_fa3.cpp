@@ -362,5 +362,53 @@ TEST(Fa3CompileFeatures, VarlenWindowSoftcapGqaCompile) {
   EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name;
 }
 
+// Paged KV (kPageSize > 0, tuning paged=1): the producer warp reads the block table and loads each
+// K/V block as page boxes by TMA, and zeroes V's rows past a sequence's end (st.shared, then the
+// proxy fence) before it completes the consumers' barrier; single CTAs (no multicast). The consumers
+// are those of the unpaged kernel with varying lengths (varlen): the same number of HGMMAs.
+TEST(Fa3CompileFeatures, PagedKvLoadsPageBoxesAndZeroesTheVTail) {
+  Fa3Tuning paged;
+  paged.paged = 1;
+  struct Case {
+    int dqk, dv;
+    flashjit_dtype dtype;
+    bool causal, varlen, local;
+    int page_size;
+  };
+  for (const Case &c :
+       {Case{128, 128, FLASHJIT_BF16, false, false, false, 16}, Case{80, 80, FLASHJIT_FP16, true, true, false, 64},
+        Case{256, 256, FLASHJIT_BF16, false, false, true, 24}, Case{192, 128, FLASHJIT_BF16, true, false, false, 32},
+        Case{64, 64, FLASHJIT_FP16, false, true, false, 512}}) {
+    KernelSpec spec = testing::prefill_spec(Arch{90, true}, c.dqk, c.dv, c.dtype, c.causal);
+    spec.varlen = c.varlen;
+    spec.local = c.local;
+    spec.page_size = c.page_size;
+    const CompiledKernel kernel = compile_tuned(spec, paged);
+    ASSERT_FALSE(kernel.cubin.empty());
+    EXPECT_NE(kernel.name.find(".page" + std::to_string(c.page_size) + "."), std::string::npos) << kernel.name;
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name << "\n" << kernel.log;
+    for (const std::string &warning : kernel.resources.warnings)
+      ADD_FAILURE() << kernel.name << ": ptxas warning: " << warning;
+    for (const char *instruction : {"cp.async.bulk.tensor", "ld.global.nc", "st.shared.v4.b32",
+                                    "fence.proxy.async.shared::cta", "wgmma.mma_async", "setmaxnreg"})
+      EXPECT_NE(kernel.ptx.find(instruction), std::string::npos) << kernel.name << " lacks " << instruction;
+    EXPECT_EQ(kernel.ptx.find("multicast::cluster"), std::string::npos) << kernel.name;
+    std::string error;
+    const std::string sass = testing::dump_sass(kernel.cubin, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    EXPECT_NE(sass.find("UTMALDG"), std::string::npos) << kernel.name;
+    EXPECT_EQ(sass.find("LDL"), std::string::npos) << kernel.name << " reads local memory";
+    EXPECT_FALSE(wgmmas_serialized(sass)) << kernel.name << ": a wait after every HGMMA";
+    EXPECT_EQ(r2ur_inside_gemm_groups(sass), 0) << kernel.name;
+    KernelSpec unpaged = spec;
+    unpaged.page_size = 0;
+    unpaged.varlen = true;
+    const CompiledKernel reference = compile_tuned(unpaged, Fa3Tuning{});
+    std::string reference_error;
+    EXPECT_EQ(count_of(sass, "HGMMA"), count_of(testing::dump_sass(reference.cubin, &reference_error), "HGMMA"))
+        << kernel.name << " against " << reference.name;
+  }
+}
+
 } // namespace
 } // namespace flashjit

@@ -397,6 +397,65 @@ TEST(Planner, Fa3LazyTopRoundingOnlyWithLazyRescaling) {
   EXPECT_FALSE(plan_fa3_tuned(prefill(80, false), rounded, &plan, &why)) << "eager rescaling has nothing to round";
 }
 
+// Paged KV on fa3 (kPageSize > 0, tuning paged=1 until a GPU run has checked it): single CTAs, no tail
+// split, eager rescaling (lengths vary per sequence, as with varlen), each K/V block landing in boxes
+// of the largest row count that divides both the page and the block; pages that are not whole swizzle
+// atoms (multiples of 8 keys) and the MLIR backend are refused with the reason.
+TEST(Planner, Fa3PagedKvBoxesAndItsRefusals) {
+  Plan plan;
+  std::string why;
+  KernelSpec spec = prefill(128, false);
+  spec.page_size = 16;
+  EXPECT_FALSE(plan_fa3(spec, &plan, &why)) << "not the default before a GPU run";
+  EXPECT_NE(why.find("paged=1"), std::string::npos) << why;
+  Fa3Tuning paged;
+  ASSERT_TRUE(parse_fa3_tuning("paged=1", &paged, &why)) << why;
+  EXPECT_EQ(paged.paged, 1);
+  struct Case {
+    int d;
+    bool causal;
+    int page_size, box_rows;
+  };
+  for (const Case &c : {Case{128, false, 16, 16}, Case{128, false, 64, 32}, Case{128, false, 512, 32},
+                        Case{64, true, 8, 8}, Case{80, true, 256, 16}, Case{256, false, 24, 8}}) {
+    spec = prefill(c.d, c.causal);
+    spec.page_size = c.page_size;
+    ASSERT_TRUE(plan_fa3_tuned(spec, paged, &plan, &why)) << why;
+    const std::string name = kernel_name(spec, plan);
+    EXPECT_EQ(plan.cluster_m, 1) << name;
+    EXPECT_EQ(plan.constant("kTailSplit"), 0) << name;
+    EXPECT_EQ(plan.constant("kLazyRescale"), 0) << name;
+    EXPECT_EQ(plan.constant("kPagedBoxRows"), c.box_rows) << name << " (kBlockN " << plan.block_n << ")";
+    EXPECT_EQ(plan.block_n % c.box_rows, 0) << name;
+    EXPECT_NE(name.find(".page" + std::to_string(c.page_size) + "."), std::string::npos) << name;
+  }
+  for (int page_size : {1, 4, 7, 12, 20}) {
+    spec = prefill(128, false);
+    spec.page_size = page_size;
+    EXPECT_FALSE(plan_fa3_tuned(spec, paged, &plan, &why)) << page_size;
+    EXPECT_NE(why.find("multiple of 8"), std::string::npos) << why;
+    const PlanChoice choice = choose_plan(spec);
+    ASSERT_TRUE(choice.ok) << choice.error;
+    EXPECT_EQ(choice.plan.variant, Variant::fa2) << page_size;
+  }
+  spec = prefill(128, false);
+  spec.page_size = 16;
+  EXPECT_FALSE(plan_fa3_tuned(spec, paged, &plan, &why, FLASHJIT_BACKEND_MLIR));
+  EXPECT_NE(why.find("NVRTC"), std::string::npos) << why;
+  Fa3Tuning pairs = paged;
+  pairs.cluster_m = 2;
+  EXPECT_FALSE(plan_fa3_tuned(spec, pairs, &plan, &why));
+  EXPECT_NE(why.find("paged"), std::string::npos) << why;
+  Fa3Tuning split = paged;
+  split.tail_split = 1;
+  EXPECT_FALSE(plan_fa3_tuned(spec, split, &plan, &why));
+  EXPECT_NE(why.find("paged"), std::string::npos) << why;
+  // Unpaged plans have no page boxes (the tuning changes nothing there).
+  Plan unpaged;
+  ASSERT_TRUE(plan_fa3_tuned(prefill(128, false), paged, &unpaged, &why)) << why;
+  EXPECT_EQ(unpaged.constant("kPagedBoxRows"), 0);
+}
+
 TEST(Fa3Tuning, ParsesTheOverrideAndNamesWhatItCannotParse) {
   Fa3Tuning tuning;
   std::string error;
@@ -701,7 +760,7 @@ TEST(Planner, RecordsWhyItFallsBackFromFa3) {
   EXPECT_EQ(choice.plan.variant, Variant::fa2);
   EXPECT_NE(choice.fallback_reason.find("fa3"), std::string::npos) << choice.fallback_reason;
   spec = prefill(64, false);
-  spec.page_size = 16; // fa3 reads K/V by TMA, not through a block table
+  spec.page_size = 16; // paged fa3 is a tuning (paged=1) until a GPU run has checked it
   choice = choose_plan(spec);
   ASSERT_TRUE(choice.ok);
   EXPECT_EQ(choice.plan.variant, Variant::fa2);

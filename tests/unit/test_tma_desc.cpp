@@ -62,7 +62,7 @@ TEST(Fa3TmaDesc, BatchModeD128) {
   const fj_attention_params p = batch_params(2, 1000, 777, 8, 2, 128, 128);
   Fa3TensorMaps maps;
   std::string why;
-  ASSERT_TRUE(fa3_tensor_map_args(spec, plan, p, 0, &maps, &why)) << why;
+  ASSERT_TRUE(fa3_tensor_map_args(spec, plan, p, 0, 0, &maps, &why)) << why;
   EXPECT_EQ(maps.q.rank, 4u);
   EXPECT_EQ(maps.q.data_type, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
   EXPECT_EQ(maps.q.dims[0], 128u);
@@ -85,7 +85,7 @@ TEST(Fa3TmaDesc, BatchModeD128) {
   EXPECT_EQ(maps.v.box[1], static_cast<uint32_t>(plan.block_n / 2));
   const KernelSpec causal = fa3_spec(128, 128, true);
   Fa3TensorMaps causal_maps;
-  ASSERT_TRUE(fa3_tensor_map_args(causal, fa3_plan(causal), p, 0, &causal_maps, &why)) << why;
+  ASSERT_TRUE(fa3_tensor_map_args(causal, fa3_plan(causal), p, 0, 0, &causal_maps, &why)) << why;
   EXPECT_EQ(causal_maps.k.box[1], static_cast<uint32_t>(fa3_plan(causal).block_n));
   EXPECT_EQ(maps.o.dims[1], 1000u);
   EXPECT_EQ(maps.o.global_address, p.o.ptr);
@@ -100,7 +100,7 @@ TEST(Fa3TmaDesc, OddHeadDimKeepsRealExtentAndDifferentV) {
   const Plan plan = fa3_plan(spec);
   fj_attention_params p = batch_params(1, 64, 64, 4, 4, 192, 128);
   Fa3TensorMaps maps;
-  ASSERT_TRUE(fa3_tensor_map_args(spec, plan, p, 0, &maps, nullptr));
+  ASSERT_TRUE(fa3_tensor_map_args(spec, plan, p, 0, 0, &maps, nullptr));
   EXPECT_EQ(maps.q.dims[0], 192u);
   EXPECT_EQ(maps.k.dims[0], 192u);
   EXPECT_EQ(maps.v.dims[0], 128u);
@@ -110,7 +110,7 @@ TEST(Fa3TmaDesc, OddHeadDimKeepsRealExtentAndDifferentV) {
   const KernelSpec spec80 = fa3_spec(80, 80);
   const Plan plan80 = fa3_plan(spec80);
   p = batch_params(1, 64, 64, 4, 4, 80, 80);
-  ASSERT_TRUE(fa3_tensor_map_args(spec80, plan80, p, 0, &maps, nullptr));
+  ASSERT_TRUE(fa3_tensor_map_args(spec80, plan80, p, 0, 0, &maps, nullptr));
   EXPECT_EQ(maps.q.dims[0], 80u);
   EXPECT_EQ(maps.q.box[0], 64u);
   EXPECT_EQ(plan80.constant("kPanelsQK"), 2);
@@ -123,13 +123,55 @@ TEST(Fa3TmaDesc, VarlenUsesPackedRows) {
   fj_attention_params p = batch_params(3, 300, 400, 4, 1, 64, 64);
   p.total_q = 555;
   Fa3TensorMaps maps;
-  ASSERT_TRUE(fa3_tensor_map_args(spec, plan, p, 999, &maps, nullptr));
+  ASSERT_TRUE(fa3_tensor_map_args(spec, plan, p, 999, 0, &maps, nullptr));
   EXPECT_EQ(maps.q.dims[1], 555u);
   EXPECT_EQ(maps.q.dims[3], 1u);
   EXPECT_EQ(maps.k.dims[1], 999u);
   EXPECT_EQ(maps.k.dims[2], 1u);
   EXPECT_EQ(maps.v.dims[3], 1u);
   EXPECT_EQ(maps.o.dims[1], 555u);
+}
+
+// Paged K/V (tuning paged=1): {dim, page_size, heads_kv, num_pages} with the page stride as the outer
+// stride, in either page layout ([page, key, head, dim] or FlashInfer's [page, head, key, dim]),
+// boxes of kPagedBoxRows keys; Q and O keep their batch (or packed) maps.
+TEST(Fa3TmaDesc, PagedKvMapsSpanThePages) {
+  KernelSpec spec = fa3_spec(128, 128, true);
+  spec.page_size = 64;
+  Fa3Tuning paged;
+  paged.paged = 1;
+  Plan plan;
+  std::string why;
+  ASSERT_TRUE(plan_fa3_tuned(spec, paged, &plan, &why)) << why;
+  const int box_rows = static_cast<int>(plan.constant("kPagedBoxRows"));
+  ASSERT_GE(box_rows, 8);
+  constexpr int kPages = 37, kHeadsKv = 2, kDim = 128;
+  fj_attention_params p = batch_params(2, 300, 700, 8, kHeadsKv, kDim, kDim);
+  for (bool head_major : {false, true}) {
+    const fj_i64 key_stride = head_major ? kDim : kHeadsKv * kDim;
+    const fj_i64 head_stride = head_major ? 64 * kDim : kDim;
+    for (fj_tensor_ref *ref : {&p.k, &p.v})
+      *ref = {ref->ptr, (fj_i64)64 * kHeadsKv * kDim, key_stride, head_stride}; // {ptr, page, key, head}
+    Fa3TensorMaps maps;
+    ASSERT_TRUE(fa3_tensor_map_args(spec, plan, p, 0, kPages, &maps, &why)) << why;
+    for (const TensorMapArgs *m : {&maps.k, &maps.v}) {
+      EXPECT_EQ(m->dims[0], 128u);
+      EXPECT_EQ(m->dims[1], 64u);
+      EXPECT_EQ(m->dims[2], 2u);
+      EXPECT_EQ(m->dims[3], static_cast<cuuint64_t>(kPages));
+      EXPECT_EQ(m->strides[0], static_cast<cuuint64_t>(key_stride * kElem));
+      EXPECT_EQ(m->strides[1], static_cast<cuuint64_t>(head_stride * kElem));
+      EXPECT_EQ(m->strides[2], static_cast<cuuint64_t>(64 * kHeadsKv * kDim * kElem));
+      EXPECT_EQ(m->box[0], 64u);
+      EXPECT_EQ(m->box[1], static_cast<cuuint32_t>(box_rows));
+      EXPECT_EQ(m->swizzle, CU_TENSOR_MAP_SWIZZLE_128B);
+    }
+    EXPECT_EQ(maps.q.dims[1], 300u);
+    EXPECT_EQ(maps.q.dims[3], 2u);
+  }
+  Fa3TensorMaps maps;
+  EXPECT_FALSE(fa3_tensor_map_args(spec, plan, p, 0, 0, &maps, &why));
+  EXPECT_NE(why.find("num_pages"), std::string::npos) << why;
 }
 
 // The maps' L2 promotion is the plan's (kTmaL2PromotionBytes, Fa3Tuning::l2_promotion); a value
@@ -139,7 +181,7 @@ TEST(Fa3TmaDesc, L2PromotionFollowsThePlan) {
   const fj_attention_params p = batch_params(1, 256, 256, 2, 2, 128, 128);
   Fa3TensorMaps maps;
   std::string why;
-  ASSERT_TRUE(fa3_tensor_map_args(spec, fa3_plan(spec), p, 0, &maps, &why)) << why;
+  ASSERT_TRUE(fa3_tensor_map_args(spec, fa3_plan(spec), p, 0, 0, &maps, &why)) << why;
   EXPECT_EQ(maps.k.l2_promotion, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
   for (const auto &[bytes, promotion] :
        {std::pair{0, CU_TENSOR_MAP_L2_PROMOTION_NONE}, std::pair{64, CU_TENSOR_MAP_L2_PROMOTION_L2_64B},
@@ -148,7 +190,7 @@ TEST(Fa3TmaDesc, L2PromotionFollowsThePlan) {
     tuning.l2_promotion = bytes;
     Plan plan;
     ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &plan, &why)) << why;
-    ASSERT_TRUE(fa3_tensor_map_args(spec, plan, p, 0, &maps, &why)) << why;
+    ASSERT_TRUE(fa3_tensor_map_args(spec, plan, p, 0, 0, &maps, &why)) << why;
     for (const TensorMapArgs *map : {&maps.q, &maps.k, &maps.v, &maps.o})
       EXPECT_EQ(map->l2_promotion, promotion) << bytes;
   }
@@ -166,11 +208,11 @@ TEST(Fa3TmaDesc, RejectsUnalignedLayouts) {
   Fa3TensorMaps maps;
   std::string why;
   p.k.row_stride = 130; // 260 bytes: not a multiple of 16
-  EXPECT_FALSE(fa3_tensor_map_args(spec, plan, p, 0, &maps, &why));
+  EXPECT_FALSE(fa3_tensor_map_args(spec, plan, p, 0, 0, &maps, &why));
   EXPECT_NE(why.find("k:"), std::string::npos);
   p = batch_params(1, 64, 64, 1, 1, 128, 128);
   p.v.ptr = reinterpret_cast<const void *>(0x30008);
-  EXPECT_FALSE(fa3_tensor_map_args(spec, plan, p, 0, &maps, &why));
+  EXPECT_FALSE(fa3_tensor_map_args(spec, plan, p, 0, 0, &maps, &why));
   EXPECT_NE(why.find("v:"), std::string::npos);
 }
 
@@ -203,11 +245,11 @@ TEST(Fa3TmaDesc, EncodesFourMapsThroughTheDriverPointer) {
   params.base = batch_params(1, 128, 128, 2, 2, 128, 128);
   g_encoded.clear();
   std::string why;
-  ASSERT_TRUE(fa3_encode_tensor_maps(spec, plan, 0, fake_encode, &params, &why)) << why;
+  ASSERT_TRUE(fa3_encode_tensor_maps(spec, plan, 0, 0, fake_encode, &params, &why)) << why;
   ASSERT_EQ(g_encoded.size(), 4u);
   EXPECT_EQ(g_encoded[0].global_address, params.base.q.ptr);
   EXPECT_EQ(g_encoded[3].global_address, params.base.o.ptr);
-  EXPECT_FALSE(fa3_encode_tensor_maps(spec, plan, 0, failing_encode, &params, &why));
+  EXPECT_FALSE(fa3_encode_tensor_maps(spec, plan, 0, 0, failing_encode, &params, &why));
   EXPECT_EQ(reinterpret_cast<uintptr_t>(&params.tma_q) % 64, 0u);
 }
 

@@ -6,13 +6,24 @@
 // block, and its empty barrier counts the releases of both CTAs' consumers, so neither producer
 // overwrites a slot the other CTA still reads. The other threads of the warpgroup go to the
 // kernel's end after setmaxnreg.
+//
+// Paged KV (kPageSize > 0): the whole first warp produces. Lane b loads box b of each K/V block,
+// kPagedBoxRows keys of one page (its page looked up in the block table before the wait for the
+// slot), every panel; boxes past the sequence's end are not loaded. Where a block ends inside it, V's
+// rows past the end hold whatever the cache holds there (NaN * 0 = NaN in PV, though P is 0): the
+// warp then waits for V itself (the v_landed barrier), zeroes those rows, and only then completes
+// the full barrier the consumers wait on. K's rows past the end are masked to -inf by the select.
 #pragma once
 
 #include "kernels/fa3/scheduler.cuh"
 #include "kernels/fa3/smem.cuh"
+#include "prim/fence.cuh"
+#include "prim/ld_global.cuh"
 #include "prim/mbarrier.cuh"
+#include "prim/st_shared.cuh"
 #include "prim/tma.cuh"
 #include "prim/types.cuh"
+#include "prim/warp.cuh"
 
 namespace fj::fa3 {
 
@@ -23,6 +34,16 @@ template <class C> struct Producer {
   // kRegsProducer registers, and two live 64-bit policies across the tile loop spill there.
 
   static constexpr u16 kPairMask = static_cast<u16>((1u << C::kClusterM) - 1); // multicast to every CTA of the pair
+  static constexpr bool kPaged = C::kPageSize > 0;
+  static_assert(!kPaged || (C::kClusterM == 1 && C::kBlockN % C::kPagedBoxRows == 0 &&
+                            C::kPageSize % C::kPagedBoxRows == 0 && C::kBlockN / C::kPagedBoxRows <= kWarpSize),
+                "paged KV: single CTAs, blocks and pages of whole boxes, one lane per box");
+  static_assert(!kPaged || C::kPagedBoxRows * C::kSwizzleBytes % C::kSmemAlign == 0,
+                "paged KV: boxes start on a swizzle atom");
+  static constexpr int kZeroChunkBytes = 16; // one st.shared.v4
+  static constexpr int kZeroChunksPerRow = C::kSwizzleBytes / kZeroChunkBytes;
+
+  u32 landed_parity = 0; // paged KV: phase of the v_landed barrier the producer waits for next
 
   __device__ __forceinline__ void load_kv(const fj_tensor_map &map, u32 full_bar, u32 empty_bar, u32 phase,
                                           u32 tx_bytes, u32 dst, int panels, int col_step, const Tile &t, int n) {
@@ -42,21 +63,70 @@ template <class C> struct Producer {
     }
   }
 
+  // Paged KV: block n of tile t through the block table, by the whole warp (see the file comment).
+  __device__ __forceinline__ void load_kv_paged(const fj_tensor_map &map, u32 full_bar, u32 empty_bar, u32 phase,
+                                                u32 dst, int panels, const Tile &t, int n, bool is_v) {
+    const fj_paged_kv &paged = params.base.paged;
+    const int lane = lane_id();
+    const int key0 = n * C::kBlockN;
+    const int valid = min(C::kBlockN, t.seqlen_k - key0);
+    const int boxes = (valid + C::kPagedBoxRows - 1) / C::kPagedBoxRows;
+    const int key = key0 + lane * C::kPagedBoxRows;
+    const i32 page =
+        lane < boxes ? ld_global_nc_s32(paged.block_table + (i64)t.batch * paged.max_pages_per_seq + key / C::kPageSize)
+                     : 0;
+    const bool completes = is_v && valid < C::kBlockN; // V rows past the end to zero
+    const u32 landing_bar = completes ? smem.v_landed() : full_bar;
+    mbarrier_wait_parity(empty_bar, phase ^ 1);
+    if (lane == 0)
+      mbarrier_arrive_expect_tx(landing_bar, boxes * panels * C::kPagedBoxRows * C::kSwizzleBytes);
+    if (lane < boxes) {
+      const u64 keep_policy = l2_policy_evict_last(); // K, V: re-read by every m-block of the head
+      const u32 dst_box = dst + lane * C::kPagedBoxRows * C::kSwizzleBytes;
+      for (int panel = 0; panel < panels; ++panel)
+        tma_load_4d(dst_box + panel * C::kSmemPanelBytesKV, &map, landing_bar, panel * C::kPanelCols,
+                    key % C::kPageSize, t.kv_head, page, keep_policy);
+    }
+    if (completes) {
+      mbarrier_wait_parity(smem.v_landed(), landed_parity);
+      landed_parity ^= 1;
+      const u32 zeros[4] = {0, 0, 0, 0};
+      const int chunks = (C::kBlockN - valid) * kZeroChunksPerRow;
+      for (int panel = 0; panel < panels; ++panel)
+        for (int c = lane; c < chunks; c += kWarpSize)
+          st_shared_v4_b32(dst + panel * C::kSmemPanelBytesKV + valid * C::kSwizzleBytes + c * kZeroChunkBytes, zeros);
+      fence_proxy_async_shared(); // the zeros, before the consumers' wgmma reads them
+      __syncwarp();
+      if (lane == 0)
+        mbarrier_arrive(full_bar);
+    }
+  }
+
   __device__ __forceinline__ void load_k(const Tile &t, int n, int block_index) {
     const RingSlot<C> slot = RingSlot<C>::at(block_index);
-    load_kv(params.tma_k, smem.k_full(slot.stage), smem.k_empty(slot.stage), slot.phase, C::kTxBytesK,
-            smem.k_panel(slot.stage, 0), C::kPanelsQK, C::kPanelCols, t, n);
+    if constexpr (kPaged)
+      load_kv_paged(params.tma_k, smem.k_full(slot.stage), smem.k_empty(slot.stage), slot.phase,
+                    smem.k_panel(slot.stage, 0), C::kPanelsQK, t, n, false);
+    else
+      load_kv(params.tma_k, smem.k_full(slot.stage), smem.k_empty(slot.stage), slot.phase, C::kTxBytesK,
+              smem.k_panel(slot.stage, 0), C::kPanelsQK, C::kPanelCols, t, n);
   }
 
   __device__ __forceinline__ void load_v(const Tile &t, int n, int block_index) {
     const RingSlot<C> slot = RingSlot<C>::at(block_index);
-    load_kv(params.tma_v, smem.v_full(slot.stage), smem.v_empty(slot.stage), slot.phase, C::kTxBytesV,
-            smem.v_stage(slot.stage), C::kPanelsV, C::kPanelCols, t, n);
+    if constexpr (kPaged)
+      load_kv_paged(params.tma_v, smem.v_full(slot.stage), smem.v_empty(slot.stage), slot.phase,
+                    smem.v_stage(slot.stage), C::kPanelsV, t, n, true);
+    else
+      load_kv(params.tma_v, smem.v_full(slot.stage), smem.v_empty(slot.stage), slot.phase, C::kTxBytesV,
+              smem.v_stage(slot.stage), C::kPanelsV, C::kPanelCols, t, n);
   }
 
   __device__ __forceinline__ void load_q(const Tile &t, u32 tile_parity) {
     constexpr int kBoxesPerPanel = C::kBlockM / C::kTmaBoxRows;
     mbarrier_wait_parity(smem.q_empty(), tile_parity ^ 1);
+    if (kPaged && lane_id() != 0)
+      return; // one thread loads Q
     mbarrier_arrive_expect_tx(smem.q_full(), C::kTxBytesQ);
     const int row = t.q_row0 + t.m_block * C::kBlockM;
     const u64 stream_policy = l2_policy_evict_first(); // Q: read once

@@ -54,8 +54,8 @@ template <class C> __device__ __forceinline__ int whole_units(const fj_fa3_param
 struct Tile {
   int batch, head, kv_head, m_block;
   int seqlen_q, seqlen_k;
-  int q_row0, k_row0; // first row of this sequence in the TMA row coordinate (varlen: packed)
-  int batch_coord;    // TMA batch coordinate (0 for varlen: one packed "batch")
+  int q_row0, k_row0; // first row of this sequence in the TMA row coordinate (varlen: packed; paged K/V: 0)
+  int batch_coord;    // TMA batch coordinate of Q/O and unpaged K/V (0 for varlen: one packed "batch")
   int n_min, n_max;   // KV blocks [n_min, n_max) hold a visible key; walked from n_max - 1 down
   bool has_rows;      // m_block starts inside the sequence, or its pair partner needs this CTA's
                       // K/V loads and releases (then its Q rows are TMA's zeros past the end and
@@ -99,16 +99,22 @@ template <class C> __device__ __forceinline__ Tile decode_tile(const fj_fa3_para
   t.m_block = (C::kCausal ? m_units - 1 - m_order : m_order) * C::kClusterM + pair_rank<C>();
   if constexpr (C::kVarlen) {
     t.q_row0 = p.maybe_cu_seqlens_q[t.batch];
-    t.k_row0 = p.maybe_cu_seqlens_k[t.batch];
     t.seqlen_q = p.maybe_cu_seqlens_q[t.batch + 1] - t.q_row0;
-    t.seqlen_k = p.maybe_cu_seqlens_k[t.batch + 1] - t.k_row0;
     t.batch_coord = 0;
   } else {
     t.q_row0 = 0;
-    t.k_row0 = 0;
     t.seqlen_q = p.seqlen_q;
-    t.seqlen_k = p.seqlen_k;
     t.batch_coord = t.batch;
+  }
+  if constexpr (C::kPageSize > 0) { // keys through the block table, rows counted from the sequence's first
+    t.k_row0 = 0;
+    t.seqlen_k = p.maybe_seqlens_k[t.batch];
+  } else if constexpr (C::kVarlen) {
+    t.k_row0 = p.maybe_cu_seqlens_k[t.batch];
+    t.seqlen_k = p.maybe_cu_seqlens_k[t.batch + 1] - t.k_row0;
+  } else {
+    t.k_row0 = 0;
+    t.seqlen_k = p.seqlen_k;
   }
   const int row_lo = t.m_block * C::kBlockM;
   t.has_rows = C::kClusterM > 1 || row_lo < t.seqlen_q;

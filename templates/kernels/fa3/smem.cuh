@@ -8,7 +8,7 @@ namespace fj::fa3 {
 
 template <class C> struct Smem {
   // mbarriers, 8 bytes each, at kSmemOffsetBarriers: Q full/empty, then per stage K full, K
-  // empty, V full, V empty.
+  // empty, V full, V empty; then (paged KV) the producer's own barrier for a V block it completes.
   static constexpr u32 kBarrierBytes = 8;
   static constexpr u32 kQFull = 0;
   static constexpr u32 kQEmpty = 1;
@@ -16,6 +16,9 @@ template <class C> struct Smem {
   static constexpr u32 kKEmpty = kKFull + C::kStages;
   static constexpr u32 kVFull = kKEmpty + C::kStages;
   static constexpr u32 kVEmpty = kVFull + C::kStages;
+  static constexpr u32 kVLanded = kVEmpty + C::kStages;
+  static_assert(C::kSmemOffsetBarriers + (kVLanded + 1) * kBarrierBytes + C::kSmemAlign <= C::kSmemBytes,
+                "the barriers fit their region");
 
   u32 base; // aligned to C::kSmemAlign
 
@@ -28,6 +31,7 @@ template <class C> struct Smem {
   __device__ __forceinline__ u32 k_empty(int stage) const { return barrier(kKEmpty + stage); }
   __device__ __forceinline__ u32 v_full(int stage) const { return barrier(kVFull + stage); }
   __device__ __forceinline__ u32 v_empty(int stage) const { return barrier(kVEmpty + stage); }
+  __device__ __forceinline__ u32 v_landed() const { return barrier(kVLanded); }
 
   // Q and O: panel-major, kBlockM rows. O either has its own region (kSeparateO) or reuses Q's
   // panels once the tile's last QK has run (kSmemOffsetO == kSmemOffsetQ).
