@@ -119,7 +119,8 @@ Status setup(const CaseOptions &options, const std::vector<float> &q, const std:
   }
 
   if (options.page_size > 0) {
-    ref::PagedKv paged = ref::make_paged_kv(rp, k, v, options.page_size, options.seed * 7 + 3);
+    ref::PagedKv paged = ref::make_paged_kv(rp, k, v, options.page_size, options.seed * 7 + 3,
+                                            options.page_garbage_nan ? ref::PageGarbage::nan : ref::PageGarbage::large);
     auto k_bits = to_bits(options.dtype, paged.k_pages), v_bits = to_bits(options.dtype, paged.v_pages);
     if (options.head_major) { // pages [num_pages, heads, page, dim] (FlashInfer's HND)
       k_bits = permute_head_major(k_bits, paged.num_pages, paged.page_size, rp.heads_kv, rp.head_dim_qk, true);

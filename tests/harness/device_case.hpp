@@ -57,11 +57,12 @@ private:
 struct CaseOptions {
   ref::Problem problem; // shapes, lengths (one per sequence), mask, softcap, scale
   ref::Dtype dtype = ref::Dtype::bf16;
-  bool varlen = false;     // packed rows through cu_seqlens; else batch mode (equal lengths)
-  int page_size = 0;       // > 0: K/V through a shuffled block table
-  int row_padding = 0;     // extra elements between tokens (non-contiguous strides; odd -> unaligned path)
-  bool head_major = false; // Q, K, V, O stored [batch, heads, tokens, dim] (PyTorch's layout; batch mode),
-                           // pages [num_pages, heads, page, dim]
+  bool varlen = false;           // packed rows through cu_seqlens; else batch mode (equal lengths)
+  int page_size = 0;             // > 0: K/V through a shuffled block table
+  bool page_garbage_nan = false; // paged: the cache's unused slots hold NaN (else large finite values)
+  int row_padding = 0;           // extra elements between tokens (non-contiguous strides; odd -> unaligned path)
+  bool head_major = false;       // Q, K, V, O stored [batch, heads, tokens, dim] (PyTorch's layout; batch mode),
+                                 // pages [num_pages, heads, page, dim]
   bool with_lse = true;
   bool with_workspace = false;    // allocate flashjit_workspace_size bytes and plan (split-K decode, fa3 tail split)
   size_t workspace_shortfall = 0; // tests: allocate this many bytes less than asked for
