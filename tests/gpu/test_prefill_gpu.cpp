@@ -196,6 +196,14 @@ std::vector<PrefillCase> cases() {
     c.page_size = 16;
     c.head_major = true;
   });
+  // Last, so the cases above keep their seeds. The cache's unused slots hold NaN: rows past a sequence's end must never
+  // reach PV (NaN * 0 = NaN).
+  add("paged16_d128_causal_nan_in_unused_slots", varlen({100, 1}, {1000, 37}, 8, 2, 128, Dtype::bf16),
+      [](CaseOptions &c) {
+        c.page_size = 16;
+        c.page_garbage_nan = true;
+        c.problem.causal = true;
+      });
   return all;
 }
 
