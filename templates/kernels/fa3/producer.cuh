@@ -10,9 +10,10 @@
 // Paged KV (kPageSize > 0): the whole first warp produces. Lane b loads box b of each K/V block,
 // kPagedBoxRows keys of one page (its page looked up in the block table before the wait for the
 // slot), every panel; boxes past the sequence's end are not loaded. Where a block ends inside it, V's
-// rows past the end hold whatever the cache holds there (NaN * 0 = NaN in PV, though P is 0): the
-// warp then waits for V itself (the v_landed barrier), zeroes those rows, and only then completes
-// the full barrier the consumers wait on. K's rows past the end are masked to -inf by the select.
+// rows past the end hold whatever the cache holds there (NaN * 0 = NaN in PV, though P is 0): that
+// V lands on the warp's own barrier (v_landed); once the next block's K is issued, the warp waits
+// for it, zeroes those rows, and only then completes the full barrier the consumers wait on. K's
+// rows past the end are masked to -inf by the select.
 #pragma once
 
 #include "kernels/fa3/scheduler.cuh"
@@ -40,6 +41,7 @@ template <class C> struct Producer {
                 "paged KV: single CTAs, blocks and pages of whole boxes, one lane per box");
   static_assert(!kPaged || C::kPagedBoxRows * C::kSwizzleBytes % C::kSmemAlign == 0,
                 "paged KV: boxes start on a swizzle atom");
+  static_assert(!kPaged || !C::kTailSplit, "paged KV: only a tile's first block can end inside it");
   static constexpr int kZeroChunkBytes = 16; // one st.shared.v4
   static constexpr int kZeroChunksPerRow = C::kSwizzleBytes / kZeroChunkBytes;
 
@@ -64,6 +66,7 @@ template <class C> struct Producer {
   }
 
   // Paged KV: block n of tile t through the block table, by the whole warp (see the file comment).
+  // V of a block that ends inside it lands on v_landed; finish_first_v completes it.
   __device__ __forceinline__ void load_kv_paged(const fj_tensor_map &map, u32 full_bar, u32 empty_bar, u32 phase,
                                                 u32 dst, int panels, const Tile &t, int n, bool is_v) {
     const fj_paged_kv &paged = params.base.paged;
@@ -75,8 +78,7 @@ template <class C> struct Producer {
     const i32 page =
         lane < boxes ? ld_global_nc_s32(paged.block_table + (i64)t.batch * paged.max_pages_per_seq + key / C::kPageSize)
                      : 0;
-    const bool completes = is_v && valid < C::kBlockN; // V rows past the end to zero
-    const u32 landing_bar = completes ? smem.v_landed() : full_bar;
+    const u32 landing_bar = is_v && valid < C::kBlockN ? smem.v_landed() : full_bar;
     mbarrier_wait_parity(empty_bar, phase ^ 1);
     if (lane == 0)
       mbarrier_arrive_expect_tx(landing_bar, boxes * panels * C::kPagedBoxRows * C::kSwizzleBytes);
@@ -87,19 +89,29 @@ template <class C> struct Producer {
         tma_load_4d(dst_box + panel * C::kSmemPanelBytesKV, &map, landing_bar, panel * C::kPanelCols,
                     key % C::kPageSize, t.kv_head, page, keep_policy);
     }
-    if (completes) {
-      mbarrier_wait_parity(smem.v_landed(), landed_parity);
-      landed_parity ^= 1;
-      const u32 zeros[4] = {0, 0, 0, 0};
-      const int chunks = (C::kBlockN - valid) * kZeroChunksPerRow;
-      for (int panel = 0; panel < panels; ++panel)
-        for (int c = lane; c < chunks; c += kWarpSize)
-          st_shared_v4_b32(dst + panel * C::kSmemPanelBytesKV + valid * C::kSwizzleBytes + c * kZeroChunkBytes, zeros);
-      fence_proxy_async_shared(); // the zeros, before the consumers' wgmma reads them
-      __syncwarp();
-      if (lane == 0)
-        mbarrier_arrive(full_bar);
-    }
+  }
+
+  // Paged KV: V of the tile's first block (the sequence's last, the only one that can end inside
+  // it), once landed: the rows past the end zeroed, then the consumers' full barrier completed (no
+  // bytes). Called after the next block's K is issued, so that load does not queue behind the wait.
+  __device__ __forceinline__ void finish_first_v(const Tile &t, int first_block_index) {
+    const int valid = t.seqlen_k - (t.n_max - 1) * C::kBlockN;
+    if (valid >= C::kBlockN)
+      return; // landed on the full barrier itself
+    const RingSlot<C> slot = RingSlot<C>::at(first_block_index);
+    const int lane = lane_id();
+    mbarrier_wait_parity(smem.v_landed(), landed_parity);
+    landed_parity ^= 1;
+    const u32 zeros[4] = {0, 0, 0, 0};
+    const u32 rows_past = smem.v_stage(slot.stage) + valid * C::kSwizzleBytes;
+    const int chunks = (C::kBlockN - valid) * kZeroChunksPerRow;
+    for (int panel = 0; panel < C::kPanelsV; ++panel)
+      for (int c = lane; c < chunks; c += kWarpSize)
+        st_shared_v4_b32(rows_past + panel * C::kSmemPanelBytesKV + c * kZeroChunkBytes, zeros);
+    fence_proxy_async_shared(); // the zeros, before the consumers' wgmma reads them
+    __syncwarp();
+    if (lane == 0)
+      mbarrier_arrive(smem.v_full(slot.stage));
   }
 
   __device__ __forceinline__ void load_k(const Tile &t, int n, int block_index) {
@@ -141,14 +153,19 @@ template <class C> struct Producer {
     if (!t.has_rows || t.n_max <= t.n_min)
       return; // the consumers write O = 0 / LSE = -inf without touching smem
     int n = t.n_max - 1;
+    const int first_block_index = block_index;
     load_k(t, n, block_index);
     load_q(t, tile_parity);
     load_v(t, n, block_index);
     ++block_index;
     for (--n; n >= t.n_min; --n, ++block_index) {
       load_k(t, n, block_index);
+      if (kPaged && n == t.n_max - 2)
+        finish_first_v(t, first_block_index);
       load_v(t, n, block_index);
     }
+    if (kPaged && t.n_min == t.n_max - 1)
+      finish_first_v(t, first_block_index); // a one-block tile: no K to issue first
     tile_parity ^= 1;
   }
 
