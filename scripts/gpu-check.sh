@@ -71,6 +71,11 @@ if [ "$sanitize" = 1 ] && command -v compute-sanitizer >/dev/null; then
       --heads-q 40 --heads-kv 8 --head-dim 128 2>&1
   done >> "$results/sanitizer.txt"
   for tool in memcheck racecheck; do
+    echo "--- $tool (fa3 paged, a tuning: d128 causal varlen, 16-key pages, V rows past the ends zeroed)"
+    FLASHJIT_FA3_TUNING=paged=1 compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --varlen-q 1,130,77 \
+      --varlen-k 64,200,77 --heads-q 4 --head-dim 128 --causal --page-size 16 --strict 2>&1
+  done >> "$results/sanitizer.txt"
+  for tool in memcheck racecheck; do
     echo "--- $tool (fa2, 80-dim, sq < sk)"
     FLASHJIT_VARIANT=fa2 compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --batch 2 --seqlen-q 70 \
       --seqlen-k 333 --heads-q 6 --heads-kv 2 --head-dim 80 --causal 2>&1
