@@ -456,6 +456,36 @@ TEST(Planner, Fa3PagedKvBoxesAndItsRefusals) {
   EXPECT_EQ(unpaged.constant("kPagedBoxRows"), 0);
 }
 
+// Every paged fa3 plan the planner makes satisfies what the producer asserts (templates/kernels/fa3/
+// producer.cuh): boxes of whole swizzle atoms that divide the page and the block, at most one per
+// lane of the producer warp, single CTAs; every head dim, both masks, every page size it takes.
+TEST(Planner, Fa3PagedPlansKeepTheProducersInvariants) {
+  Fa3Tuning paged;
+  paged.paged = 1;
+  constexpr int kSwizzleAtomRows = 8, kWarpLanes = 32, kMaxBoxRows = 256, kMaxPageSize = 512;
+  int plans = 0;
+  for (int d = 8; d <= 256; d += 8)
+    for (bool causal : {false, true})
+      for (int page_size = kSwizzleAtomRows; page_size <= kMaxPageSize; page_size += kSwizzleAtomRows) {
+        KernelSpec spec = prefill(d, causal);
+        spec.page_size = page_size;
+        Plan plan;
+        std::string why;
+        ASSERT_TRUE(plan_fa3_tuned(spec, paged, &plan, &why)) << "d" << d << " page " << page_size << ": " << why;
+        const int64_t box = plan.constant("kPagedBoxRows");
+        ASSERT_GT(box, 0);
+        EXPECT_EQ(box % kSwizzleAtomRows, 0) << kernel_name(spec, plan);
+        EXPECT_EQ(page_size % box, 0) << kernel_name(spec, plan);
+        EXPECT_EQ(plan.block_n % box, 0) << kernel_name(spec, plan);
+        EXPECT_LE(plan.block_n / box, kWarpLanes) << kernel_name(spec, plan);
+        EXPECT_LE(box, kMaxBoxRows) << kernel_name(spec, plan);
+        EXPECT_EQ(plan.cluster_m, 1) << kernel_name(spec, plan);
+        EXPECT_EQ(plan.constant("kTailSplit"), 0) << kernel_name(spec, plan);
+        ++plans;
+      }
+  EXPECT_EQ(plans, 32 * 2 * 64);
+}
+
 TEST(Fa3Tuning, ParsesTheOverrideAndNamesWhatItCannotParse) {
   Fa3Tuning tuning;
   std::string error;
