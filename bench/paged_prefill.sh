@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Paged prefill on the GPU machine: each shape through `flashjit bench` four ways, the fa3 kernel on
-# contiguous K/V (the planner's), fa3 through the block table with pages of 16 and 64 keys
+# Paged prefill on the GPU machine: each shape through `flashjit bench` five ways, the fa3 kernel on
+# contiguous K/V (the planner's), fa3 through the block table with pages of 8, 16 and 64 keys
 # (FLASHJIT_FA3_TUNING=paged=1, strict: fa3 or an error), and fa2 through the block table (the
 # default for paged prefill until the paged fa3 kernel is checked). One log line per run in
 # RESULTS_DIR/paged-prefill.txt.
@@ -31,7 +31,7 @@ while read -r b sq sk hq hkv d causal; do
   [ "$causal" = 1 ] && args+=(--causal)
   echo "== b$b sq$sq sk$sk h$hq/$hkv d$d causal=$causal" | tee -a "$out"
   run "fa3 contiguous" "" "${args[@]}" --variant fa3
-  for page in 16 64; do
+  for page in 8 16 64; do
     run "fa3 page$page" paged=1 "${args[@]}" --page-size "$page" --variant fa3 --strict
   done
   run "fa2 page16" "" "${args[@]}" --page-size 16 --variant fa2
