@@ -215,7 +215,7 @@ constexpr int kCausalSectionsByPairs = 0;
 constexpr int kCausalSectionsMax = 3;
 // Paged KV (kPageSize > 0): each K/V block lands as boxes of kPagedBoxRows keys of one page, the
 // largest that divides both the page and the block, so every box starts on a swizzle atom (8 rows
-// of 128 bytes) and lies in one page. Pages of fewer or of odd multiples of 4 keys take fa2.
+// of 128 bytes) and lies in one page. Pages that are not a multiple of 8 keys take fa2.
 constexpr int kMinPagedBoxRows = kTmaSwizzleAlign / kSwizzleBytes;
 // Not a default until a GPU run has checked it: the paged fa3 kernel is compiled and inspected on
 // the CPU (tests/compile) and its GPU tests are written (PrefillFa3PagedGpu); no device was lent in
