@@ -305,6 +305,9 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
                    "by the P that weighted V)"
                  : ", lazy O rescale (a row's max moves only by more than 2^8; rounding error up to about the naive "
                    "reference's, where eager rescaling stays below it)");
+  if (choice.plan.variant == Variant::fa3 && choice.spec.page_size != 0)
+    plan << ", K/V through the block table in TMA boxes of " << choice.plan.constant("kPagedBoxRows", 0)
+         << " keys (V rows past a sequence's end zeroed before PV)";
   const flashjit_backend backend = resolve_backend(impl_->store.config().backend, choice.plan.variant);
   if (choice.plan.variant == Variant::fa3 && choice.spec.key_block != 0) {
     KernelSpec default_spec = choice.spec;

@@ -9,8 +9,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace flashjit {
@@ -347,6 +349,39 @@ TEST(ValidationCApi, ExplainSaysWhenOIsRescaledLazily) {
   ASSERT_TRUE(runtime.explain(p, &e).ok());
   EXPECT_EQ(e.kernel.find(".lz"), std::string::npos) << e.kernel;
   EXPECT_EQ(e.plan.find("lazy"), std::string::npos) << e.kernel << ": " << e.plan;
+}
+
+// Paged prefill on sm_90a: fa2 with the reason by default; with FLASHJIT_FA3_TUNING=paged=1, fa3, and
+// explain says how it reads the pages.
+TEST(ValidationCApi, ExplainSaysHowPagedPrefillReadsThePages) {
+  static int32_t table[64];
+  AttentionProblem p = good_problem();
+  p.head_dim_qk = p.head_dim_v = 128;
+  p.causal = 1;
+  p.seqlen_q = 300;
+  p.seqlen_k = 900;
+  p.page_size = 64;
+  p.num_pages = 64;
+  p.max_pages_per_seq = 32;
+  p.block_table = table;
+  p.seqlens_k = table;
+  Explanation e;
+  {
+    Runtime runtime;
+    if (Status s = runtime.explain(p, &e); !s || e.text.find("explained for sm90a") == std::string::npos)
+      GTEST_SKIP() << "a driver is present (its GPU decides); covered by tests/gpu";
+    EXPECT_EQ(e.variant, "fa2") << e.kernel;
+    EXPECT_NE(e.fallback_reason.find("paged=1"), std::string::npos) << e.fallback_reason;
+  }
+  const char *previous = std::getenv("FLASHJIT_FA3_TUNING");
+  const std::string saved = previous ? previous : "";
+  setenv("FLASHJIT_FA3_TUNING", "paged=1", 1);
+  Runtime paged_runtime;
+  previous ? setenv("FLASHJIT_FA3_TUNING", saved.c_str(), 1) : unsetenv("FLASHJIT_FA3_TUNING");
+  ASSERT_TRUE(paged_runtime.explain(p, &e).ok());
+  EXPECT_EQ(e.variant, "fa3") << e.kernel;
+  EXPECT_NE(e.kernel.find(".page64."), std::string::npos) << e.kernel;
+  EXPECT_NE(e.plan.find("through the block table in TMA boxes of 16 keys"), std::string::npos) << e.plan;
 }
 
 // explain names the short-sequence tiles: the short key block of an unmasked d128 problem whose keys
