@@ -203,12 +203,7 @@ template <class C> struct Consumer {
   }
 
   __device__ __forceinline__ static void start_tile(RowState<C> &st, float (&o)[C::kHeadDimV / 2]) {
-#pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) {
-      st.max[r] = neg_inf();
-      st.sum[r] = 0.0f;
-      st.top_rounding[r] = 0.0f;
-    }
+    st.reset();
 #pragma unroll
     for (int i = 0; i < C::kHeadDimV / 2; ++i)
       o[i] = 0.0f;
@@ -427,12 +422,7 @@ template <class C> struct Consumer {
       RowState<C> done = st; // at a boundary: t's row state, for its epilogue
       if (boundary) {
         w = make_window<C>(p, next_t.seqlen_q, next_t.seqlen_k);
-#pragma unroll
-        for (int r = 0; r < kRowsPerThread; ++r) {
-          st.max[r] = neg_inf();
-          st.sum[r] = 0.0f;
-          st.top_rounding[r] = 0.0f;
-        }
+        st.reset();
       }
       softmax(s, st, scale, lg, next_t, w, next_n);
       finish_step(o, frag, prev);

@@ -53,6 +53,16 @@ template <class C> struct RowState {
   // with the max, where p_top is a block's largest p. O is normalized by sum + top_rounding, the
   // LSE by sum (see softmax_step).
   float top_rounding[kRowsPerThread];
+
+  // A tile's rows before its first key block.
+  __device__ __forceinline__ void reset() {
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      max[r] = neg_inf();
+      sum[r] = 0.0f;
+      top_rounding[r] = 0.0f;
+    }
+  }
 };
 
 // Sets invisible logits to -inf. `row0` is the thread's first row in the sequence, `col0` the
