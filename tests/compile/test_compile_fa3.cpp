@@ -185,12 +185,6 @@ CompiledKernel compile_tuned(const KernelSpec &spec, const Fa3Tuning &tuning) {
 // of the factor, which a kept max does not need), no spills; with the tail split, the varlen form
 // (lazy_rescale=1 too) and causal three warpgroups.
 TEST(Fa3CompileFeatures, LazyTopRoundingAddsNoExp2) {
-  auto count = [](const std::string &text, const std::string &what) {
-    size_t n = 0;
-    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
-      ++n;
-    return n;
-  };
   Fa3Tuning rounded;
   rounded.lazy_rescale = 1;
   rounded.lazy_top_rounding = 1;
@@ -205,8 +199,8 @@ TEST(Fa3CompileFeatures, LazyTopRoundingAddsNoExp2) {
     ASSERT_FALSE(with.cubin.empty());
     EXPECT_NE(with.name.find(".lzt"), std::string::npos) << with.name;
     const std::string round = spec.dtype == FLASHJIT_BF16 ? "cvt.rn.bf16.f32" : "cvt.rn.f16.f32";
-    EXPECT_GT(count(with.ptx, round), count(without.ptx, round)) << with.name;
-    EXPECT_EQ(count(with.ptx, "ex2.approx"), count(without.ptx, "ex2.approx")) << with.name;
+    EXPECT_GT(count_of(with.ptx, round), count_of(without.ptx, round)) << with.name;
+    EXPECT_EQ(count_of(with.ptx, "ex2.approx"), count_of(without.ptx, "ex2.approx")) << with.name;
     EXPECT_EQ(with.resources.spill_store_bytes, 0) << with.name;
   }
 }

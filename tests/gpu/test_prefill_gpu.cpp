@@ -4,6 +4,7 @@
 #include "runtime/driver.hpp"
 #include "tests/gpu/gpu_test.hpp"
 #include "tests/harness/device_case.hpp"
+#include "tests/harness/scoped_env.hpp"
 
 #include <gtest/gtest.h>
 
@@ -52,14 +53,10 @@ CaseOptions varlen(std::vector<int> lq, std::vector<int> lk, int hq, int hkv, in
 // A strict runtime (the fa3 kernels themselves, no fallback) made while FLASHJIT_FA3_TUNING=tuning
 // ("": the planner's choices): the variable is read when a runtime is made; its value comes back after.
 std::unique_ptr<Runtime> strict_runtime_with_fa3_tuning(const char *tuning) {
-  const char *previous = std::getenv("FLASHJIT_FA3_TUNING");
-  const std::string saved = previous ? previous : "";
-  setenv("FLASHJIT_FA3_TUNING", tuning, 1);
+  const testing::ScopedEnv fa3_tuning("FLASHJIT_FA3_TUNING", tuning);
   Options options;
   options.strict = 1;
-  auto runtime = std::make_unique<Runtime>(options);
-  previous ? setenv("FLASHJIT_FA3_TUNING", saved.c_str(), 1) : unsetenv("FLASHJIT_FA3_TUNING");
-  return runtime;
+  return std::make_unique<Runtime>(options);
 }
 
 // gtest prints parameters; the name says all that matters.

@@ -2,6 +2,7 @@
 // a warning, and concurrent writers (threads and processes) leave one whole entry.
 #include "runtime/disk_cache.hpp"
 #include "runtime/log.hpp"
+#include "tests/harness/scoped_env.hpp"
 
 #include <gtest/gtest.h>
 
@@ -22,6 +23,7 @@ namespace fs = std::filesystem;
 using flashjit::CacheEntry;
 using flashjit::DiskCache;
 using flashjit::LogLevel;
+using flashjit::testing::ScopedEnv;
 
 namespace {
 
@@ -403,22 +405,6 @@ TEST(DiskCache, ConcurrentWritersOfOneKeyLeaveOneGoodEntry) {
   const int writer = std::stoi(got->metadata.substr(got->metadata.find(':') + 1));
   EXPECT_EQ(got->cubin, make_entry(writer, kCubinBytes).cubin);
 }
-
-// Restores one environment variable when the test ends.
-class ScopedEnv {
-public:
-  ScopedEnv(const char *name, const char *value) : name_(name) {
-    if (const char *old = std::getenv(name)) {
-      old_ = old;
-    }
-    value != nullptr ? setenv(name, value, 1) : unsetenv(name);
-  }
-  ~ScopedEnv() { old_ ? setenv(name_, old_->c_str(), 1) : unsetenv(name_); }
-
-private:
-  const char *name_;
-  std::optional<std::string> old_;
-};
 
 TEST(DiskCache, DefaultRootPrecedence) {
   ScopedEnv cache_dir("FLASHJIT_CACHE_DIR", "/opt/fj-cache");

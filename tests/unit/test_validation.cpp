@@ -2,6 +2,7 @@
 // No GPU or driver is needed: validation runs first, on the host, and touches no device memory
 // (the pointers below are never dereferenced; several point at nothing).
 #include "runtime/problem.hpp"
+#include "tests/harness/scoped_env.hpp"
 
 #include <flashjit/flashjit.h>
 #include <flashjit/flashjit.hpp>
@@ -9,8 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -279,6 +280,13 @@ TEST(ValidationCApi, GoodInputWithoutADriverIsADriverErrorNotACrash) {
   flashjit_runtime_destroy(runtime);
 }
 
+// Explains `p` with `runtime`: false where a driver is present, whose GPU decides the plan (the
+// tests then skip: tests/gpu covers that), true where it was explained for sm90a without one.
+bool explained_for_sm90a(Runtime &runtime, const AttentionProblem &p, Explanation *e) {
+  return runtime.explain(p, e).ok() && e->text.find("explained for sm90a") != std::string::npos;
+}
+constexpr const char *kDriverDecides = "a driver is present (its GPU decides); covered by tests/gpu";
+
 // explain says how the decode kernel loads K/V: by TMA where the plan allows it, else by cp.async
 // with the reason (head dims that are not multiples of 64 here); and when it runs the wide key block.
 TEST(ValidationCApi, ExplainSaysHowDecodeLoadsKv) {
@@ -288,8 +296,8 @@ TEST(ValidationCApi, ExplainSaysHowDecodeLoadsKv) {
   p.workspace = reinterpret_cast<void *>(kFakeDevicePointer + (4 << 24));
   p.workspace_bytes = size_t{1} << 24;
   Explanation e;
-  if (Status s = runtime.explain(p, &e); !s || e.text.find("explained for sm90a") == std::string::npos)
-    GTEST_SKIP() << "a driver is present (its GPU decides); covered by tests/gpu";
+  if (!explained_for_sm90a(runtime, p, &e))
+    GTEST_SKIP() << kDriverDecides;
   EXPECT_NE(e.plan.find("K/V tiles by cp.async (no TMA: head dims are not multiples of 64"), std::string::npos)
       << e.kernel << ": " << e.plan;
   p.head_dim_qk = 128;
@@ -312,8 +320,8 @@ TEST(ValidationCApi, DecodeFallbackTakesThePrefillPlannersTiles) {
   Runtime runtime;
   const AttentionProblem p = decode_step_1x32768();
   Explanation e;
-  if (Status s = runtime.explain(p, &e); !s || e.text.find("explained for sm90a") == std::string::npos)
-    GTEST_SKIP() << "a driver is present (its GPU decides); covered by tests/gpu";
+  if (!explained_for_sm90a(runtime, p, &e))
+    GTEST_SKIP() << kDriverDecides;
   EXPECT_NE(e.kernel.find("prefill.fa3."), std::string::npos) << e.kernel;
   EXPECT_NE(e.kernel.find(".m128n160s"), std::string::npos) << e.kernel;
 }
@@ -324,8 +332,8 @@ TEST(ValidationCApi, ExplainSaysWhenTheKeyLoopHasNoMask) {
   AttentionProblem p = good_problem();
   p.head_dim_qk = p.head_dim_v = 128;
   Explanation e;
-  if (Status s = runtime.explain(p, &e); !s || e.text.find("explained for sm90a") == std::string::npos)
-    GTEST_SKIP() << "a driver is present (its GPU decides); covered by tests/gpu";
+  if (!explained_for_sm90a(runtime, p, &e))
+    GTEST_SKIP() << kDriverDecides;
   EXPECT_NE(e.kernel.find(".um"), std::string::npos) << e.kernel;
   EXPECT_NE(e.plan.find("a key loop without mask code"), std::string::npos) << e.kernel << ": " << e.plan;
   p.causal = 1;
@@ -341,8 +349,8 @@ TEST(ValidationCApi, ExplainSaysWhenOIsRescaledLazily) {
   AttentionProblem p = good_problem();
   p.head_dim_qk = p.head_dim_v = 80;
   Explanation e;
-  if (Status s = runtime.explain(p, &e); !s || e.text.find("explained for sm90a") == std::string::npos)
-    GTEST_SKIP() << "a driver is present (its GPU decides); covered by tests/gpu";
+  if (!explained_for_sm90a(runtime, p, &e))
+    GTEST_SKIP() << kDriverDecides;
   EXPECT_NE(e.kernel.find(".lz"), std::string::npos) << e.kernel;
   EXPECT_NE(e.plan.find("lazy O rescale"), std::string::npos) << e.kernel << ": " << e.plan;
   p.head_dim_qk = p.head_dim_v = 128;
@@ -368,17 +376,17 @@ TEST(ValidationCApi, ExplainSaysHowPagedPrefillReadsThePages) {
   Explanation e;
   {
     Runtime runtime;
-    if (Status s = runtime.explain(p, &e); !s || e.text.find("explained for sm90a") == std::string::npos)
-      GTEST_SKIP() << "a driver is present (its GPU decides); covered by tests/gpu";
+    if (!explained_for_sm90a(runtime, p, &e))
+      GTEST_SKIP() << kDriverDecides;
     EXPECT_EQ(e.variant, "fa2") << e.kernel;
     EXPECT_NE(e.fallback_reason.find("paged=1"), std::string::npos) << e.fallback_reason;
   }
-  const char *previous = std::getenv("FLASHJIT_FA3_TUNING");
-  const std::string saved = previous ? previous : "";
-  setenv("FLASHJIT_FA3_TUNING", "paged=1", 1);
-  Runtime paged_runtime;
-  previous ? setenv("FLASHJIT_FA3_TUNING", saved.c_str(), 1) : unsetenv("FLASHJIT_FA3_TUNING");
-  ASSERT_TRUE(paged_runtime.explain(p, &e).ok());
+  std::optional<Runtime> paged_runtime;
+  {
+    const testing::ScopedEnv paged("FLASHJIT_FA3_TUNING", "paged=1"); // read when a runtime is made
+    paged_runtime.emplace();
+  }
+  ASSERT_TRUE(paged_runtime->explain(p, &e).ok());
   EXPECT_EQ(e.variant, "fa3") << e.kernel;
   EXPECT_NE(e.kernel.find(".page64."), std::string::npos) << e.kernel;
   EXPECT_NE(e.plan.find("through the block table in TMA boxes of 16 keys"), std::string::npos) << e.plan;
@@ -393,8 +401,8 @@ TEST(ValidationCApi, ExplainNamesTheShortSequenceTiles) {
   p.head_dim_qk = p.head_dim_v = 128;
   p.seqlen_q = p.seqlen_k = 1000;
   Explanation e;
-  if (Status s = runtime.explain(p, &e); !s || e.text.find("explained for sm90a") == std::string::npos)
-    GTEST_SKIP() << "a driver is present (its GPU decides); covered by tests/gpu";
+  if (!explained_for_sm90a(runtime, p, &e))
+    GTEST_SKIP() << kDriverDecides;
   EXPECT_NE(e.plan.find("the short key block"), std::string::npos) << e.kernel << ": " << e.plan;
   p.causal = 1;
   ASSERT_TRUE(runtime.explain(p, &e).ok());
