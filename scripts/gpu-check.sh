@@ -3,6 +3,10 @@
 # the results directory given as $1 (default: gpu-results). Uses binaries from $FLASHJIT_BUILD_DIR
 # (default build-device, e.g. built elsewhere and carried) or builds them here when absent.
 #   scripts/gpu-check.sh RESULTS_DIR [--bench] [--sanitize] [--no-tests] [--no-parity] [--gtest-filter=PATTERN]
+#                        [--test-jobs=N] [--test-timeout=SECONDS]
+# The GPU tests run as N gtest shards at once (default 6): most of their time is NVRTC compiling
+# one kernel after another, which the GPU machine's cores do side by side. Each shard is killed
+# after SECONDS (default 420), so a kernel that hangs costs that much, not the whole lease.
 # It leaves at most 8 files in RESULTS_DIR (what the GPU machine's tool hands back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +19,8 @@ bench=0
 sanitize=0
 parity=1
 filter="*"
+test_jobs=6
+test_timeout=420
 for arg in "$@"; do
   case "$arg" in
   --bench) bench=1 ;;
@@ -22,6 +28,8 @@ for arg in "$@"; do
   --no-tests) filter="-*" ;;
   --no-parity) parity=0 ;;
   --gtest-filter=*) filter="${arg#--gtest-filter=}" ;;
+  --test-jobs=*) test_jobs="${arg#--test-jobs=}" ;;
+  --test-timeout=*) test_timeout="${arg#--test-timeout=}" ;;
   esac
 done
 
@@ -38,10 +46,28 @@ export FLASHJIT_LOG="${FLASHJIT_LOG:-info}"
   "$build_dir/flashjit" info 2>&1
 } | tee "$results/info.txt"
 
-echo "== GPU tests"
-"$build_dir/tests/flashjit_gpu_tests" --gtest_filter="$filter" > "$results/gpu-tests.log" 2>&1
-gpu_rc=$?
-grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran" "$results/gpu-tests.log" | tail -40
+echo "== GPU tests ($test_jobs shards, ${test_timeout} s each at most)"
+shard_dir="$(mktemp -d)"
+shard_pids=()
+for ((shard = 0; shard < test_jobs; ++shard)); do
+  GTEST_TOTAL_SHARDS=$test_jobs GTEST_SHARD_INDEX=$shard timeout -k 10 "$test_timeout" \
+    "$build_dir/tests/flashjit_gpu_tests" --gtest_filter="$filter" >"$shard_dir/$shard.log" 2>&1 &
+  shard_pids+=($!)
+done
+gpu_rc=0
+for pid in "${shard_pids[@]}"; do
+  wait "$pid" || gpu_rc=1
+done
+for ((shard = 0; shard < test_jobs; ++shard)); do
+  echo "=== shard $shard of $test_jobs"
+  cat "$shard_dir/$shard.log"
+  # A shard killed by the timeout printed no summary: name the test it was in.
+  grep -qE "^\[==========\] .* ran\." "$shard_dir/$shard.log" ||
+    echo "[  FAILED  ] shard $shard stopped (timeout or crash) in: $(grep -E '^\[ RUN' "$shard_dir/$shard.log" | tail -1)"
+done >"$results/gpu-tests.log"
+rm -rf "$shard_dir"
+# Per shard: its totals, and every failed or stopped test (skipped ones are listed in the log).
+grep -E "^=== shard|^\[==========\] .* ran\.|^\[  (PASSED|SKIPPED) \] [0-9]|^\[  FAILED  \] [A-Za-z]" "$results/gpu-tests.log"
 
 echo "== CLI checks"
 {
