@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Paged prefill on the GPU machine: each shape through `flashjit bench` five ways, the fa3 kernel on
-# contiguous K/V (the planner's), fa3 through the block table with pages of 8, 16 and 64 keys
-# (FLASHJIT_FA3_TUNING=paged=1, strict: fa3 or an error), and fa2 through the block table (the
+# Paged prefill on the GPU machine: each shape through `flashjit bench` eight ways, the fa3 kernel on
+# contiguous K/V (the planner's), fa3 through the block table with pages of 8, 16 and 64 keys in TMA
+# boxes (FLASHJIT_FA3_TUNING=paged=1, strict: fa3 or an error), gathered by cp.async with pages of 1
+# key and (paged_gather=1) of 16, and fa2 through the block table with pages of 16 and 1 (the
 # default for paged prefill until the paged fa3 kernel is checked). One log line per run in
 # RESULTS_DIR/paged-prefill.txt.
 #   bench/paged_prefill.sh RESULTS_DIR      (uses $FLASHJIT_BUILD_DIR, default build-device)
@@ -34,5 +35,8 @@ while read -r b sq sk hq hkv d causal; do
   for page in 8 16 64; do
     run "fa3 page$page" paged=1 "${args[@]}" --page-size "$page" --variant fa3 --strict
   done
+  run "fa3 page1 gathered" paged=1 "${args[@]}" --page-size 1 --variant fa3 --strict
+  run "fa3 page16 gathered" paged=1,paged_gather=1 "${args[@]}" --page-size 16 --variant fa3 --strict
   run "fa2 page16" "" "${args[@]}" --page-size 16 --variant fa2
+  run "fa2 page1" "" "${args[@]}" --page-size 1 --variant fa2
 done <<<"$shapes"

@@ -85,6 +85,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
     name += ".cs" + std::to_string(sections);
   if (const int64_t pairs = plan.constant("kCausalSectionPairs", 0); pairs != 0)
     name += ".sp" + std::to_string(pairs);
+  // fa3 paged KV gathered by cp.async rather than loaded in TMA boxes.
+  if (plan.constant("kPagedGather", 0) != 0)
+    name += ".gather";
   // decode with K/V tiles by TMA (NVRTC builds only).
   if (plan.constant("kTmaKv", 0) != 0)
     name += ".tma";

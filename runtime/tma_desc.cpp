@@ -138,6 +138,10 @@ bool fa3_tensor_map_args(const KernelSpec &spec, const Plan &plan, const fj_atte
       !operand_map("o", p.o, spec.head_dim_v, q_rows, p.heads_q, p.batch, spec.varlen, box_cols, box_rows_q, format,
                    &maps->o, why_not))
     return false;
+  if (plan.constant("kPagedGather", 0) != 0) {
+    maps->has_kv = false;
+    return true;
+  }
   if (spec.page_size != 0) {
     // Pages {dim, page_size, heads_kv, num_pages}: a box is kPagedBoxRows keys of one page; its page
     // comes from the block table in the kernel (the batch stride is the stride between pages).
@@ -165,6 +169,8 @@ bool fa3_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int total_
   Fa3TensorMaps maps;
   if (!fa3_tensor_map_args(spec, plan, params->base, total_k, num_pages, &maps, why_not))
     return false;
+  if (!maps.has_kv)
+    return encode_all(encode, {{&maps.q, &params->tma_q}, {&maps.o, &params->tma_o}}, why_not);
   return encode_all(
       encode,
       {{&maps.q, &params->tma_q}, {&maps.k, &params->tma_k}, {&maps.v, &params->tma_v}, {&maps.o, &params->tma_o}},

@@ -36,6 +36,7 @@ struct TensorMapArgs {
 
 struct Fa3TensorMaps {
   TensorMapArgs q, k, v, o;
+  bool has_kv = true; // false: a paged gather (kPagedGather) reads K/V by cp.async, through no map
 };
 
 // cuTensorMapEncodeTiled's signature (the runtime passes the driver's entry point).
@@ -48,11 +49,12 @@ using TensorMapEncodeTiledFn = CUresult (*)(CUtensorMap *, CUtensorMapDataType, 
 // tensor (`total_k` = rows of packed K/V, which fj_attention_params does not carry); paged K/V:
 // {dim, page_size, heads_kv, num_pages}. Boxes are one 64-column panel (128 B, the swizzle span) x
 // kBlockN rows (K, V; a pair's share with CTA pairs, kPagedBoxRows when paged) or kTmaBoxRows (Q, O).
-// False, with a reason, when TMA cannot address the layout (unaligned pointer or stride).
+// A paged gather (kPagedGather) has no K/V maps (has_kv false). False, with a reason, when TMA
+// cannot address the layout (unaligned pointer or stride).
 bool fa3_tensor_map_args(const KernelSpec &spec, const Plan &plan, const fj_attention_params &params, int total_k,
                          int num_pages, Fa3TensorMaps *maps, std::string *why_not);
 
-// Encodes all four maps into params->tma_{q,k,v,o}.
+// Encodes the maps into params->tma_{q,k,v,o} (k and v left as they are without has_kv).
 bool fa3_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int total_k, int num_pages,
                             TensorMapEncodeTiledFn encode, fj_fa3_params *params, std::string *why_not);
 

@@ -100,6 +100,9 @@ if [ "$sanitize" = 1 ] && command -v compute-sanitizer >/dev/null; then
     echo "--- $tool (fa3 paged, a tuning: d128 causal varlen, 16-key pages, V rows past the ends zeroed)"
     FLASHJIT_FA3_TUNING=paged=1 compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --varlen-q 1,130,77 \
       --varlen-k 64,200,77 --heads-q 4 --head-dim 128 --causal --page-size 16 --strict 2>&1
+    echo "--- $tool (fa3 paged, a tuning: the same with 3-key pages, gathered by cp.async)"
+    FLASHJIT_FA3_TUNING=paged=1 compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --varlen-q 1,130,77 \
+      --varlen-k 64,200,77 --heads-q 4 --head-dim 128 --causal --page-size 3 --strict 2>&1
   done >> "$results/sanitizer.txt"
   for tool in memcheck racecheck; do
     echo "--- $tool (fa2, 80-dim, sq < sk)"

@@ -215,7 +215,9 @@ constexpr int kCausalSectionsByPairs = 0;
 constexpr int kCausalSectionsMax = 3;
 // Paged KV (kPageSize > 0): each K/V block lands as boxes of kPagedBoxRows keys of one page, the
 // largest that divides both the page and the block, so every box starts on a swizzle atom (8 rows
-// of 128 bytes) and lies in one page. Pages that are not a multiple of 8 keys take fa2.
+// of 128 bytes) and lies in one page. Pages that are not a multiple of 8 keys (e.g. SGLang's single
+// tokens) cannot be tiled so: the producer warpgroup gathers their rows by cp.async instead
+// (kPagedGather, FA-3's non-TMA paged path), 16 bytes per thread and copy.
 constexpr int kMinPagedBoxRows = kTmaSwizzleAlign / kSwizzleBytes;
 // Not a default until a GPU run has checked it: the paged fa3 kernel is compiled and inspected on
 // the CPU (tests/compile) and its GPU tests are written (PrefillFa3PagedGpu); no device was lent in
@@ -288,9 +290,9 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, flashjit_backend 
   if (spec.page_size != 0) {
     if (backend == FLASHJIT_BACKEND_MLIR)
       return refuse("fa3 paged KV has a template form only (NVRTC)");
-    if (spec.page_size % kMinPagedBoxRows != 0)
-      return refuse("fa3 paged KV needs pages of a multiple of " + std::to_string(kMinPagedBoxRows) +
-                    " keys (TMA boxes of whole swizzle atoms), got page_size " + std::to_string(spec.page_size));
+    if (spec.page_size % kMinPagedBoxRows != 0 && tuning.paged_gather == 0)
+      return refuse("fa3 paged KV in TMA boxes needs pages of a multiple of " + std::to_string(kMinPagedBoxRows) +
+                    " keys (paged_gather=0 rules out the gather), got page_size " + std::to_string(spec.page_size));
     if (!(tuning.paged >= 0 ? tuning.paged != 0 : kPagedDefault))
       return refuse("fa3 paged KV is not yet checked on a GPU (FLASHJIT_FA3_TUNING=paged=1 selects it)");
   }
@@ -391,6 +393,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: cross_tile_overlap needs the separate O region (separate_o)");
   if (tuning.cross_tile_overlap > 0 && backend == FLASHJIT_BACKEND_MLIR)
     return refuse("fa3: cross_tile_overlap has a template form only (NVRTC)");
+  if (tuning.cross_tile_overlap > 0 && spec.page_size != 0)
+    return refuse("fa3: cross_tile_overlap is not built for paged KV");
   const bool cross_tile_overlap = tuning.cross_tile_overlap >= 0
                                       ? tuning.cross_tile_overlap != 0
                                       : kCrossTileOverlapDefault && separate_o && backend != FLASHJIT_BACKEND_MLIR;
@@ -490,7 +494,10 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add("kSwizzleBytes", kSwizzleBytes);
   plan->add("kWgmmaSwizzle", kWgmmaSwizzle128);
   plan->add("kTmaBoxRows", kRowsPerTmaBox);
-  plan->add("kPagedBoxRows", spec.page_size != 0 ? std::gcd(spec.page_size, block_n) : 0);
+  const bool paged_gather = spec.page_size != 0 && (tuning.paged_gather >= 0 ? tuning.paged_gather != 0
+                                                                             : spec.page_size % kMinPagedBoxRows != 0);
+  plan->add_bool("kPagedGather", paged_gather);
+  plan->add("kPagedBoxRows", spec.page_size != 0 && !paged_gather ? std::gcd(spec.page_size, block_n) : 0);
   plan->add("kSmemAlign", kTmaSwizzleAlign);
   plan->add("kSmemOffsetQ", offset_q);
   plan->add("kSmemPanelBytesQ", q_panel_bytes);
@@ -584,6 +591,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"causal_sections", &Fa3Tuning::causal_sections},
       {"causal_section_pairs", &Fa3Tuning::causal_section_pairs},
       {"paged", &Fa3Tuning::paged},
+      {"paged_gather", &Fa3Tuning::paged_gather},
   };
   size_t begin = 0;
   while (begin <= text.size()) {

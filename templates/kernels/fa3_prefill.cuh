@@ -1,9 +1,9 @@
 // FlashAttention-3-class forward kernel for Hopper (sm_90a), rendered with a KernelConfig from
 // compiler/plans/fa3_plan.cpp. Roles: warpgroup 0 = producer (one thread issues TMA for Q, K, V
-// into a kStages ring guarded by mbarriers; one warp with paged KV), warpgroups 1..kConsumerWarpgroups = consumers
-// (wgmma S = QK^T from smem, online softmax, O += PV with P in registers, epilogue). setmaxnreg moves registers from
-// the producer to the consumers. Persistent: one CTA per SM walks the tiles; with kClusterM = 2 the grid is launched in
-// CTA pairs that share (multicast) every K/V block.
+// into a kStages ring guarded by mbarriers; one warp with paged KV, the warpgroup when it gathers pages by cp.async),
+// warpgroups 1..kConsumerWarpgroups = consumers (wgmma S = QK^T from smem, online softmax, O += PV with P in registers,
+// epilogue). setmaxnreg moves registers from the producer to the consumers. Persistent: one CTA per SM walks the tiles;
+// with kClusterM = 2 the grid is launched in CTA pairs that share (multicast) every K/V block.
 #pragma once
 
 #include "kernels/fa3/consumer.cuh"
@@ -39,17 +39,21 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     mbarrier_init(smem.q_full(), 1);
     mbarrier_init(smem.q_empty(), C::kConsumerWarpgroups);
     for (int stage = 0; stage < C::kStages; ++stage) {
-      mbarrier_init(smem.k_full(stage), 1);
+      // Completed by the producer's expect_tx (TMA), or by each gathering thread's arrival.
+      constexpr unsigned kFullArrivals = C::kPagedGather ? Producer<C>::kThreads : 1;
+      mbarrier_init(smem.k_full(stage), kFullArrivals);
       mbarrier_init(smem.k_empty(stage), C::kConsumerWarpgroups * C::kClusterM);
-      mbarrier_init(smem.v_full(stage), 1);
+      mbarrier_init(smem.v_full(stage), kFullArrivals);
       mbarrier_init(smem.v_empty(stage), C::kConsumerWarpgroups * C::kClusterM);
     }
-    if constexpr (C::kPageSize > 0)
+    if constexpr (Producer<C>::kPagedBoxes)
       mbarrier_init(smem.v_landed(), 1);
     fence_mbarrier_init();
     tma_prefetch_descriptor(&params.tma_q);
-    tma_prefetch_descriptor(&params.tma_k);
-    tma_prefetch_descriptor(&params.tma_v);
+    if constexpr (!Producer<C>::kGather) { // a gather has no K/V maps
+      tma_prefetch_descriptor(&params.tma_k);
+      tma_prefetch_descriptor(&params.tma_v);
+    }
     tma_prefetch_descriptor(&params.tma_o);
   }
   // The partner's producer multicasts into this CTA's ring and its consumers arrive on this CTA's
@@ -69,8 +73,7 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 
   if (warpgroup == 0) {
     setmaxnreg_dec<C::kRegsProducer>();
-    constexpr unsigned kProducerThreads = C::kPageSize > 0 ? kWarpSize : 1; // paged KV: a lane per page box
-    if (threadIdx.x < kProducerThreads) {
+    if (threadIdx.x < Producer<C>::kThreads) {
       Producer<C> producer{params, smem};
       producer.run();
     }

@@ -64,4 +64,9 @@ __device__ __forceinline__ void ld_global_cg_v4_f32(float (&out)[4], const float
                : "l"(address));
 }
 
+// prefetch.global.L1 [a] — brings a's line into L1, so later loads of it hit there.
+__device__ __forceinline__ void prefetch_global_l1(const void *address) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(address));
+}
+
 } // namespace fj

@@ -404,5 +404,61 @@ TEST(Fa3CompileFeatures, PagedKvLoadsPageBoxesAndZeroesTheVTail) {
   }
 }
 
+// Paged KV gathered (pages boxes cannot tile, or paged_gather=1): the producer warpgroup copies
+// the rows by cp.async (zero-filled past a sequence's end), prefetches the block's page numbers,
+// and publishes a block after the next is issued (wait_group 1, the proxy fence, an arrival). Q
+// still comes by TMA and O leaves by TMA; no K/V TMA, no V zeroing by st.shared. The consumers are
+// those of the unpaged varlen kernel (the same HGMMA count); the producer fits its registers.
+TEST(Fa3CompileFeatures, GatheredPagesCopyRowsByCpAsync) {
+  struct Case {
+    int dqk, dv;
+    flashjit_dtype dtype;
+    bool causal, varlen, local;
+    int page_size;
+    bool force;
+  };
+  for (const Case &c : {Case{128, 128, FLASHJIT_BF16, false, false, false, 1, false},
+                        Case{72, 72, FLASHJIT_FP16, true, true, false, 3, false},
+                        Case{256, 256, FLASHJIT_BF16, false, false, true, 12, false},
+                        Case{192, 128, FLASHJIT_BF16, true, false, false, 1, false},
+                        Case{64, 64, FLASHJIT_FP16, false, true, false, 16, true}}) {
+    Fa3Tuning paged;
+    paged.paged = 1;
+    paged.paged_gather = c.force ? 1 : -1;
+    KernelSpec spec = testing::prefill_spec(Arch{90, true}, c.dqk, c.dv, c.dtype, c.causal);
+    spec.varlen = c.varlen;
+    spec.local = c.local;
+    spec.page_size = c.page_size;
+    const CompiledKernel kernel = compile_tuned(spec, paged);
+    ASSERT_FALSE(kernel.cubin.empty());
+    EXPECT_NE(kernel.name.find(".page" + std::to_string(c.page_size) + "."), std::string::npos) << kernel.name;
+    EXPECT_NE(kernel.name.find(".gather."), std::string::npos) << kernel.name;
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name << "\n" << kernel.log;
+    for (const std::string &warning : kernel.resources.warnings)
+      ADD_FAILURE() << kernel.name << ": ptxas warning: " << warning;
+    for (const char *instruction :
+         {"cp.async.cg.shared.global", "cp.async.wait_group 1", "cp.async.wait_group 0", "prefetch.global.L1",
+          "ld.global.nc", "fence.proxy.async.shared::cta", "cp.async.bulk.tensor", "wgmma.mma_async", "setmaxnreg"})
+      EXPECT_NE(kernel.ptx.find(instruction), std::string::npos) << kernel.name << " lacks " << instruction;
+    EXPECT_EQ(kernel.ptx.find("st.shared.v4.b32"), std::string::npos) << kernel.name << ": zeroing V by st.shared";
+    EXPECT_EQ(kernel.ptx.find("multicast::cluster"), std::string::npos) << kernel.name;
+    std::string error;
+    const std::string sass = testing::dump_sass(kernel.cubin, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    EXPECT_NE(sass.find("LDGSTS"), std::string::npos) << kernel.name;
+    // Q's TMA load and O's TMA store only: one UTMALDG per Q box.
+    EXPECT_NE(sass.find("UTMALDG"), std::string::npos) << kernel.name;
+    EXPECT_EQ(sass.find("LDL"), std::string::npos) << kernel.name << " reads local memory";
+    EXPECT_FALSE(wgmmas_serialized(sass)) << kernel.name << ": a wait after every HGMMA";
+    KernelSpec unpaged = spec;
+    unpaged.page_size = 0;
+    unpaged.varlen = true;
+    const CompiledKernel reference = compile_tuned(unpaged, Fa3Tuning{});
+    std::string reference_error;
+    EXPECT_EQ(count_of(sass, "HGMMA"), count_of(testing::dump_sass(reference.cubin, &reference_error), "HGMMA"))
+        << kernel.name << " against " << reference.name;
+  }
+}
+
 } // namespace
 } // namespace flashjit

@@ -434,18 +434,60 @@ TEST_F(PrefillLazyTopRoundingGpu, MatchesTheReference) {
 
 class PrefillFa3PagedGpu : public GpuTest {};
 
+using NamedCases = std::vector<std::pair<std::string, CaseOptions>>;
+
+// Paged KV for each case: its page size, NaN in every unused slot of the cache, and what its name
+// asks for (causal, head-major layout, a window); seeds from `seed`.
+void page_cases(NamedCases &cases, const std::vector<int> &page_sizes, uint64_t seed) {
+  for (size_t i = 0; i < cases.size(); ++i) {
+    CaseOptions &o = cases[i].second;
+    o.page_size = page_sizes.at(i);
+    o.page_garbage_nan = true;
+    o.problem.causal = cases[i].first.find("causal") != std::string::npos;
+    o.head_major = cases[i].first.find("head_major") != std::string::npos;
+    if (cases[i].first.find("window") != std::string::npos) {
+      o.problem.window_left = 100;
+      o.problem.window_right = 30;
+    }
+    o.seed = seed + i;
+  }
+}
+
+// Each case on `paged_runtime` (strict: a fa3 kernel whose name holds `form`, or an error) against
+// the reference, twice (the same bits: no race), and the varlen ones once more without pages on
+// `unpaged_runtime`, whose kernel of the same tile must give the same bits.
+void check_paged_fa3(Runtime &paged_runtime, Runtime &unpaged_runtime, const NamedCases &cases,
+                     const std::string &prefix, const std::string &form) {
+  for (const auto &[name, o] : cases) {
+    const harness::CaseResult paged = harness::run_case(paged_runtime, o);
+    std::cout << prefix << name << ": " << paged.summary() << "\n";
+    EXPECT_TRUE(paged.pass()) << name << ": " << paged.summary();
+    EXPECT_NE(paged.kernel.find("prefill.fa3."), std::string::npos) << paged.kernel;
+    EXPECT_NE(paged.kernel.find(".page" + std::to_string(o.page_size) + "."), std::string::npos) << paged.kernel;
+    EXPECT_NE(paged.kernel.find(form), std::string::npos) << paged.kernel;
+    const harness::CaseResult again = harness::run_case(paged_runtime, o);
+    EXPECT_EQ(again.o_values, paged.o_values) << name << ": the output moved between runs";
+    if (o.varlen) {
+      CaseOptions unpaged = o;
+      unpaged.page_size = 0;
+      const harness::CaseResult contiguous = harness::run_case(unpaged_runtime, unpaged);
+      EXPECT_TRUE(contiguous.pass()) << name << " (unpaged): " << contiguous.summary();
+      EXPECT_EQ(contiguous.o_values, paged.o_values)
+          << name << ": " << paged.kernel << " against " << contiguous.kernel;
+    }
+  }
+}
+
 // fa3 through a block table (FLASHJIT_FA3_TUNING=paged=1, strict: fa3 or an error): chunked prefill
 // (fewer queries than keys, causal bottom-right), GQA 4/6/7, page sizes 8..512 with pages and
 // blocks that do not align, sequences of 0 and 1 keys, a window, qk/v 192/128, FlashInfer's page
 // layout. The cache's unused slots hold NaN: V's rows past a sequence's end must be zeroed in shared
-// memory before PV (P is 0 there, NaN * 0 is not). Each case runs twice (the same bits: no race), and
-// the varlen ones once more without pages, where the unpaged kernel of the same tile must give the
-// same bits.
+// memory before PV (P is 0 there, NaN * 0 is not).
 TEST_F(PrefillFa3PagedGpu, MatchesTheReferenceAndTheUnpagedKernel) {
   const std::unique_ptr<Runtime> paged_runtime = strict_runtime_with_fa3_tuning("paged=1");
   const std::unique_ptr<Runtime> unpaged_runtime = strict_runtime_with_fa3_tuning("");
   using ref::Dtype;
-  std::vector<std::pair<std::string, CaseOptions>> cases = {
+  NamedCases cases = {
       {"d128_page16_gqa4", dense(2, 300, 1000, 8, 2, 128, 128, Dtype::bf16)},
       {"d128_fp16_causal_chunked_page64", varlen({1, 200, 77}, {300, 1000, 577}, 8, 2, 128, Dtype::fp16)},
       {"d80_causal_len1_gqa6_page8", varlen({1, 129, 300, 0}, {1, 513, 300, 40}, 12, 2, 80, Dtype::bf16)},
@@ -455,35 +497,41 @@ TEST_F(PrefillFa3PagedGpu, MatchesTheReferenceAndTheUnpagedKernel) {
       {"d128_head_major_causal_page16", dense(2, 200, 900, 8, 2, 128, 128, Dtype::bf16)},
       {"d96_page512_len_past_a_page", varlen({257, 1}, {1300, 513}, 6, 6, 96, Dtype::fp16)},
   };
-  const int page_sizes[] = {16, 64, 8, 256, 24, 32, 16, 512};
-  for (size_t i = 0; i < cases.size(); ++i) {
-    CaseOptions &o = cases[i].second;
-    o.page_size = page_sizes[i];
-    o.page_garbage_nan = true;
-    o.problem.causal = cases[i].first.find("causal") != std::string::npos;
-    o.head_major = cases[i].first.find("head_major") != std::string::npos;
-    if (cases[i].first.find("window") != std::string::npos) {
-      o.problem.window_left = 100;
-      o.problem.window_right = 30;
-    }
-    o.seed = 131 + i;
-  }
-  for (const auto &[name, o] : cases) {
-    const harness::CaseResult paged = harness::run_case(*paged_runtime, o);
-    std::cout << "fa3_paged_" << name << ": " << paged.summary() << "\n";
-    EXPECT_TRUE(paged.pass()) << name << ": " << paged.summary();
-    EXPECT_NE(paged.kernel.find("prefill.fa3."), std::string::npos) << paged.kernel;
-    EXPECT_NE(paged.kernel.find(".page" + std::to_string(o.page_size) + "."), std::string::npos) << paged.kernel;
-    const harness::CaseResult again = harness::run_case(*paged_runtime, o);
-    EXPECT_EQ(again.o_values, paged.o_values) << name << ": the output moved between runs";
-    if (o.varlen) {
-      CaseOptions unpaged = o;
-      unpaged.page_size = 0;
-      const harness::CaseResult contiguous = harness::run_case(*unpaged_runtime, unpaged);
-      EXPECT_TRUE(contiguous.pass()) << name << " (unpaged): " << contiguous.summary();
-      EXPECT_EQ(contiguous.o_values, paged.o_values)
-          << name << ": " << paged.kernel << " against " << contiguous.kernel;
-    }
+  page_cases(cases, {16, 64, 8, 256, 24, 32, 16, 512}, 131);
+  check_paged_fa3(*paged_runtime, *unpaged_runtime, cases, "fa3_paged_", ".page");
+}
+
+// Pages that TMA boxes cannot tile (not a multiple of 8 keys; SGLang's are one token) are gathered
+// by the producer warpgroup with cp.async (`.gather`): pages of 1, 3, 7 and 12 keys, chunked
+// causal prefill, GQA 6/7, a sequence of 1 key and one of 0, a window, 192/128, the odd head dim 72
+// (columns past it zero-filled), FlashInfer's layout; NaN in the unused slots (the copies past a
+// sequence's end read nothing and land as zeros). Then paged_gather=1 on pages of 16: the same bits
+// as the boxes' kernel.
+TEST_F(PrefillFa3PagedGpu, GatheredPagesMatchTheReferenceAndTheUnpagedKernel) {
+  const std::unique_ptr<Runtime> paged_runtime = strict_runtime_with_fa3_tuning("paged=1");
+  const std::unique_ptr<Runtime> unpaged_runtime = strict_runtime_with_fa3_tuning("");
+  using ref::Dtype;
+  NamedCases cases = {
+      {"d128_causal_chunked_page1", varlen({1, 200, 77}, {300, 1000, 577}, 8, 2, 128, Dtype::bf16)},
+      {"d72_fp16_len1_gqa6_page3", varlen({1, 129, 300, 0}, {1, 513, 300, 40}, 12, 2, 72, Dtype::fp16)},
+      {"d64_gqa7_page7", dense(1, 700, 1500, 14, 2, 64, 64, Dtype::bf16)},
+      {"d256_window_page12", varlen({300, 64}, {700, 0}, 4, 4, 256, Dtype::bf16)},
+      {"d192v128_causal_page1", dense(2, 400, 900, 6, 3, 192, 128, Dtype::bf16)},
+      {"d128_fp16_head_major_causal_page12", dense(2, 200, 900, 8, 2, 128, 128, Dtype::fp16)},
+  };
+  page_cases(cases, {1, 3, 7, 12, 1, 12}, 211);
+  check_paged_fa3(*paged_runtime, *unpaged_runtime, cases, "fa3_gathered_", ".gather.");
+
+  const std::unique_ptr<Runtime> gather_runtime = strict_runtime_with_fa3_tuning("paged=1,paged_gather=1");
+  NamedCases sixteen = {{"d128_causal_page16", dense(2, 300, 1000, 8, 2, 128, 128, Dtype::bf16)},
+                        {"d80_fp16_page16", varlen({1, 129, 300}, {1, 513, 300}, 12, 2, 80, Dtype::fp16)}};
+  page_cases(sixteen, {16, 16}, 223);
+  check_paged_fa3(*gather_runtime, *unpaged_runtime, sixteen, "fa3_gathered_forced_", ".gather.");
+  for (const auto &[name, o] : sixteen) {
+    const harness::CaseResult gathered = harness::run_case(*gather_runtime, o);
+    const harness::CaseResult boxed = harness::run_case(*paged_runtime, o);
+    EXPECT_EQ(boxed.kernel.find(".gather."), std::string::npos) << boxed.kernel;
+    EXPECT_EQ(gathered.o_values, boxed.o_values) << name << ": " << gathered.kernel << " against " << boxed.kernel;
   }
 }
 

@@ -400,7 +400,7 @@ TEST(Planner, Fa3LazyTopRoundingOnlyWithLazyRescaling) {
 // Paged KV on fa3 (kPageSize > 0, tuning paged=1 until a GPU run has checked it): single CTAs, no tail
 // split, eager rescaling (lengths vary per sequence, as with varlen), each K/V block landing in boxes
 // of the largest row count that divides both the page and the block; pages that are not whole swizzle
-// atoms (multiples of 8 keys) and the MLIR backend are refused with the reason.
+// atoms (multiples of 8 keys) gathered by cp.async; the MLIR backend refused with the reason.
 TEST(Planner, Fa3PagedKvBoxesAndItsRefusals) {
   Plan plan;
   std::string why;
@@ -427,17 +427,50 @@ TEST(Planner, Fa3PagedKvBoxesAndItsRefusals) {
     EXPECT_EQ(plan.constant("kLazyRescale"), 0) << name;
     EXPECT_EQ(plan.constant("kPagedBoxRows"), c.box_rows) << name << " (kBlockN " << plan.block_n << ")";
     EXPECT_EQ(plan.block_n % c.box_rows, 0) << name;
+    EXPECT_EQ(plan.constant("kPagedGather"), 0) << name;
     EXPECT_NE(name.find(".page" + std::to_string(c.page_size) + "."), std::string::npos) << name;
   }
+  // Pages that boxes of whole swizzle atoms cannot tile are gathered by cp.async: the same tile as
+  // the boxes' (and the unpaged varlen kernel's), no boxes, no TMA maps for K/V.
+  Plan boxed;
+  spec = prefill(128, false);
+  spec.page_size = 16;
+  ASSERT_TRUE(plan_fa3_tuned(spec, paged, &boxed, &why)) << why;
   for (int page_size : {1, 4, 7, 12, 20}) {
     spec = prefill(128, false);
     spec.page_size = page_size;
-    EXPECT_FALSE(plan_fa3_tuned(spec, paged, &plan, &why)) << page_size;
-    EXPECT_NE(why.find("multiple of 8"), std::string::npos) << why;
+    ASSERT_TRUE(plan_fa3_tuned(spec, paged, &plan, &why)) << page_size << ": " << why;
+    const std::string name = kernel_name(spec, plan);
+    EXPECT_EQ(plan.constant("kPagedGather"), 1) << name;
+    EXPECT_EQ(plan.constant("kPagedBoxRows"), 0) << name;
+    EXPECT_EQ(plan.block_n, boxed.block_n) << name;
+    EXPECT_EQ(plan.threads, boxed.threads) << name;
+    EXPECT_NE(name.find(".gather."), std::string::npos) << name;
+    // Not the default before a GPU run: fa2, with the reason.
     const PlanChoice choice = choose_plan(spec);
     ASSERT_TRUE(choice.ok) << choice.error;
     EXPECT_EQ(choice.plan.variant, Variant::fa2) << page_size;
   }
+  // paged_gather=1 gathers pages boxes could tile too (an A/B); 0 takes boxes only.
+  Fa3Tuning gather = paged;
+  ASSERT_TRUE(parse_fa3_tuning("paged=1,paged_gather=1", &gather, &why)) << why;
+  spec = prefill(128, false);
+  spec.page_size = 64;
+  ASSERT_TRUE(plan_fa3_tuned(spec, gather, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kPagedGather"), 1);
+  EXPECT_EQ(plan.constant("kPagedBoxRows"), 0);
+  Fa3Tuning boxes_only = paged;
+  boxes_only.paged_gather = 0;
+  ASSERT_TRUE(plan_fa3_tuned(spec, boxes_only, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kPagedGather"), 0);
+  spec.page_size = 12;
+  EXPECT_FALSE(plan_fa3_tuned(spec, boxes_only, &plan, &why));
+  EXPECT_NE(why.find("multiple of 8"), std::string::npos) << why;
+  Fa3Tuning overlap = paged;
+  overlap.cross_tile_overlap = 1;
+  overlap.separate_o = 1;
+  EXPECT_FALSE(plan_fa3_tuned(spec, overlap, &plan, &why));
+  EXPECT_NE(why.find("paged"), std::string::npos) << why;
   spec = prefill(128, false);
   spec.page_size = 16;
   EXPECT_FALSE(plan_fa3_tuned(spec, paged, &plan, &why, FLASHJIT_BACKEND_MLIR));
@@ -484,6 +517,36 @@ TEST(Planner, Fa3PagedPlansKeepTheProducersInvariants) {
         ++plans;
       }
   EXPECT_EQ(plans, 32 * 2 * 64);
+}
+
+// Every page size the boxes cannot tile (1..511, not a multiple of 8) is gathered, with what the
+// gathering producer asserts: single CTAs, no tail split, two or more ring stages (a slot's release
+// never waits for the block issued last), and a whole producer warpgroup.
+TEST(Planner, Fa3GatheredPagesKeepTheProducersInvariants) {
+  Fa3Tuning paged;
+  paged.paged = 1;
+  constexpr int kSwizzleAtomRows = 8, kMaxPageSize = 512, kWarpgroupThreads = 128;
+  int plans = 0;
+  for (int d = 8; d <= 256; d += 8)
+    for (bool causal : {false, true})
+      for (int page_size = 1; page_size < kMaxPageSize; page_size += 1 + (page_size > 32 ? 10 : 0)) {
+        if (page_size % kSwizzleAtomRows == 0)
+          continue;
+        KernelSpec spec = prefill(d, causal);
+        spec.page_size = page_size;
+        Plan plan;
+        std::string why;
+        ASSERT_TRUE(plan_fa3_tuned(spec, paged, &plan, &why)) << "d" << d << " page " << page_size << ": " << why;
+        const std::string name = kernel_name(spec, plan);
+        EXPECT_EQ(plan.constant("kPagedGather"), 1) << name;
+        EXPECT_EQ(plan.constant("kPagedBoxRows"), 0) << name;
+        EXPECT_GE(plan.stages, 2) << name;
+        EXPECT_EQ(plan.cluster_m, 1) << name;
+        EXPECT_EQ(plan.constant("kTailSplit"), 0) << name;
+        EXPECT_EQ(plan.threads, kWarpgroupThreads * (1 + plan.consumer_warpgroups)) << name;
+        ++plans;
+      }
+  EXPECT_GT(plans, 32 * 2 * 40);
 }
 
 TEST(Fa3Tuning, ParsesTheOverrideAndNamesWhatItCannotParse) {

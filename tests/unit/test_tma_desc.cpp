@@ -253,6 +253,33 @@ TEST(Fa3TmaDesc, EncodesFourMapsThroughTheDriverPointer) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(&params.tma_q) % 64, 0u);
 }
 
+// A paged gather (pages of one key) reads K/V by cp.async: Q's and O's maps only; K's and V's
+// stay as they were (the kernel does not touch them).
+TEST(Fa3TmaDesc, GatheredPagesEncodeOnlyQAndO) {
+  KernelSpec spec = fa3_spec(128, 128, true);
+  spec.page_size = 1;
+  Fa3Tuning paged;
+  paged.paged = 1;
+  Plan plan;
+  std::string why;
+  ASSERT_TRUE(plan_fa3_tuned(spec, paged, &plan, &why)) << why;
+  ASSERT_EQ(plan.constant("kPagedGather"), 1);
+  fj_fa3_params params;
+  std::memset(&params, 0, sizeof params);
+  params.base = batch_params(2, 300, 700, 8, 2, 128, 128);
+  std::memset(&params.tma_k, 0xab, sizeof params.tma_k);
+  const fj_tensor_map untouched = params.tma_k;
+  Fa3TensorMaps maps;
+  ASSERT_TRUE(fa3_tensor_map_args(spec, plan, params.base, 0, 5, &maps, &why)) << why;
+  EXPECT_FALSE(maps.has_kv);
+  g_encoded.clear();
+  ASSERT_TRUE(fa3_encode_tensor_maps(spec, plan, 0, 5, fake_encode, &params, &why)) << why;
+  ASSERT_EQ(g_encoded.size(), 2u);
+  EXPECT_EQ(g_encoded[0].global_address, params.base.q.ptr);
+  EXPECT_EQ(g_encoded[1].global_address, params.base.o.ptr);
+  EXPECT_EQ(std::memcmp(&params.tma_k, &untouched, sizeof untouched), 0);
+}
+
 // A decode spec on sm_90a: GQA 4, one query token.
 KernelSpec decode_tma_spec(int dqk, int dv, int page_size) {
   KernelSpec spec = testing::decode_spec(Arch{90, true}, dqk, FLASHJIT_BF16, 4, 1, page_size);

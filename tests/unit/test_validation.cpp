@@ -390,6 +390,15 @@ TEST(ValidationCApi, ExplainSaysHowPagedPrefillReadsThePages) {
   EXPECT_EQ(e.variant, "fa3") << e.kernel;
   EXPECT_NE(e.kernel.find(".page64."), std::string::npos) << e.kernel;
   EXPECT_NE(e.plan.find("through the block table in TMA boxes of 16 keys"), std::string::npos) << e.plan;
+  p.page_size = 1;
+  p.max_pages_per_seq = 64;
+  p.seqlen_k = 60;
+  ASSERT_TRUE(paged_runtime->explain(p, &e).ok());
+  EXPECT_EQ(e.variant, "fa3") << e.kernel;
+  EXPECT_NE(e.kernel.find(".page1."), std::string::npos) << e.kernel;
+  EXPECT_NE(e.kernel.find(".gather."), std::string::npos) << e.kernel;
+  EXPECT_NE(e.plan.find("gathered through the block table by the producer warpgroup's cp.async"), std::string::npos)
+      << e.plan;
 }
 
 // explain names the short-sequence tiles: the short key block of an unmasked d128 problem whose keys

@@ -14,10 +14,21 @@
 // V lands on the warp's own barrier (v_landed); once the next block's K is issued, the warp waits
 // for it, zeroes those rows, and only then completes the full barrier the consumers wait on. K's
 // rows past the end are masked to -inf by the select.
+//
+// Paged KV gathered (kPagedGather: pages that boxes of whole swizzle atoms cannot tile, e.g. a
+// key per page): the whole warpgroup produces. Each thread copies one 16-byte chunk of a row per
+// pass with cp.async, its page looked up per row; rows past the sequence's end and columns past
+// the head dim land as zeros (source size 0), so no V row needs zeroing afterwards. cp.async
+// writes through the generic proxy and cannot arrive on the barrier after a proxy fence by itself:
+// a block is published once the next is issued (its copies waited for, fenced, then each thread
+// arrives on the full barrier), so two blocks are in flight. That never holds back what a blocked
+// wait needs: the consumers' progress to free a slot needs only blocks issued before the latest
+// (two ring stages, the next QK issued before a block's PV).
 #pragma once
 
 #include "kernels/fa3/scheduler.cuh"
 #include "kernels/fa3/smem.cuh"
+#include "prim/cp_async.cuh"
 #include "prim/fence.cuh"
 #include "prim/ld_global.cuh"
 #include "prim/mbarrier.cuh"
@@ -36,16 +47,83 @@ template <class C> struct Producer {
 
   static constexpr u16 kPairMask = static_cast<u16>((1u << C::kClusterM) - 1); // multicast to every CTA of the pair
   static constexpr bool kPaged = C::kPageSize > 0;
-  static_assert(!kPaged || (C::kClusterM == 1 && C::kBlockN % C::kPagedBoxRows == 0 &&
-                            C::kPageSize % C::kPagedBoxRows == 0 && C::kBlockN / C::kPagedBoxRows <= kWarpSize),
-                "paged KV: single CTAs, blocks and pages of whole boxes, one lane per box");
-  static_assert(!kPaged || C::kPagedBoxRows * C::kSwizzleBytes % C::kSmemAlign == 0,
-                "paged KV: boxes start on a swizzle atom");
-  static_assert(!kPaged || !C::kTailSplit, "paged KV: only a tile's first block can end inside it");
-  static constexpr int kZeroChunkBytes = 16; // one st.shared.v4
+  static constexpr bool kGather = kPaged && C::kPagedGather;
+  static constexpr bool kPagedBoxes = kPaged && !kGather;
+  // One thread issues every TMA; paged boxes take a lane each, a gather the whole warpgroup.
+  static constexpr unsigned kThreads = kGather ? kWarpgroupThreads : kPaged ? kWarpSize : 1;
+  static_assert(!kPaged || (C::kClusterM == 1 && !C::kTailSplit),
+                "paged KV: single CTAs; only a tile's first block can end inside it");
+  static_assert(!kPagedBoxes || (C::kBlockN % C::kPagedBoxRows == 0 && C::kPageSize % C::kPagedBoxRows == 0 &&
+                                 C::kBlockN / C::kPagedBoxRows <= kWarpSize),
+                "paged KV boxes: blocks and pages of whole boxes, one lane per box");
+  static_assert(!kPagedBoxes || C::kPagedBoxRows * C::kSwizzleBytes % C::kSmemAlign == 0,
+                "paged KV boxes: boxes start on a swizzle atom");
+  static_assert(!kGather || C::kStages >= 2, "gather: a slot's release never waits for the latest block");
+  static constexpr int kGatherChunksPerRow = C::kSwizzleBytes / kCpAsyncBytes;
+  static constexpr int kGatherRowsPerPass = kThreads / kGatherChunksPerRow;
+  static constexpr int kElemsPerChunk = kCpAsyncBytes / static_cast<int>(sizeof(u16));
+  static constexpr int kL1LineBytes = 128;
+  static constexpr int kPagesPerLine = kL1LineBytes / static_cast<int>(sizeof(i32)); // block-table entries
+  static constexpr int kZeroChunkBytes = 16;                                         // one st.shared.v4
   static constexpr int kZeroChunksPerRow = C::kSwizzleBytes / kZeroChunkBytes;
 
   u32 landed_parity = 0; // paged KV: phase of the v_landed barrier the producer waits for next
+  u32 gathered_full = 0; // gather: full barrier of the latest block issued, not yet published (0: none; a
+                         // barrier's address is never 0, the ring's tiles lie below it)
+
+  // Gather: publishes the block issued before the latest (only the latest group may still be in
+  // flight), then makes `full_bar` the one to publish next.
+  __device__ __forceinline__ void publish_gathered(u32 full_bar) {
+    if (gathered_full != 0) {
+      cp_async_wait_group<1>();
+      fence_proxy_async_shared(); // the copies, before the consumers' wgmma reads them
+      mbarrier_arrive(gathered_full);
+    }
+    gathered_full = full_bar;
+  }
+
+  // Gather: publishes the latest block (the producer's last).
+  __device__ __forceinline__ void publish_last_gathered() {
+    if (gathered_full == 0)
+      return;
+    cp_async_wait_group<0>();
+    fence_proxy_async_shared();
+    mbarrier_arrive(gathered_full);
+    gathered_full = 0;
+  }
+
+  // Gather: block n of tile t through the block table by cp.async (see the file comment).
+  __device__ __forceinline__ void gather_kv(const fj_tensor_ref &ref, i64 page_stride, int dim, u32 full_bar,
+                                            u32 empty_bar, u32 phase, u32 dst, int panels, const Tile &t, int n) {
+    const fj_paged_kv &paged = params.base.paged;
+    const int thread = static_cast<int>(threadIdx.x);
+    const int chunk = thread % kGatherChunksPerRow;
+    const i32 *pages = paged.block_table + static_cast<i64>(t.batch) * paged.max_pages_per_seq;
+    const u16 *head = static_cast<const u16 *>(ref.ptr) + t.kv_head * ref.head_stride + chunk * kElemsPerChunk;
+    // The block's page numbers into L1 while the slot is still being read: the loop below then
+    // looks each up at L1 latency, one row a pass (unrolled, the addresses would not fit the
+    // producer's registers).
+    const int first_page = n * C::kBlockN / C::kPageSize;
+    const int last_page = (min((n + 1) * C::kBlockN, t.seqlen_k) - 1) / C::kPageSize;
+    if (first_page + thread * kPagesPerLine <= last_page + kPagesPerLine - 1)
+      prefetch_global_l1(pages + min(first_page + thread * kPagesPerLine, last_page));
+    mbarrier_wait_parity(empty_bar, phase ^ 1);
+#pragma unroll 1
+    for (int row = thread / kGatherChunksPerRow; row < C::kBlockN; row += kGatherRowsPerPass) {
+      const int key = n * C::kBlockN + row;
+      const bool in_sequence = key < t.seqlen_k;
+      // Past the end: page 0, whose rows are a valid address for the copies that read nothing.
+      const i32 page = in_sequence ? ld_global_nc_s32(pages + key / C::kPageSize) : 0;
+      const u16 *src = head + page * page_stride + (key % C::kPageSize) * ref.row_stride;
+      const u32 dst_chunk = dst + swizzled_offset<C>(row, chunk);
+      for (int panel = 0; panel < panels; ++panel) {
+        const bool copy = in_sequence && panel * C::kPanelCols + chunk * kElemsPerChunk < dim;
+        cp_async_cg_16(dst_chunk + panel * C::kSmemPanelBytesKV, src + panel * C::kPanelCols, copy ? kCpAsyncBytes : 0);
+      }
+    }
+    cp_async_commit_group();
+    publish_gathered(full_bar);
+  }
 
   __device__ __forceinline__ void load_kv(const fj_tensor_map &map, u32 full_bar, u32 empty_bar, u32 phase,
                                           u32 tx_bytes, u32 dst, int panels, int col_step, const Tile &t, int n) {
@@ -116,7 +194,10 @@ template <class C> struct Producer {
 
   __device__ __forceinline__ void load_k(const Tile &t, int n, int block_index) {
     const RingSlot<C> slot = RingSlot<C>::at(block_index);
-    if constexpr (kPaged)
+    if constexpr (kGather)
+      gather_kv(params.base.k, params.base.paged.page_stride_k, C::kHeadDimQK, smem.k_full(slot.stage),
+                smem.k_empty(slot.stage), slot.phase, smem.k_panel(slot.stage, 0), C::kPanelsQK, t, n);
+    else if constexpr (kPaged)
       load_kv_paged(params.tma_k, smem.k_full(slot.stage), smem.k_empty(slot.stage), slot.phase,
                     smem.k_panel(slot.stage, 0), C::kPanelsQK, t, n, false);
     else
@@ -126,7 +207,10 @@ template <class C> struct Producer {
 
   __device__ __forceinline__ void load_v(const Tile &t, int n, int block_index) {
     const RingSlot<C> slot = RingSlot<C>::at(block_index);
-    if constexpr (kPaged)
+    if constexpr (kGather)
+      gather_kv(params.base.v, params.base.paged.page_stride_v, C::kHeadDimV, smem.v_full(slot.stage),
+                smem.v_empty(slot.stage), slot.phase, smem.v_stage(slot.stage), C::kPanelsV, t, n);
+    else if constexpr (kPaged)
       load_kv_paged(params.tma_v, smem.v_full(slot.stage), smem.v_empty(slot.stage), slot.phase,
                     smem.v_stage(slot.stage), C::kPanelsV, t, n, true);
     else
@@ -137,7 +221,7 @@ template <class C> struct Producer {
   __device__ __forceinline__ void load_q(const Tile &t, u32 tile_parity) {
     constexpr int kBoxesPerPanel = C::kBlockM / C::kTmaBoxRows;
     mbarrier_wait_parity(smem.q_empty(), tile_parity ^ 1);
-    if (kPaged && lane_id() != 0)
+    if (kThreads > 1 && threadIdx.x != 0)
       return; // one thread loads Q
     mbarrier_arrive_expect_tx(smem.q_full(), C::kTxBytesQ);
     const int row = t.q_row0 + t.m_block * C::kBlockM;
@@ -160,11 +244,11 @@ template <class C> struct Producer {
     ++block_index;
     for (--n; n >= t.n_min; --n, ++block_index) {
       load_k(t, n, block_index);
-      if (kPaged && n == t.n_max - 2)
+      if (kPagedBoxes && n == t.n_max - 2)
         finish_first_v(t, first_block_index);
       load_v(t, n, block_index);
     }
-    if (kPaged && t.n_min == t.n_max - 1)
+    if (kPagedBoxes && t.n_min == t.n_max - 1)
       finish_first_v(t, first_block_index); // a one-block tile: no K to issue first
     tile_parity ^= 1;
   }
@@ -185,6 +269,8 @@ template <class C> struct Producer {
         if (index < params.num_tiles)
           load_tile(decode_tile<C>(params, index), block_index, tile_parity);
     }
+    if constexpr (kGather)
+      publish_last_gathered();
   }
 };
 

@@ -49,6 +49,14 @@ template <class C> struct Smem {
   }
 };
 
+// Byte offset of 16-byte chunk `chunk` of row `row` in a panel of the 128B-swizzled layout TMA
+// writes and wgmma reads: the chunk index is XORed with the row's place in its 8-row atom.
+template <class C> __device__ __forceinline__ u32 swizzled_offset(int row, int chunk) {
+  constexpr int kChunkBytes = 16;
+  constexpr int kRowMask = C::kSwizzleBytes / kChunkBytes - 1;
+  return row * C::kSwizzleBytes + ((chunk ^ (row & kRowMask)) * kChunkBytes);
+}
+
 // Position of the ring slot used by the i-th KV block a CTA processes (same sequence on both
 // sides): the stage, and the parity of the phase in which that slot is filled.
 template <class C> struct RingSlot {
