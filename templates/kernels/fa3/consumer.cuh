@@ -76,7 +76,6 @@ template <class C> struct Consumer {
   __device__ __forceinline__ void load_q_fragments() const {
     if constexpr (C::kQInRegisters) {
       constexpr int kRowsPerLaneGroup = 8;                                // lanes that address one 8x8 matrix
-      constexpr int kSwizzleRowMask = C::kSwizzleBytes / kChunkBytes - 1; // chunk index ^= row % 8
       const int lane = tid % kWarpSize;
       const int matrix = lane / kRowsPerLaneGroup;
       const int row =
@@ -84,9 +83,8 @@ template <class C> struct Consumer {
 #pragma unroll
       for (int k = 0; k < C::kKStepsQK; ++k) {
         const int chunk = (k % kKStepsPerPanel) * (kKStepBytes / kChunkBytes) + matrix / 2;
-        const u32 offset = row * C::kSwizzleBytes + (chunk ^ (row & kSwizzleRowMask)) * kChunkBytes;
         u32 out[kFragsPerKStep];
-        ldmatrix_x4(out, smem.q_panel(k / kKStepsPerPanel) + offset);
+        ldmatrix_x4(out, swizzled_address<C>(smem.q_panel(k / kKStepsPerPanel), row, chunk));
 #pragma unroll
         for (int i = 0; i < kFragsPerKStep; ++i)
           q_frag[k * kFragsPerKStep + i] = out[i];

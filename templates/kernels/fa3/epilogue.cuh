@@ -23,7 +23,6 @@ constexpr int kWgmmaM = 64; // rows per consumer warpgroup
 constexpr int kRowsPerWarp = 16;
 constexpr int kChunkBytes = 16; // one swizzle chunk = 8 16-bit values
 constexpr int kChunkElems = 8;
-constexpr int kSwizzleRows = 8; // the 128B swizzle XORs the chunk index with row % 8
 constexpr int kQuadLanes = 4;
 
 // stmatrix.sync.aligned.m8n8.x4.shared.b16 [addr], {r0, r1, r2, r3}: four 8x8 matrices; lanes
@@ -51,7 +50,7 @@ __device__ __forceinline__ void ld_shared_v4_b32(u32 (&out)[4], u32 addr) {
 template <class C> __device__ __forceinline__ u32 swizzled_chunk(const Smem<C> &smem, int row, int col) {
   const int panel = col / C::kPanelCols;
   const int chunk = (col % C::kPanelCols) / kChunkElems;
-  return smem.o_panel(panel) + row * C::kSwizzleBytes + ((chunk ^ (row % kSwizzleRows)) * kChunkBytes);
+  return swizzled_address<C>(smem.o_panel(panel), row, chunk);
 }
 
 template <class C> struct Epilogue {

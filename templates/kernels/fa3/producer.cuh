@@ -115,7 +115,7 @@ template <class C> struct Producer {
       // Past the end: page 0, whose rows are a valid address for the copies that read nothing.
       const i32 page = in_sequence ? ld_global_nc_s32(pages + key / C::kPageSize) : 0;
       const u16 *src = head + page * page_stride + (key % C::kPageSize) * ref.row_stride;
-      const u32 dst_chunk = dst + swizzled_offset<C>(row, chunk);
+      const u32 dst_chunk = swizzled_address<C>(dst, row, chunk);
       for (int panel = 0; panel < panels; ++panel) {
         const bool copy = in_sequence && panel * C::kPanelCols + chunk * kElemsPerChunk < dim;
         cp_async_cg_16(dst_chunk + panel * C::kSmemPanelBytesKV, src + panel * C::kPanelCols, copy ? kCpAsyncBytes : 0);

@@ -49,12 +49,13 @@ template <class C> struct Smem {
   }
 };
 
-// Byte offset of 16-byte chunk `chunk` of row `row` in a panel of the 128B-swizzled layout TMA
-// writes and wgmma reads: the chunk index is XORed with the row's place in its 8-row atom.
-template <class C> __device__ __forceinline__ u32 swizzled_offset(int row, int chunk) {
+// Address of 16-byte chunk `chunk` of row `row` in the panel at `panel`, laid out as TMA's 128-byte
+// swizzle writes it and wgmma reads it: the chunk index is XORed with the row's place in its 8-row
+// atom (the panel starts on an atom).
+template <class C> __device__ __forceinline__ u32 swizzled_address(u32 panel, int row, int chunk) {
   constexpr int kChunkBytes = 16;
-  constexpr int kRowMask = C::kSwizzleBytes / kChunkBytes - 1;
-  return row * C::kSwizzleBytes + ((chunk ^ (row & kRowMask)) * kChunkBytes);
+  constexpr int kAtomRows = C::kSwizzleBytes / kChunkBytes; // rows of one swizzle atom
+  return panel + row * C::kSwizzleBytes + ((chunk ^ (row % kAtomRows)) * kChunkBytes);
 }
 
 // Position of the ring slot used by the i-th KV block a CTA processes (same sequence on both
