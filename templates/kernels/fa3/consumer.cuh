@@ -75,7 +75,7 @@ template <class C> struct Consumer {
   // matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) of the warp's 16 rows, row-half first.
   __device__ __forceinline__ void load_q_fragments() const {
     if constexpr (C::kQInRegisters) {
-      constexpr int kRowsPerLaneGroup = 8;                                // lanes that address one 8x8 matrix
+      constexpr int kRowsPerLaneGroup = 8; // lanes that address one 8x8 matrix
       const int lane = tid % kWarpSize;
       const int matrix = lane / kRowsPerLaneGroup;
       const int row =
