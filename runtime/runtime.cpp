@@ -307,9 +307,8 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
                    "reference's, where eager rescaling stays below it)");
   if (choice.plan.variant == Variant::fa3 && choice.spec.page_size != 0) {
     if (choice.plan.constant("kPagedGather", 0) != 0)
-      plan << ", K/V gathered through the block table by the producer warpgroup's cp.async, 16 bytes a copy (pages "
-              "of "
-           << choice.spec.page_size << " keys: no TMA box tiles them; rows past a sequence's end land as zeros)";
+      plan << ", K/V gathered through the block table by the producer warpgroup's cp.async, 16 bytes a copy ("
+           << choice.spec.page_size << "-key pages: no TMA box tiles them; rows past a sequence's end land as zeros)";
     else
       plan << ", K/V through the block table in TMA boxes of " << choice.plan.constant("kPagedBoxRows", 0)
            << " keys (V rows past a sequence's end zeroed before PV)";

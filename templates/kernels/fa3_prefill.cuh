@@ -40,7 +40,7 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     mbarrier_init(smem.q_empty(), C::kConsumerWarpgroups);
     for (int stage = 0; stage < C::kStages; ++stage) {
       // Completed by the producer's expect_tx (TMA), or by each gathering thread's arrival.
-      constexpr unsigned kFullArrivals = C::kPagedGather ? Producer<C>::kThreads : 1;
+      constexpr unsigned kFullArrivals = Producer<C>::kGather ? Producer<C>::kThreads : 1;
       mbarrier_init(smem.k_full(stage), kFullArrivals);
       mbarrier_init(smem.k_empty(stage), C::kConsumerWarpgroups * C::kClusterM);
       mbarrier_init(smem.v_full(stage), kFullArrivals);
