@@ -356,6 +356,19 @@ TEST(Fa3CompileFeatures, VarlenWindowSoftcapGqaCompile) {
   EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name;
 }
 
+// A paged kernel's consumers are those of the unpaged kernel with varying lengths (varlen): the
+// same number of HGMMAs.
+void expect_the_unpaged_varlen_consumers(const CompiledKernel &kernel, const KernelSpec &spec,
+                                         const std::string &sass) {
+  KernelSpec unpaged = spec;
+  unpaged.page_size = 0;
+  unpaged.varlen = true;
+  const CompiledKernel reference = compile_tuned(unpaged, Fa3Tuning{});
+  std::string reference_error;
+  EXPECT_EQ(count_of(sass, "HGMMA"), count_of(testing::dump_sass(reference.cubin, &reference_error), "HGMMA"))
+      << kernel.name << " against " << reference.name;
+}
+
 // Paged KV (kPageSize > 0, tuning paged=1): the producer warp reads the block table and loads each
 // K/V block as page boxes by TMA, and zeroes V's rows past a sequence's end (st.shared, then the
 // proxy fence) before it completes the consumers' barrier; single CTAs (no multicast). The consumers
@@ -394,13 +407,7 @@ TEST(Fa3CompileFeatures, PagedKvLoadsPageBoxesAndZeroesTheVTail) {
     EXPECT_EQ(sass.find("LDL"), std::string::npos) << kernel.name << " reads local memory";
     EXPECT_FALSE(wgmmas_serialized(sass)) << kernel.name << ": a wait after every HGMMA";
     EXPECT_EQ(r2ur_inside_gemm_groups(sass), 0) << kernel.name;
-    KernelSpec unpaged = spec;
-    unpaged.page_size = 0;
-    unpaged.varlen = true;
-    const CompiledKernel reference = compile_tuned(unpaged, Fa3Tuning{});
-    std::string reference_error;
-    EXPECT_EQ(count_of(sass, "HGMMA"), count_of(testing::dump_sass(reference.cubin, &reference_error), "HGMMA"))
-        << kernel.name << " against " << reference.name;
+    expect_the_unpaged_varlen_consumers(kernel, spec, sass);
   }
 }
 
@@ -450,13 +457,7 @@ TEST(Fa3CompileFeatures, GatheredPagesCopyRowsByCpAsync) {
     EXPECT_NE(sass.find("UTMALDG"), std::string::npos) << kernel.name;
     EXPECT_EQ(sass.find("LDL"), std::string::npos) << kernel.name << " reads local memory";
     EXPECT_FALSE(wgmmas_serialized(sass)) << kernel.name << ": a wait after every HGMMA";
-    KernelSpec unpaged = spec;
-    unpaged.page_size = 0;
-    unpaged.varlen = true;
-    const CompiledKernel reference = compile_tuned(unpaged, Fa3Tuning{});
-    std::string reference_error;
-    EXPECT_EQ(count_of(sass, "HGMMA"), count_of(testing::dump_sass(reference.cubin, &reference_error), "HGMMA"))
-        << kernel.name << " against " << reference.name;
+    expect_the_unpaged_varlen_consumers(kernel, spec, sass);
   }
 }
 
