@@ -356,6 +356,29 @@ TEST(Fa3CompileFeatures, VarlenWindowSoftcapGqaCompile) {
   EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name;
 }
 
+struct PagedCase {
+  int dqk, dv;
+  flashjit_dtype dtype;
+  bool causal, varlen, local;
+  int page_size;
+};
+
+// The kernel of a paged case under `tuning` (its spec in *spec), checked as every paged kernel must
+// be: named by its page size, no spills, no ptxas warning.
+CompiledKernel compile_paged(const PagedCase &c, const Fa3Tuning &tuning, KernelSpec *spec) {
+  *spec = testing::prefill_spec(Arch{90, true}, c.dqk, c.dv, c.dtype, c.causal);
+  spec->varlen = c.varlen;
+  spec->local = c.local;
+  spec->page_size = c.page_size;
+  CompiledKernel kernel = compile_tuned(*spec, tuning);
+  EXPECT_FALSE(kernel.cubin.empty());
+  EXPECT_NE(kernel.name.find(".page" + std::to_string(c.page_size) + "."), std::string::npos) << kernel.name;
+  EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name << "\n" << kernel.log;
+  for (const std::string &warning : kernel.resources.warnings)
+    ADD_FAILURE() << kernel.name << ": ptxas warning: " << warning;
+  return kernel;
+}
+
 // A paged kernel's consumers are those of the unpaged kernel with varying lengths (varlen): the
 // same number of HGMMAs.
 void expect_the_unpaged_varlen_consumers(const CompiledKernel &kernel, const KernelSpec &spec,
@@ -376,26 +399,13 @@ void expect_the_unpaged_varlen_consumers(const CompiledKernel &kernel, const Ker
 TEST(Fa3CompileFeatures, PagedKvLoadsPageBoxesAndZeroesTheVTail) {
   Fa3Tuning paged;
   paged.paged = 1;
-  struct Case {
-    int dqk, dv;
-    flashjit_dtype dtype;
-    bool causal, varlen, local;
-    int page_size;
-  };
-  for (const Case &c :
-       {Case{128, 128, FLASHJIT_BF16, false, false, false, 16}, Case{80, 80, FLASHJIT_FP16, true, true, false, 64},
-        Case{256, 256, FLASHJIT_BF16, false, false, true, 24}, Case{192, 128, FLASHJIT_BF16, true, false, false, 32},
-        Case{64, 64, FLASHJIT_FP16, false, true, false, 512}}) {
-    KernelSpec spec = testing::prefill_spec(Arch{90, true}, c.dqk, c.dv, c.dtype, c.causal);
-    spec.varlen = c.varlen;
-    spec.local = c.local;
-    spec.page_size = c.page_size;
-    const CompiledKernel kernel = compile_tuned(spec, paged);
-    ASSERT_FALSE(kernel.cubin.empty());
-    EXPECT_NE(kernel.name.find(".page" + std::to_string(c.page_size) + "."), std::string::npos) << kernel.name;
-    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name << "\n" << kernel.log;
-    for (const std::string &warning : kernel.resources.warnings)
-      ADD_FAILURE() << kernel.name << ": ptxas warning: " << warning;
+  for (const PagedCase &c : {PagedCase{128, 128, FLASHJIT_BF16, false, false, false, 16},
+                             PagedCase{80, 80, FLASHJIT_FP16, true, true, false, 64},
+                             PagedCase{256, 256, FLASHJIT_BF16, false, false, true, 24},
+                             PagedCase{192, 128, FLASHJIT_BF16, true, false, false, 32},
+                             PagedCase{64, 64, FLASHJIT_FP16, false, true, false, 512}}) {
+    KernelSpec spec;
+    const CompiledKernel kernel = compile_paged(c, paged, &spec);
     for (const char *instruction : {"cp.async.bulk.tensor", "ld.global.nc", "st.shared.v4.b32",
                                     "fence.proxy.async.shared::cta", "wgmma.mma_async", "setmaxnreg"})
       EXPECT_NE(kernel.ptx.find(instruction), std::string::npos) << kernel.name << " lacks " << instruction;
@@ -417,32 +427,18 @@ TEST(Fa3CompileFeatures, PagedKvLoadsPageBoxesAndZeroesTheVTail) {
 // still comes by TMA and O leaves by TMA; no K/V TMA, no V zeroing by st.shared. The consumers are
 // those of the unpaged varlen kernel (the same HGMMA count); the producer fits its registers.
 TEST(Fa3CompileFeatures, GatheredPagesCopyRowsByCpAsync) {
-  struct Case {
-    int dqk, dv;
-    flashjit_dtype dtype;
-    bool causal, varlen, local;
-    int page_size;
-    bool force;
-  };
-  for (const Case &c : {Case{128, 128, FLASHJIT_BF16, false, false, false, 1, false},
-                        Case{72, 72, FLASHJIT_FP16, true, true, false, 3, false},
-                        Case{256, 256, FLASHJIT_BF16, false, false, true, 12, false},
-                        Case{192, 128, FLASHJIT_BF16, true, false, false, 1, false},
-                        Case{64, 64, FLASHJIT_FP16, false, true, false, 16, true}}) {
+  const std::pair<PagedCase, bool> cases[] = {{{128, 128, FLASHJIT_BF16, false, false, false, 1}, false},
+                                              {{72, 72, FLASHJIT_FP16, true, true, false, 3}, false},
+                                              {{256, 256, FLASHJIT_BF16, false, false, true, 12}, false},
+                                              {{192, 128, FLASHJIT_BF16, true, false, false, 1}, false},
+                                              {{64, 64, FLASHJIT_FP16, false, true, false, 16}, true}};
+  for (const auto &[c, force] : cases) {
     Fa3Tuning paged;
     paged.paged = 1;
-    paged.paged_gather = c.force ? 1 : -1;
-    KernelSpec spec = testing::prefill_spec(Arch{90, true}, c.dqk, c.dv, c.dtype, c.causal);
-    spec.varlen = c.varlen;
-    spec.local = c.local;
-    spec.page_size = c.page_size;
-    const CompiledKernel kernel = compile_tuned(spec, paged);
-    ASSERT_FALSE(kernel.cubin.empty());
-    EXPECT_NE(kernel.name.find(".page" + std::to_string(c.page_size) + "."), std::string::npos) << kernel.name;
+    paged.paged_gather = force ? 1 : -1;
+    KernelSpec spec;
+    const CompiledKernel kernel = compile_paged(c, paged, &spec);
     EXPECT_NE(kernel.name.find(".gather."), std::string::npos) << kernel.name;
-    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name << "\n" << kernel.log;
-    for (const std::string &warning : kernel.resources.warnings)
-      ADD_FAILURE() << kernel.name << ": ptxas warning: " << warning;
     for (const char *instruction :
          {"cp.async.cg.shared.global", "cp.async.wait_group 1", "cp.async.wait_group 0", "prefetch.global.L1",
           "ld.global.nc", "fence.proxy.async.shared::cta", "cp.async.bulk.tensor", "wgmma.mma_async", "setmaxnreg"})
