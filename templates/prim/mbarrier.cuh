@@ -34,6 +34,17 @@ __device__ __forceinline__ bool mbarrier_try_wait_parity(u32 bar, u32 parity) {
   return done != 0;
 }
 
+// mbarrier.test_wait.parity.shared::cta.b64 p, [bar], parity: as try_wait, but answers at once
+// (never suspends), for a thread that has other work before it would block.
+__device__ __forceinline__ bool mbarrier_test_wait_parity(u32 bar, u32 parity) {
+  u32 done;
+  asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(done)
+               : "r"(bar), "r"(parity)
+               : "memory");
+  return done != 0;
+}
+
 // Spins on try_wait (which itself suspends for a hardware-chosen time) until the phase completes.
 __device__ __forceinline__ void mbarrier_wait_parity(u32 bar, u32 parity) {
   while (!mbarrier_try_wait_parity(bar, parity)) {

@@ -423,7 +423,8 @@ TEST(Fa3CompileFeatures, PagedKvLoadsPageBoxesAndZeroesTheVTail) {
 
 // Paged KV gathered (pages boxes cannot tile, or paged_gather=1): the producer warpgroup copies
 // the rows by cp.async (zero-filled past a sequence's end), prefetches the block's page numbers,
-// and publishes a block after the next is issued (wait_group 1, the proxy fence, an arrival). Q
+// and publishes a block after the next is issued (wait_group 1, the proxy fence, an arrival), or
+// before a wait that would block (test_wait, then wait_group 0). Q
 // still comes by TMA and O leaves by TMA; no K/V TMA, no V zeroing by st.shared. The consumers are
 // those of the unpaged varlen kernel (the same HGMMA count); the producer fits its registers.
 TEST(Fa3CompileFeatures, GatheredPagesCopyRowsByCpAsync) {
@@ -440,8 +441,9 @@ TEST(Fa3CompileFeatures, GatheredPagesCopyRowsByCpAsync) {
     const CompiledKernel kernel = compile_paged(c, paged, &spec);
     EXPECT_NE(kernel.name.find(".gather."), std::string::npos) << kernel.name;
     for (const char *instruction :
-         {"cp.async.cg.shared.global", "cp.async.wait_group 1", "cp.async.wait_group 0", "prefetch.global.L1",
-          "ld.global.nc", "fence.proxy.async.shared::cta", "cp.async.bulk.tensor", "wgmma.mma_async", "setmaxnreg"})
+         {"cp.async.cg.shared.global", "cp.async.wait_group 1", "cp.async.wait_group 0", "mbarrier.test_wait",
+          "prefetch.global.L1", "ld.global.nc", "fence.proxy.async.shared::cta", "cp.async.bulk.tensor",
+          "wgmma.mma_async", "setmaxnreg"})
       EXPECT_NE(kernel.ptx.find(instruction), std::string::npos) << kernel.name << " lacks " << instruction;
     EXPECT_EQ(kernel.ptx.find("st.shared.v4.b32"), std::string::npos) << kernel.name << ": zeroing V by st.shared";
     EXPECT_EQ(kernel.ptx.find("multicast::cluster"), std::string::npos) << kernel.name;

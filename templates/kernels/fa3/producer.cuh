@@ -21,9 +21,10 @@
 // the head dim land as zeros (source size 0), so no V row needs zeroing afterwards. cp.async
 // writes through the generic proxy and cannot arrive on the barrier after a proxy fence by itself:
 // a block is published once the next is issued (its copies waited for, fenced, then each thread
-// arrives on the full barrier), so two blocks are in flight. That never holds back what a blocked
-// wait needs: the consumers' progress to free a slot needs only blocks issued before the latest
-// (two ring stages, the next QK issued before a block's PV).
+// arrives on the full barrier), so two blocks are in flight while slots are free. Before a wait
+// that would block (a slot, or Q's region, still in use), the pending block is published first:
+// the consumers may need it to get there (the step that frees V's slot two blocks back starts
+// with the QK of the K block issued last).
 #pragma once
 
 #include "kernels/fa3/scheduler.cuh"
@@ -82,7 +83,7 @@ template <class C> struct Producer {
     gathered_full = full_bar;
   }
 
-  // Gather: publishes the latest block (the producer's last).
+  // Gather: publishes the latest block (before a wait that would block, and the producer's last).
   __device__ __forceinline__ void publish_last_gathered() {
     if (gathered_full == 0)
       return;
@@ -90,6 +91,14 @@ template <class C> struct Producer {
     fence_proxy_async_shared();
     mbarrier_arrive(gathered_full);
     gathered_full = 0;
+  }
+
+  // Waits for the phase of `bar` with parity `parity`; a gather first publishes its pending block if
+  // the wait would block.
+  __device__ __forceinline__ void wait_for_room(u32 bar, u32 parity) {
+    if (kGather && !mbarrier_test_wait_parity(bar, parity))
+      publish_last_gathered();
+    mbarrier_wait_parity(bar, parity);
   }
 
   // Gather: block n of tile t through the block table by cp.async (see the file comment).
@@ -107,7 +116,7 @@ template <class C> struct Producer {
     const int last_page = (min((n + 1) * C::kBlockN, t.seqlen_k) - 1) / C::kPageSize;
     if (first_page + thread * kPagesPerLine <= last_page + kPagesPerLine - 1)
       prefetch_global_l1(pages + min(first_page + thread * kPagesPerLine, last_page));
-    mbarrier_wait_parity(empty_bar, phase ^ 1);
+    wait_for_room(empty_bar, phase ^ 1);
 #pragma unroll 1
     for (int row = thread / kGatherChunksPerRow; row < C::kBlockN; row += kGatherRowsPerPass) {
       const int key = n * C::kBlockN + row;
@@ -220,7 +229,7 @@ template <class C> struct Producer {
 
   __device__ __forceinline__ void load_q(const Tile &t, u32 tile_parity) {
     constexpr int kBoxesPerPanel = C::kBlockM / C::kTmaBoxRows;
-    mbarrier_wait_parity(smem.q_empty(), tile_parity ^ 1);
+    wait_for_room(smem.q_empty(), tile_parity ^ 1);
     if (kThreads > 1 && threadIdx.x != 0)
       return; // one thread loads Q
     mbarrier_arrive_expect_tx(smem.q_full(), C::kTxBytesQ);
