@@ -371,9 +371,15 @@ CaseResult run_case(Runtime &runtime, const CaseOptions &options) {
     result.status = Status::error(FLASHJIT_INVALID_ARGUMENT, "batch mode needs equal lengths; use varlen");
     return result;
   }
-  const auto q = ref::random_tensor(rp.q_size(), options.dtype, options.seed);
-  const auto k = ref::random_tensor(rp.k_size(), options.dtype, options.seed + 1);
-  const auto v = ref::random_tensor(rp.v_size(), options.dtype, options.seed + 2);
+  auto q = ref::random_tensor(rp.q_size(), options.dtype, options.seed);
+  auto k = ref::random_tensor(rp.k_size(), options.dtype, options.seed + 1);
+  auto v = ref::random_tensor(rp.v_size(), options.dtype, options.seed + 2);
+  if (options.shape_inputs) {
+    options.shape_inputs(q, k, v);
+    for (std::vector<float> *x : {&q, &k, &v}) // what the device gets, for the references too
+      for (float &value : *x)
+        value = ref::round_to(options.dtype, value);
+  }
   DeviceTensors tensors;
   AttentionProblem problem;
   if (result.status = setup(options, q, k, v, &tensors, &problem); !result.status)

@@ -11,6 +11,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -69,6 +70,9 @@ struct CaseOptions {
   bool graph_capture = false;     // prepare, capture forward() into a CUDA graph on a new stream, replay it
   bool fa3_model = false; // an fa3 kernel (no softcap): also check the CPU model of its arithmetic (fa3_numerics)
   uint64_t seed = 1;
+  // Overwrites (parts of) the random inputs before they are rounded to the dtype and uploaded, for a
+  // constructed case (reference layouts: Q [total_q, heads_q, dqk], K/V [total_k, heads_kv, d]).
+  std::function<void(std::vector<float> &q, std::vector<float> &k, std::vector<float> &v)> shape_inputs;
 };
 
 struct CaseResult {

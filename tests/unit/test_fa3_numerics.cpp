@@ -125,6 +125,34 @@ TEST(Fa3Numerics, TheTopRoundingMatchesEagerOnAPeakedRow) {
   EXPECT_NEAR(rounded.lse[0], ref64.lse[0], 1e-5);
 }
 
+// The GPU test of the peaked row (PrefillLazyTopRoundingGpu.APeakedRowGivesTheEagerOutput: 1024
+// keys, the stale max at key 1000, head dim 64) expects the same two outputs whatever key block the
+// planner picks: the model with each block the fa3 plans use.
+TEST(Fa3Numerics, ThePeakedRowOfTheGpuTestGivesItsOutputsForEveryKeyBlock) {
+  constexpr int kKeys = 1024, kDim = 64, kTopKey = 0, kStaleMaxKey = 1000;
+  Problem problem = Problem::dense(1, 1, kKeys, 1, 1, kDim, kDim);
+  problem.scale = 1.0f;
+  std::vector<float> q(kDim, 0.0f), k(problem.k_size(), 0.0f), v(problem.v_size(), 0.0f);
+  q[0] = 1.0f;
+  for (int key = 0; key < kKeys; ++key)
+    k[key * kDim] = -20.0f;
+  k[kTopKey * kDim] = 8.0f;
+  k[kStaleMaxKey * kDim] = 2.953125f;
+  v[kTopKey * kDim] = 1.0f;
+  for (int block_n : {64, 80, 96, 112, 128, 160, 176, 192}) {
+    const Output eager = fa3_numerics_attention(problem, q, k, v, Dtype::bf16, {.block_n = block_n});
+    const Output lazy =
+        fa3_numerics_attention(problem, q, k, v, Dtype::bf16, {.block_n = block_n, .lazy_rescale = true});
+    const Output rounded = fa3_numerics_attention(
+        problem, q, k, v, Dtype::bf16, {.block_n = block_n, .lazy_rescale = true, .lazy_top_rounding = true});
+    EXPECT_EQ(eager.o[0], 0.9921875) << block_n;
+    EXPECT_EQ(lazy.o[0], 0.99609375) << block_n;
+    EXPECT_EQ(rounded.o[0], 0.9921875) << block_n;
+    for (int d = 1; d < kDim; ++d)
+      EXPECT_EQ(rounded.o[d], 0.0) << block_n;
+  }
+}
+
 // The GPU harness reads an fa3 kernel's arithmetic from its name for the model (CaseOptions::fa3_model).
 TEST(Fa3Numerics, TheHarnessReadsTheArithmeticFromTheKernelName) {
   const auto lazy =

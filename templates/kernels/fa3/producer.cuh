@@ -11,9 +11,11 @@
 // kPagedBoxRows keys of one page (its page looked up in the block table before the wait for the
 // slot), every panel; boxes past the sequence's end are not loaded. Where a block ends inside it, V's
 // rows past the end hold whatever the cache holds there (NaN * 0 = NaN in PV, though P is 0): that
-// V lands on the warp's own barrier (v_landed); once the next block's K is issued, the warp waits
-// for it, zeroes those rows, and only then completes the full barrier the consumers wait on. K's
-// rows past the end are masked to -inf by the select.
+// V lands on the warp's own barrier (v_landed); once the next K is issued (the tile's next block's,
+// or for a one-block tile the next tile's first), the warp waits for it, zeroes those rows, and
+// only then completes the full barrier the consumers wait on. K's rows past the end are masked to
+// -inf by the select. The lanes reconverge after every wait (__syncwarp): lanes without a box
+// would otherwise wait on a barrier's parity on their own and could fall a phase behind.
 //
 // Paged KV gathered (kPagedGather: pages that boxes of whole swizzle atoms cannot tile, e.g. a
 // key per page): the whole warpgroup produces. Each thread copies one 16-byte chunk of a row per
@@ -68,9 +70,11 @@ template <class C> struct Producer {
   static constexpr int kZeroChunkBytes = 16;                                         // one st.shared.v4
   static constexpr int kZeroChunksPerRow = C::kSwizzleBytes / kZeroChunkBytes;
 
-  u32 landed_parity = 0; // paged KV: phase of the v_landed barrier the producer waits for next
-  u32 gathered_full = 0; // gather: full barrier of the latest block issued, not yet published (0: none; a
-                         // barrier's address is never 0, the ring's tiles lie below it)
+  u32 landed_parity = 0;             // paged KV: phase of the v_landed barrier the producer waits for next
+  int deferred_v_valid = C::kBlockN; // paged KV: a one-block tile's V still to finish (kBlockN: none)
+  int deferred_v_block = 0;          // and its block index
+  u32 gathered_full = 0;             // gather: full barrier of the latest block issued, not yet published (0: none; a
+                                     // barrier's address is never 0, the ring's tiles lie below it)
 
   // Gather: publishes the block issued before the latest (only the latest group may still be in
   // flight), then makes `full_bar` the one to publish next.
@@ -167,6 +171,7 @@ template <class C> struct Producer {
                      : 0;
     const u32 landing_bar = is_v && valid < C::kBlockN ? smem.v_landed() : full_bar;
     mbarrier_wait_parity(empty_bar, phase ^ 1);
+    __syncwarp(); // no lane runs a phase ahead: a lane left behind would wait on an aliased parity
     if (lane == 0)
       mbarrier_arrive_expect_tx(landing_bar, boxes * panels * C::kPagedBoxRows * C::kSwizzleBytes);
     if (lane < boxes) {
@@ -178,14 +183,15 @@ template <class C> struct Producer {
     }
   }
 
-  // Paged KV: V of the tile's first block (the sequence's last, the only one that can end inside
-  // it), once landed: the rows past the end zeroed, then the consumers' full barrier completed (no
-  // bytes). Called after the next block's K is issued, so that load does not queue behind the wait.
-  __device__ __forceinline__ void finish_first_v(const Tile &t, int first_block_index) {
-    const int valid = t.seqlen_k - (t.n_max - 1) * C::kBlockN;
+  // Paged KV: V of a tile's first block (the sequence's last, the only one that can end inside it;
+  // `valid` keys of it, issued as the CTA's block `block_index`), once landed: the rows past the end
+  // zeroed, then the consumers' full barrier completed (no bytes). Called after the next K is
+  // issued (this tile's second block's, or for a one-block tile the next tile's first), so that
+  // load does not queue behind the wait.
+  __device__ __forceinline__ void finish_first_v(int valid, int block_index) {
     if (valid >= C::kBlockN)
       return; // landed on the full barrier itself
-    const RingSlot<C> slot = RingSlot<C>::at(first_block_index);
+    const RingSlot<C> slot = RingSlot<C>::at(block_index);
     const int lane = lane_id();
     mbarrier_wait_parity(smem.v_landed(), landed_parity);
     landed_parity ^= 1;
@@ -230,6 +236,8 @@ template <class C> struct Producer {
   __device__ __forceinline__ void load_q(const Tile &t, u32 tile_parity) {
     constexpr int kBoxesPerPanel = C::kBlockM / C::kTmaBoxRows;
     wait_for_room(smem.q_empty(), tile_parity ^ 1);
+    if constexpr (kPagedBoxes)
+      __syncwarp(); // as after a slot's wait: no lane left a phase behind
     if (kThreads > 1 && threadIdx.x != 0)
       return; // one thread loads Q
     mbarrier_arrive_expect_tx(smem.q_full(), C::kTxBytesQ);
@@ -247,19 +255,30 @@ template <class C> struct Producer {
       return; // the consumers write O = 0 / LSE = -inf without touching smem
     int n = t.n_max - 1;
     const int first_block_index = block_index;
+    const int first_valid = t.seqlen_k - n * C::kBlockN; // keys of the first block (paged KV)
     load_k(t, n, block_index);
+    if constexpr (kPagedBoxes)
+      finish_deferred_v(); // the previous one-block tile's V, now that this K is on its way
     load_q(t, tile_parity);
     load_v(t, n, block_index);
     ++block_index;
     for (--n; n >= t.n_min; --n, ++block_index) {
       load_k(t, n, block_index);
       if (kPagedBoxes && n == t.n_max - 2)
-        finish_first_v(t, first_block_index);
+        finish_first_v(first_valid, first_block_index);
       load_v(t, n, block_index);
     }
-    if (kPagedBoxes && t.n_min == t.n_max - 1)
-      finish_first_v(t, first_block_index); // a one-block tile: no K to issue first
+    if (kPagedBoxes && t.n_min == t.n_max - 1) { // a one-block tile: no K of its own to issue first
+      deferred_v_valid = first_valid;
+      deferred_v_block = first_block_index;
+    }
     tile_parity ^= 1;
+  }
+
+  // Paged KV: finishes a one-block tile's V left for the next tile's first K (or the walk's end).
+  __device__ __forceinline__ void finish_deferred_v() {
+    finish_first_v(deferred_v_valid, deferred_v_block);
+    deferred_v_valid = C::kBlockN;
   }
 
   __device__ void run() {
@@ -280,6 +299,8 @@ template <class C> struct Producer {
     }
     if constexpr (kGather)
       publish_last_gathered();
+    if constexpr (kPagedBoxes)
+      finish_deferred_v();
   }
 };
 
