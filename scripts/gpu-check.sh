@@ -77,36 +77,38 @@ echo "== CLI checks"
 
 if [ "$sanitize" = 1 ] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer"
+  # Each run stopped after 150 s: a kernel that hangs under the tool must not take the lease.
+  sanitizer() { timeout -k 10 150 compute-sanitizer "$@" || echo "compute-sanitizer $*: exit $?"; }
   # The planner's kernel (fa3 on Hopper), then fa2 forced (its K/V stream copy, paged and unaligned
   # paths are exercised by the second and third problems).
   for variant in auto fa2; do
     for tool in memcheck racecheck; do
       echo "--- $tool ($variant)"
-      FLASHJIT_VARIANT=$variant compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --varlen-q 1,130,77 \
+      FLASHJIT_VARIANT=$variant sanitizer --tool "$tool" "$build_dir/flashjit" check --varlen-q 1,130,77 \
         --varlen-k 64,200,77 --heads-q 4 --head-dim 128 --causal 2>&1
     done
   done > "$results/sanitizer.txt"
   for tool in memcheck racecheck; do
     echo "--- $tool (fa3 CTA pairs: d128 non-causal, 3 m-blocks, GQA 2)"
-    compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --batch 1 --seqlen-q 300 --seqlen-k 333 \
+    sanitizer --tool "$tool" "$build_dir/flashjit" check --batch 1 --seqlen-q 300 --seqlen-k 333 \
       --heads-q 4 --heads-kv 2 --head-dim 128 2>&1
   done >> "$results/sanitizer.txt"
   for tool in memcheck racecheck; do
     echo "--- $tool (fa3 tail split: d128, 160 units on 66 walkers, cut tiles merged through the workspace)"
-    compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --batch 1 --seqlen-q 1000 --seqlen-k 2600 \
+    sanitizer --tool "$tool" "$build_dir/flashjit" check --batch 1 --seqlen-q 1000 --seqlen-k 2600 \
       --heads-q 40 --heads-kv 8 --head-dim 128 2>&1
   done >> "$results/sanitizer.txt"
   for tool in memcheck racecheck; do
     echo "--- $tool (fa3 paged, a tuning: d128 causal varlen, 16-key pages, V rows past the ends zeroed)"
-    FLASHJIT_FA3_TUNING=paged=1 compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --varlen-q 1,130,77 \
+    FLASHJIT_FA3_TUNING=paged=1 sanitizer --tool "$tool" "$build_dir/flashjit" check --varlen-q 1,130,77 \
       --varlen-k 64,200,77 --heads-q 4 --head-dim 128 --causal --page-size 16 --strict 2>&1
     echo "--- $tool (fa3 paged, a tuning: the same with 3-key pages, gathered by cp.async)"
-    FLASHJIT_FA3_TUNING=paged=1 compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --varlen-q 1,130,77 \
+    FLASHJIT_FA3_TUNING=paged=1 sanitizer --tool "$tool" "$build_dir/flashjit" check --varlen-q 1,130,77 \
       --varlen-k 64,200,77 --heads-q 4 --head-dim 128 --causal --page-size 3 --strict 2>&1
   done >> "$results/sanitizer.txt"
   for tool in memcheck racecheck; do
     echo "--- $tool (fa2, 80-dim, sq < sk)"
-    FLASHJIT_VARIANT=fa2 compute-sanitizer --tool "$tool" "$build_dir/flashjit" check --batch 2 --seqlen-q 70 \
+    FLASHJIT_VARIANT=fa2 sanitizer --tool "$tool" "$build_dir/flashjit" check --batch 2 --seqlen-q 70 \
       --seqlen-k 333 --heads-q 6 --heads-kv 2 --head-dim 80 --causal 2>&1
   done >> "$results/sanitizer.txt"
   grep -E "^---|SUMMARY" "$results/sanitizer.txt"
