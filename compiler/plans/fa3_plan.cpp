@@ -528,8 +528,13 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   const bool lazy_top_rounding =
       lazy && (tuning.lazy_top_rounding >= 0 ? tuning.lazy_top_rounding != 0 : kLazyTopRoundingDefault);
   plan->add_bool("kLazyTopRounding", lazy_top_rounding);
-  plan->add("kExp2PolyEvery",
-            tuning.exp2_poly_every >= 0 ? tuning.exp2_poly_every : (small_dim ? kExp2PolyEverySmallDim : 0));
+  const int exp2_poly_every =
+      tuning.exp2_poly_every >= 0 ? tuning.exp2_poly_every : (small_dim ? kExp2PolyEverySmallDim : 0);
+  // The top rounding takes the block's top p from MUFU's exp2; where the top element's own p comes
+  // from the polynomial, the two may round to different 16-bit values (review, session 28).
+  if (lazy_top_rounding && exp2_poly_every > 0)
+    return refuse("fa3: lazy_top_rounding needs every exponential on MUFU (exp2_poly_every 0)");
+  plan->add("kExp2PolyEvery", exp2_poly_every);
   plan->add("kRowMaxPartials", row_max_partials);
   plan->add_bool("kCrossTileOverlap", cross_tile_overlap);
   plan->add_bool("kTailSplit", tail_split);

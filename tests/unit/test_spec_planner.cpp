@@ -395,6 +395,11 @@ TEST(Planner, Fa3LazyTopRoundingOnlyWithLazyRescaling) {
   EXPECT_EQ(plan.constant("kLazyTopRounding"), 1);
   rounded.lazy_rescale = 0;
   EXPECT_FALSE(plan_fa3_tuned(prefill(80, false), rounded, &plan, &why)) << "eager rescaling has nothing to round";
+  // The top p comes from MUFU's exp2: not with exponentials on the polynomial.
+  rounded.lazy_rescale = -1;
+  rounded.exp2_poly_every = 2;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(80, false), rounded, &plan, &why));
+  EXPECT_NE(why.find("exp2_poly_every"), std::string::npos) << why;
 }
 
 // Paged KV on fa3 (kPageSize > 0, tuning paged=1 until a GPU run has checked it): single CTAs, no tail
