@@ -101,17 +101,31 @@ TEST(Fa3Numerics, GivesTheGpuErrorsOfTheSharpLogitCases) {
 // which lazy rescaling keeps, so key 0's p is 2^7.28 = 155.54, and the bf16 P rounds it to 156
 // (+0.3%): O[0] = 156 / 156.54 rounds to 0.99609 where eager's 155.54 / 156.54 rounds to 0.99219
 // (ref 0.99361). With the top rounding the normalizer is 157 and O[0] is eager's again.
+struct PeakedRow {
+  Problem problem;
+  std::vector<float> q, k, v;
+};
+
+// One query row over `keys` keys of head dim `dim`: logits -20 but key 0 (8, V's only nonzero
+// entry, so O[0] is its weight) and `stale_max_key` (2.953125, exact in bf16).
+PeakedRow peaked_row(int keys, int dim, int stale_max_key) {
+  constexpr int kTopKey = 0;
+  PeakedRow row{Problem::dense(1, 1, keys, 1, 1, dim, dim), {}, {}, {}};
+  row.problem.scale = 1.0f;
+  row.q.assign(dim, 0.0f);
+  row.k.assign(row.problem.k_size(), 0.0f);
+  row.v.assign(row.problem.v_size(), 0.0f);
+  row.q[0] = 1.0f;
+  for (int key = 0; key < keys; ++key)
+    row.k[key * dim] = -20.0f;
+  row.k[kTopKey * dim] = 8.0f;
+  row.k[stale_max_key * dim] = 2.953125f;
+  row.v[kTopKey * dim] = 1.0f;
+  return row;
+}
+
 TEST(Fa3Numerics, TheTopRoundingMatchesEagerOnAPeakedRow) {
-  constexpr int kKeys = 256, kDim = 16, kTopKey = 0, kStaleMaxKey = 200;
-  Problem problem = Problem::dense(1, 1, kKeys, 1, 1, kDim, kDim);
-  problem.scale = 1.0f;
-  std::vector<float> q(kDim, 0.0f), k(problem.k_size(), 0.0f), v(problem.v_size(), 0.0f);
-  q[0] = 1.0f;
-  for (int key = 0; key < kKeys; ++key)
-    k[key * kDim] = -20.0f;
-  k[kTopKey * kDim] = 8.0f;
-  k[kStaleMaxKey * kDim] = 2.953125f; // exact in bf16
-  v[kTopKey * kDim] = 1.0f;           // O[0] is key 0's weight
+  const auto [problem, q, k, v] = peaked_row(256, 16, 200);
   const Output ref64 = attention_f64(problem, q, k, v);
   const Output eager = fa3_numerics_attention(problem, q, k, v, Dtype::bf16, {.block_n = 128});
   const Output lazy = fa3_numerics_attention(problem, q, k, v, Dtype::bf16, {.block_n = 128, .lazy_rescale = true});
@@ -129,16 +143,8 @@ TEST(Fa3Numerics, TheTopRoundingMatchesEagerOnAPeakedRow) {
 // keys, the stale max at key 1000, head dim 64) expects the same two outputs whatever key block the
 // planner picks: the model with each block the fa3 plans use.
 TEST(Fa3Numerics, ThePeakedRowOfTheGpuTestGivesItsOutputsForEveryKeyBlock) {
-  constexpr int kKeys = 1024, kDim = 64, kTopKey = 0, kStaleMaxKey = 1000;
-  Problem problem = Problem::dense(1, 1, kKeys, 1, 1, kDim, kDim);
-  problem.scale = 1.0f;
-  std::vector<float> q(kDim, 0.0f), k(problem.k_size(), 0.0f), v(problem.v_size(), 0.0f);
-  q[0] = 1.0f;
-  for (int key = 0; key < kKeys; ++key)
-    k[key * kDim] = -20.0f;
-  k[kTopKey * kDim] = 8.0f;
-  k[kStaleMaxKey * kDim] = 2.953125f;
-  v[kTopKey * kDim] = 1.0f;
+  constexpr int kDim = 64;
+  const auto [problem, q, k, v] = peaked_row(1024, kDim, 1000);
   for (int block_n : {64, 80, 96, 112, 128, 160, 176, 192}) {
     const Output eager = fa3_numerics_attention(problem, q, k, v, Dtype::bf16, {.block_n = block_n});
     const Output lazy =
