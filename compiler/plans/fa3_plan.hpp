@@ -34,7 +34,7 @@ struct Fa3Tuning {
   int unmasked_key_loop = -1; // -1: the planner's choice; 1: no mask code below a tile's last block (no causal/window)
   int causal_sections = -1;   // -1: the planner's choice (0); causal walk: 0 by pairs, 1 one, 2 L2, 3 model
   int causal_section_pairs = 0; // 0: by causal_sections; else (batch, head) pairs per causal section (an A/B)
-  int paged = -1;               // -1: the planner's choice (fa2 for paged KV); 1: fa3 reads K/V through the block table
+  int paged = -1;               // -1: the planner's choice (fa3 reads K/V through the block table); 0: fa2 for paged KV
   int paged_gather = -1;        // -1: cp.async gather where TMA boxes cannot tile the pages; 1 always, 0 never (an A/B)
 };
 

@@ -160,7 +160,7 @@ TEST_F(KernelStoreTest, StrictModeRefusesAFallback) {
   KernelStore store(c);
   KernelSpec s = spec();
   s.arch = Arch{90, true};
-  s.page_size = 16; // fa3 declines paged KV, so fa2 would run instead
+  s.align_bytes = 2; // fa3 needs 16-byte aligned rows (TMA), so fa2 would run instead
   PlanChoice choice;
   Status status = store.choose(s, &choice);
   EXPECT_EQ(status.code, FLASHJIT_FALLBACK_FORBIDDEN);

@@ -402,7 +402,7 @@ TEST(Planner, Fa3LazyTopRoundingOnlyWithLazyRescaling) {
   EXPECT_NE(why.find("exp2_poly_every"), std::string::npos) << why;
 }
 
-// Paged KV on fa3 (kPageSize > 0, tuning paged=1 until a GPU run has checked it): single CTAs, no tail
+// Paged KV on fa3 (kPageSize > 0, the default since run 31; paged=0 keeps fa2): single CTAs, no tail
 // split, eager rescaling (lengths vary per sequence, as with varlen), each K/V block landing in boxes
 // of the largest row count that divides both the page and the block; pages that are not whole swizzle
 // atoms (multiples of 8 keys) gathered by cp.async; the MLIR backend refused with the reason.
@@ -411,8 +411,11 @@ TEST(Planner, Fa3PagedKvBoxesAndItsRefusals) {
   std::string why;
   KernelSpec spec = prefill(128, false);
   spec.page_size = 16;
-  EXPECT_FALSE(plan_fa3(spec, &plan, &why)) << "not the default before a GPU run";
-  EXPECT_NE(why.find("paged=1"), std::string::npos) << why;
+  EXPECT_TRUE(plan_fa3(spec, &plan, &why)) << "the default since run 31: " << why;
+  Fa3Tuning fa2_instead;
+  ASSERT_TRUE(parse_fa3_tuning("paged=0", &fa2_instead, &why)) << why;
+  EXPECT_FALSE(plan_fa3_tuned(spec, fa2_instead, &plan, &why));
+  EXPECT_NE(why.find("paged=0"), std::string::npos) << why;
   Fa3Tuning paged;
   ASSERT_TRUE(parse_fa3_tuning("paged=1", &paged, &why)) << why;
   EXPECT_EQ(paged.paged, 1);
@@ -451,10 +454,11 @@ TEST(Planner, Fa3PagedKvBoxesAndItsRefusals) {
     EXPECT_EQ(plan.block_n, boxed.block_n) << name;
     EXPECT_EQ(plan.threads, boxed.threads) << name;
     EXPECT_NE(name.find(".gather."), std::string::npos) << name;
-    // Not the default before a GPU run: fa2, with the reason.
+    // The planner's choice (since run 31).
     const PlanChoice choice = choose_plan(spec);
     ASSERT_TRUE(choice.ok) << choice.error;
-    EXPECT_EQ(choice.plan.variant, Variant::fa2) << page_size;
+    EXPECT_EQ(choice.plan.variant, Variant::fa3) << page_size;
+    EXPECT_NE(kernel_name(spec, choice.plan).find(".gather."), std::string::npos) << page_size;
   }
   // paged_gather=1 gathers pages boxes could tile too (an A/B); 0 takes boxes only.
   Fa3Tuning gather = paged;
@@ -858,11 +862,11 @@ TEST(Planner, RecordsWhyItFallsBackFromFa3) {
   EXPECT_EQ(choice.plan.variant, Variant::fa2);
   EXPECT_NE(choice.fallback_reason.find("fa3"), std::string::npos) << choice.fallback_reason;
   spec = prefill(64, false);
-  spec.page_size = 16; // paged fa3 is a tuning (paged=1) until a GPU run has checked it
+  spec.page_size = 16; // paged fa3 is the default since run 31
   choice = choose_plan(spec);
   ASSERT_TRUE(choice.ok);
-  EXPECT_EQ(choice.plan.variant, Variant::fa2);
-  EXPECT_FALSE(choice.fallback_reason.empty());
+  EXPECT_EQ(choice.plan.variant, Variant::fa3);
+  EXPECT_TRUE(choice.fallback_reason.empty()) << choice.fallback_reason;
 }
 
 TEST(Planner, ForcedVariantThatCannotRunIsAnErrorNotAFallback) {
