@@ -220,10 +220,10 @@ constexpr int kCausalSectionsMax = 3;
 // (kPagedGather, FA-3's non-TMA paged path), 16 bytes per thread and copy.
 constexpr int kMinPagedBoxRows = kTmaSwizzleAlign / kSwizzleBytes;
 // The default since run 31 (session 28): both forms pass the GPU tests (PrefillFa3PagedGpu, bitwise
-// equal to the unpaged varlen kernel) and compute-sanitizer, and run 2.0-3.4x fa2's paged kernel
-// (d128 bf16, chunked and whole-prompt causal, unmasked; pages of 1..64 keys); though 6-19% below
-// the contiguous fa3 kernel at 16-64-key pages and 39-48% at one-key pages. FLASHJIT_FA3_TUNING=
-// paged=0 keeps fa2 (an A/B).
+// equal to the unpaged varlen kernel) and compute-sanitizer. The boxes run 2.1-3.1x fa2's paged
+// kernel (d64, d128, d256; 6-19% below contiguous K/V at 16-64-key pages), the gather 1.9-2.5x at
+// d128/d256 but only level with fa2 at d64 (one-key pages, chunked prefill: 111 against 107
+// TFLOP/s). FLASHJIT_FA3_TUNING=paged=0 keeps fa2 (an A/B).
 constexpr bool kPagedDefault = true;
 // Named barriers: 0 is __syncthreads; then one pingpong barrier and one epilogue barrier per
 // consumer warpgroup.
