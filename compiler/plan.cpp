@@ -85,6 +85,8 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
     name += ".cs" + std::to_string(sections);
   if (const int64_t pairs = plan.constant("kCausalSectionPairs", 0); pairs != 0)
     name += ".sp" + std::to_string(pairs);
+  if (const int64_t pairs = plan.constant("kSectionPairs", 0); pairs != 0) // unmasked walk (Fa3Tuning::section_pairs)
+    name += ".usp" + std::to_string(pairs);
   // fa3 paged KV gathered by cp.async rather than loaded in TMA boxes.
   if (plan.constant("kPagedGather", 0) != 0)
     name += ".gather";

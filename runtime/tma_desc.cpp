@@ -361,6 +361,8 @@ int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int
   int section = 1;
   while (section * 2 <= pairs && (section * 2) * pair_bytes <= kL2SectionShare * l2_bytes)
     section *= 2;
+  if (const int64_t forced = plan.constant("kSectionPairs", 0); forced > 0) // Fa3Tuning::section_pairs (an A/B)
+    section = static_cast<int>(std::min<int64_t>(forced, pairs));
   // Causal: one section where each wave holds several tiles of every pair, so the whole grid runs
   // heaviest-first (m-block descending) and CTAs of a pair walk the same KV blocks in near lock-step,
   // which keeps them in L2 anyway (kCausalSections, compiler/plans/fa3_plan.cpp).

@@ -180,9 +180,9 @@ constexpr int kMaxSeqlenShortCausal = 1024;
 // head dims 72..80; causal 3-warpgroup tiles from d72 up (run 29g, bf16 / fp16, eager -> lazy: d128
 // S2048..S16384 +3.0..4.0%, d96 S4096 +1.2%, but d64 S4096/S16384 -0.5..0%, and the two-warpgroup
 // short causal tile -1%). Session 7's d128 causal reading (696..701 -> 691..716) was one-section walks.
-// Fixed lengths only, for every lazy default: an unmasked d64 varlen case with lazy rescaling failed
-// the float64 rule (O 0.0072 > 0.0052, run 29j), no varlen case had run lazily on the GPU before, and
-// the failing row is a peaked one (the eager kernel's worst element on the same inputs, run 29h, is in
+// Plain lazy rescaling on fixed lengths only (varlen and paged take the top rounding below): an unmasked d64 varlen
+// case with lazy rescaling failed the float64 rule (O 0.0072 > 0.0052, run 29j), no varlen case had run lazily on the
+// GPU before, and the failing row is a peaked one (the eager kernel's worst element on the same inputs, run 29h, is in
 // it too): with a stale max the row's dominant p is 2^d, which a 16-bit P rounds, where eager keeps it
 // exactly 1. The lazy kernels' max |O - cuDNN's O| is twice the eager ones' (0.0039 -> 0.0078 at d128
 // causal, run 29g); the fixed-length lazy kernels pass every GPU case, the sharp-logit ones included.
@@ -190,8 +190,14 @@ constexpr int kMaxSeqlenShortCausal = 1024;
 // each block's largest p as the 16-bit P that weighted V. The CPU model of the kernel's arithmetic
 // (session 26) reproduces run 29j's GPU errors exactly (lazy 0.00725 against eager 0.00191 on the
 // failing case's inputs, naive 0.00262) and brings lazy to 0.00273 with it; on peaked rows (scale
-// 1.5, d80) it returns lazy's error to eager's. Off until a GPU run has checked and timed it.
-constexpr bool kLazyTopRoundingDefault = false;
+// 1.5, d80) it returns lazy's error to eager's. Run 31 checked it on the H200 (the peaked rows read
+// the model's values exactly) and timed it at -0.4..-2.6% against plain lazy on fixed lengths, which
+// stay `.lz`. Varlen and paged specs, which rescaled eagerly (run 29j), now rescale lazily with it
+// wherever a fixed-length spec rescales lazily: run 32a (bf16, paged, eager -> `.lzt`) d128 causal
+// three warpgroups 558 -> 581 (+4%), d256 unmasked 588 -> 627 (+7%; N64 697 -> 732), d80 causal
+// chunked +1..2%; varlen without pages reads the same kernels but for the K/V addresses.
+constexpr bool kLazyTopRoundingFixedLengths = false;
+constexpr bool kLazyTopRoundingVaryingLengths = true;
 constexpr int kMinHeadDimLazyRescale3Wg = 72;
 constexpr int kMaxHeadDimLazyRescale3Wg = 80;
 // Bytes the TMA maps promote into L2 per miss (runtime/tma_desc.cpp; Fa3Tuning::l2_promotion A/Bs
@@ -225,6 +231,15 @@ constexpr int kMinPagedBoxRows = kTmaSwizzleAlign / kSwizzleBytes;
 // d128/d256 but only level with fa2 at d64 (one-key pages, chunked prefill: 111 against 107
 // TFLOP/s). FLASHJIT_FA3_TUNING=paged=0 keeps fa2 (an A/B).
 constexpr bool kPagedDefault = true;
+// Paged key blocks of whole pages: with pages of a multiple of kPagedWholeBlockKeys keys, the key block
+// is rounded down to a multiple of it, so each block lands as one or two 64-row boxes per panel
+// instead of 16-row ones (the boxes' count, not their bytes, is what paged blocks cost: run 31), and
+// the causal tiles that take three warpgroups only for d97..d128 take two (N128; three fit N64 only).
+// Measured on the H200 (run 32a, bf16, pages of 64 keys, default tile -> whole pages): d128 causal
+// 4x4096 558 -> 628..632 (two warpgroups N128; three N64 589 in run 31c), d256 unmasked 588 -> 697
+// (N80 -> N64), d256 causal 554 -> 608, d80 causal chunked 271 -> 283; d128 unmasked pages of 128
+// 657 -> 674 (N160 -> N128, run 31c +2.6%). d96/d104..d120/d192 by extension (unmeasured).
+constexpr int kPagedWholeBlockKeys = 64;
 // Named barriers: 0 is __syncthreads; then one pingpong barrier and one epilogue barrier per
 // consumer warpgroup.
 constexpr int kBarrierPingpong = 1;
@@ -310,11 +325,13 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, flashjit_backend 
   const bool small_dim = max_dim <= kSmallHeadDim;
   // The short causal tile (kMaxSeqlenShortCausal): two warpgroups, whatever the head dim.
   const bool short_causal = t.masked && spec.key_block == kShortKeyBlock;
+  const bool whole_pages =
+      spec.page_size != 0 && spec.page_size % kPagedWholeBlockKeys == 0 && tuning.paged_gather <= 0;
   const bool fits_three_wgs =
       !short_causal &&
       (max_dim <= kMaxHeadDimThreeWarpgroups ||
        (fa3_odd_eights(spec) && max_dim <= kMaxHeadDimThreeWarpgroupsOddEights && !fa3_pairs_can_run(spec, backend)) ||
-       (spec.causal && !spec.local && max_dim <= kMaxHeadDimThreeWarpgroupsCausal));
+       (spec.causal && !spec.local && max_dim <= kMaxHeadDimThreeWarpgroupsCausal && !whole_pages));
   t.consumer_wgs = tuning.consumer_warpgroups > 0 ? tuning.consumer_warpgroups
                    : fits_three_wgs               ? kMaxConsumerWarpgroups
                                                   : kConsumerWarpgroupsDefault;
@@ -343,7 +360,7 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, flashjit_backend 
   int block_n = std::min({n_by_smem, n_by_regs, small_dim ? kMaxBlockNSmallDim : kMaxBlockN});
   if (t.masked)
     block_n = std::min(block_n, kMaxBlockNMasked);
-  block_n = round_down(block_n, kBlockNGranule);
+  block_n = round_down(block_n, whole_pages && block_n >= kPagedWholeBlockKeys ? kPagedWholeBlockKeys : kBlockNGranule);
   // A tuned block wins over the spec's short-key block (A/B runs tune specs of any key length).
   const int chosen_n = tuning.block_n > 0 ? tuning.block_n : spec.key_block;
   if (chosen_n > 0) {
@@ -436,6 +453,9 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: causal_sections must be 0, 1, 2 or 3");
   if (tuning.causal_section_pairs < 0)
     return refuse("fa3: causal_section_pairs must be 0 (by causal_sections) or a number of pairs");
+  if (tuning.section_pairs < 0 || (tuning.section_pairs > 0 && masked))
+    return refuse("fa3: section_pairs must be 0 or a number of pairs, and walks of unmasked tiles only "
+                  "(causal_section_pairs for causal ones)");
   if (tuning.l2_promotion >= 0 && tuning.l2_promotion != 0 && tuning.l2_promotion != 64 && tuning.l2_promotion != 128 &&
       tuning.l2_promotion != 256)
     return refuse("fa3: l2_promotion must be 0, 64, 128 or 256 bytes");
@@ -520,15 +540,17 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   // -0.5% at d80, within noise with 3 warpgroups: off unless tuned.
   plan->add_bool("kRescaleBeforePv", tuning.rescale_before_pv > 0);
   // The MLIR generator renders eager rescaling only (like CTA pairs, NVRTC plans only).
-  const bool lazy_default = backend != FLASHJIT_BACKEND_MLIR && !lengths_vary(spec) &&
-                            (!plan->pingpong || (three_wgs && max_dim >= kMinHeadDimLazyRescale3Wg &&
-                                                 (max_dim <= kMaxHeadDimLazyRescale3Wg || spec.causal)));
+  const bool lazy_default =
+      backend != FLASHJIT_BACKEND_MLIR && (!lengths_vary(spec) || kLazyTopRoundingVaryingLengths) &&
+      (!plan->pingpong ||
+       (three_wgs && max_dim >= kMinHeadDimLazyRescale3Wg && (max_dim <= kMaxHeadDimLazyRescale3Wg || spec.causal)));
   const bool lazy = tuning.lazy_rescale >= 0 ? tuning.lazy_rescale != 0 : lazy_default;
   plan->add_bool("kLazyRescale", lazy);
   if (tuning.lazy_top_rounding > 0 && !lazy)
     return refuse("fa3: lazy_top_rounding corrects lazy rescaling; this plan rescales eagerly");
-  const bool lazy_top_rounding =
-      lazy && (tuning.lazy_top_rounding >= 0 ? tuning.lazy_top_rounding != 0 : kLazyTopRoundingDefault);
+  const bool lazy_top_rounding = lazy && (tuning.lazy_top_rounding >= 0 ? tuning.lazy_top_rounding != 0
+                                          : lengths_vary(spec)          ? kLazyTopRoundingVaryingLengths
+                                                                        : kLazyTopRoundingFixedLengths);
   plan->add_bool("kLazyTopRounding", lazy_top_rounding);
   const int exp2_poly_every =
       tuning.exp2_poly_every >= 0 ? tuning.exp2_poly_every : (small_dim ? kExp2PolyEverySmallDim : 0);
@@ -561,6 +583,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     if (tuning.causal_section_pairs > 0)
       plan->add("kCausalSectionPairs", tuning.causal_section_pairs);
   }
+  if (tuning.section_pairs > 0)
+    plan->add("kSectionPairs", tuning.section_pairs);
   plan->add("kBarrierTail", kBarrierPingpong + 2 * consumer_wgs); // all consumer warpgroups
   plan->add("kTailPieces", kTailPieces);
   // One piece's partial state per consumer thread: its O accumulators, its rows' max and sum share
@@ -597,6 +621,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"unmasked_key_loop", &Fa3Tuning::unmasked_key_loop},
       {"causal_sections", &Fa3Tuning::causal_sections},
       {"causal_section_pairs", &Fa3Tuning::causal_section_pairs},
+      {"section_pairs", &Fa3Tuning::section_pairs},
       {"paged", &Fa3Tuning::paged},
       {"paged_gather", &Fa3Tuning::paged_gather},
   };

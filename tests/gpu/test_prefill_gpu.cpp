@@ -15,6 +15,7 @@
 #include <iostream>
 #include <memory>
 #include <random>
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -506,11 +507,21 @@ void page_cases(NamedCases &cases, const std::vector<int> &page_sizes, uint64_t 
   }
 }
 
+// The tuning that gives an unpaged problem the tile of `kernel` (".m<M>n<N>s<stages>.wg<W>" in its
+// name): paged plans with pages of whole 64-key boxes take key blocks of their own.
+std::string tile_tuning_of(const std::string &kernel) {
+  const std::regex tile(R"(\.m\d+n(\d+)s\d+\.wg(\d))");
+  std::smatch match;
+  if (!std::regex_search(kernel, match, tile))
+    return "";
+  return "consumer_warpgroups=" + match[2].str() + ",block_n=" + match[1].str();
+}
+
 // Each case on `paged_runtime` (strict: a fa3 kernel whose name holds `form`, or an error) against
-// the reference, twice (the same bits: no race), and the varlen ones once more without pages on
-// `unpaged_runtime`, whose kernel of the same tile must give the same bits.
-void check_paged_fa3(Runtime &paged_runtime, Runtime &unpaged_runtime, const NamedCases &cases,
-                     const std::string &prefix, const std::string &form) {
+// the reference, twice (the same bits: no race), and the varlen ones once more without pages, on a
+// runtime tuned to the paged kernel's tile, whose kernel must give the same bits.
+void check_paged_fa3(Runtime &paged_runtime, const NamedCases &cases, const std::string &prefix,
+                     const std::string &form) {
   for (const auto &[name, o] : cases) {
     const harness::CaseResult paged = harness::run_case(paged_runtime, o);
     std::cout << prefix << name << ": " << paged.summary() << "\n";
@@ -523,7 +534,10 @@ void check_paged_fa3(Runtime &paged_runtime, Runtime &unpaged_runtime, const Nam
     if (o.varlen) {
       CaseOptions unpaged = o;
       unpaged.page_size = 0;
-      const harness::CaseResult contiguous = harness::run_case(unpaged_runtime, unpaged);
+      const std::string tuning = tile_tuning_of(paged.kernel);
+      ASSERT_FALSE(tuning.empty()) << paged.kernel;
+      const std::unique_ptr<Runtime> unpaged_runtime = strict_runtime_with_fa3_tuning(tuning.c_str());
+      const harness::CaseResult contiguous = harness::run_case(*unpaged_runtime, unpaged);
       EXPECT_TRUE(contiguous.pass()) << name << " (unpaged): " << contiguous.summary();
       EXPECT_EQ(contiguous.o_values, paged.o_values)
           << name << ": " << paged.kernel << " against " << contiguous.kernel;
@@ -538,7 +552,6 @@ void check_paged_fa3(Runtime &paged_runtime, Runtime &unpaged_runtime, const Nam
 // memory before PV (P is 0 there, NaN * 0 is not).
 TEST_F(PrefillFa3PagedGpu, MatchesTheReferenceAndTheUnpagedKernel) {
   const std::unique_ptr<Runtime> paged_runtime = strict_runtime_with_fa3_tuning("paged=1");
-  const std::unique_ptr<Runtime> unpaged_runtime = strict_runtime_with_fa3_tuning("");
   using ref::Dtype;
   NamedCases cases = {
       {"d128_page16_gqa4", dense(2, 300, 1000, 8, 2, 128, 128, Dtype::bf16)},
@@ -551,7 +564,7 @@ TEST_F(PrefillFa3PagedGpu, MatchesTheReferenceAndTheUnpagedKernel) {
       {"d96_page512_len_past_a_page", varlen({257, 1}, {1300, 513}, 6, 6, 96, Dtype::fp16)},
   };
   page_cases(cases, {16, 64, 8, 256, 24, 32, 16, 512}, 131);
-  check_paged_fa3(*paged_runtime, *unpaged_runtime, cases, "fa3_paged_", ".page");
+  check_paged_fa3(*paged_runtime, cases, "fa3_paged_", ".page");
 }
 
 // Pages that TMA boxes cannot tile (not a multiple of 8 keys; SGLang's are one token) are gathered
@@ -562,7 +575,6 @@ TEST_F(PrefillFa3PagedGpu, MatchesTheReferenceAndTheUnpagedKernel) {
 // as the boxes' kernel.
 TEST_F(PrefillFa3PagedGpu, GatheredPagesMatchTheReferenceAndTheUnpagedKernel) {
   const std::unique_ptr<Runtime> paged_runtime = strict_runtime_with_fa3_tuning("paged=1");
-  const std::unique_ptr<Runtime> unpaged_runtime = strict_runtime_with_fa3_tuning("");
   using ref::Dtype;
   NamedCases cases = {
       {"d128_causal_chunked_page1", varlen({1, 200, 77}, {300, 1000, 577}, 8, 2, 128, Dtype::bf16)},
@@ -573,13 +585,13 @@ TEST_F(PrefillFa3PagedGpu, GatheredPagesMatchTheReferenceAndTheUnpagedKernel) {
       {"d128_fp16_head_major_causal_page12", dense(2, 200, 900, 8, 2, 128, 128, Dtype::fp16)},
   };
   page_cases(cases, {1, 3, 7, 12, 1, 12}, 211);
-  check_paged_fa3(*paged_runtime, *unpaged_runtime, cases, "fa3_gathered_", ".gather.");
+  check_paged_fa3(*paged_runtime, cases, "fa3_gathered_", ".gather.");
 
   const std::unique_ptr<Runtime> gather_runtime = strict_runtime_with_fa3_tuning("paged=1,paged_gather=1");
   NamedCases sixteen = {{"d128_causal_page16", dense(2, 300, 1000, 8, 2, 128, 128, Dtype::bf16)},
                         {"d80_fp16_page16", varlen({1, 129, 300}, {1, 513, 300}, 12, 2, 80, Dtype::fp16)}};
   page_cases(sixteen, {16, 16}, 223);
-  check_paged_fa3(*gather_runtime, *unpaged_runtime, sixteen, "fa3_gathered_forced_", ".gather.");
+  check_paged_fa3(*gather_runtime, sixteen, "fa3_gathered_forced_", ".gather.");
   for (const auto &[name, o] : sixteen) {
     const harness::CaseResult gathered = harness::run_case(*gather_runtime, o);
     const harness::CaseResult boxed = harness::run_case(*paged_runtime, o);
