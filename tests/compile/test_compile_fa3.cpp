@@ -5,6 +5,8 @@
 #include "tests/compile/compile_matrix.hpp"
 
 #include <algorithm>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -88,23 +90,66 @@ INSTANTIATE_TEST_SUITE_P(EveryHeadDim, Fa3Compile, ::testing::ValuesIn(fa3_cases
                                   (c.dtype == FLASHJIT_FP16 ? "fp16" : "bf16") + (c.causal ? "_causal" : "");
                          });
 
-// R2UR instructions between a warpgroup's WARPGROUP.ARRIVE and the HGMMA that closes its group
-// (gsb0): wgmma descriptors that ptxas keeps in ordinary registers and moves to uniform ones per
-// GEMM. Session 10: in the tail split's key loop (a branch ptxas could not prove uniform) that
-// came with a 2-7.5% loss; hoisted Q descriptors at d192/d256 alone measured within noise.
-int r2ur_inside_gemm_groups(const std::string &sass) {
-  int moves = 0;
+// HGMMAs whose descriptor ptxas moved from ordinary registers between the warpgroup's
+// WARPGROUP.ARRIVE and the HGMMA that closes its group (gsb0): an R2UR inside the group, or a
+// uniform instruction computing from one, writes a uniform register the HGMMA's gdesc[URn]
+// (URn..URn+3) reads. Session 10: in the tail split's key loop (a branch ptxas could not prove
+// uniform) that came with a 2-7.5% loss; hoisted Q descriptors at d192/d256 alone measured within
+// noise. An R2UR that ptxas merely schedules inside a group for other uniform work is not counted.
+int r2ur_descriptors_inside_gemm_groups(const std::string &sass) {
+  const std::regex instruction(R"(\*/\s+(@!?U?P\w+\s+)?([A-Za-z0-9_.]+)\s+([^;]*);)");
+  const std::regex uniform_register(R"(\bUR(\d+)\b)");
+  const std::regex descriptor(R"(gdesc\[UR(\d+)\])");
+  constexpr int kDescriptorRegisters = 4; // gdesc[URn]: A's and B's 64-bit descriptors, URn..URn+3
+  int moved = 0;
   bool inside = false;
+  std::set<int> from_registers; // uniform registers written from ordinary ones inside the group
   std::istringstream lines(sass);
   for (std::string line; std::getline(lines, line);) {
-    if (line.find("WARPGROUP.ARRIVE") != std::string::npos)
+    std::smatch m;
+    if (!std::regex_search(line, m, instruction))
+      continue;
+    const std::string opcode = m[2].str(), operands = m[3].str();
+    if (opcode == "WARPGROUP.ARRIVE") {
       inside = true;
-    else if (inside && line.find("R2UR") != std::string::npos)
-      ++moves;
-    else if (line.find("HGMMA") != std::string::npos && line.find("gsb0") != std::string::npos)
-      inside = false;
+      from_registers.clear();
+      continue;
+    }
+    if (!inside)
+      continue;
+    if (opcode.rfind("HGMMA", 0) == 0) {
+      std::smatch d;
+      if (std::regex_search(operands, d, descriptor)) {
+        const int base = std::stoi(d[1].str());
+        for (int r = base; r < base + kDescriptorRegisters; ++r)
+          if (from_registers.count(r) != 0) {
+            ++moved;
+            break;
+          }
+      }
+      if (operands.find("gsb0") != std::string::npos)
+        inside = false;
+      continue;
+    }
+    // A uniform destination: tainted by an R2UR, or by a uniform source that is.
+    std::smatch dest;
+    const std::string first = operands.substr(0, operands.find(','));
+    if (opcode[0] != 'U' && opcode.rfind("R2UR", 0) != 0)
+      continue;
+    if (!std::regex_search(first, dest, uniform_register))
+      continue;
+    bool tainted = opcode.rfind("R2UR", 0) == 0;
+    const std::string sources = operands.substr(std::min(operands.size(), first.size() + 1));
+    for (auto it = std::sregex_iterator(sources.begin(), sources.end(), uniform_register);
+         !tainted && it != std::sregex_iterator(); ++it)
+      tainted = from_registers.count(std::stoi((*it)[1].str())) != 0;
+    const int written = std::stoi(dest[1].str());
+    if (tainted)
+      from_registers.insert(written);
+    else
+      from_registers.erase(written);
   }
-  return moves;
+  return moved;
 }
 
 TEST(Fa3Sass, HasHgmmaAndTmaLoads) {
@@ -118,7 +163,7 @@ TEST(Fa3Sass, HasHgmmaAndTmaLoads) {
     EXPECT_NE(sass.find("HGMMA"), std::string::npos) << kernel.name;
     EXPECT_NE(sass.find("UTMALDG"), std::string::npos) << kernel.name;
     EXPECT_EQ(sass.find("LDL"), std::string::npos) << kernel.name << " reads local memory";
-    EXPECT_EQ(r2ur_inside_gemm_groups(sass), 0) << kernel.name;
+    EXPECT_EQ(r2ur_descriptors_inside_gemm_groups(sass), 0) << kernel.name;
   }
 }
 
@@ -180,6 +225,33 @@ CompiledKernel compile_tuned(const KernelSpec &spec, const Fa3Tuning &tuning) {
   return kernel;
 }
 
+// r2ur_descriptors_inside_gemm_groups sees descriptors moved from ordinary registers: Q's hoisted descriptors at d256
+// (q_desc_per_step=0) outnumber the uniform registers, and ptxas moves them back per GEMM
+// (compiler/plans/fa3_plan.cpp, kQDescPerStep); an R2UR written on a line of its own into a group,
+// for other uniform work, is not counted.
+TEST(Fa3Sass, TheDescriptorCheckSeesMovedDescriptors) {
+  Fa3Tuning hoisted;
+  hoisted.q_desc_per_step = 0;
+  const CompiledKernel kernel =
+      compile_tuned(testing::prefill_spec(Arch{90, true}, 256, 256, FLASHJIT_BF16, false), hoisted);
+  std::string error;
+  const std::string sass = testing::dump_sass(kernel.cubin, &error);
+  ASSERT_TRUE(error.empty()) << error;
+  EXPECT_GT(r2ur_descriptors_inside_gemm_groups(sass), 0) << kernel.name;
+  const std::string group =
+      "        /*0100*/                   WARPGROUP.ARRIVE ;\n"
+      "        /*0110*/                   R2UR UR10, R20 ;\n"
+      "        /*0120*/                   ULEA UR11, UR39, UR10, 0x6 ;\n"
+      "        /*0130*/                   HGMMA.64x80x16.F32 R24, R96, gdesc[UR16].tnspB, R24, gsb0 ;\n";
+  EXPECT_EQ(r2ur_descriptors_inside_gemm_groups(group), 0);
+  const std::string moved =
+      "        /*0100*/                   WARPGROUP.ARRIVE ;\n"
+      "        /*0110*/                   R2UR UR10, R20 ;\n"
+      "        /*0120*/                   UIADD3 UR18, UR10, 0x800, URZ ;\n"
+      "        /*0130*/                   HGMMA.64x80x16.F32 R24, R96, gdesc[UR16].tnspB, R24, gsb0 ;\n";
+  EXPECT_EQ(r2ur_descriptors_inside_gemm_groups(moved), 1);
+}
+
 // Lazy rescaling's top rounding (a tuning, kLazyTopRounding): one scalar 16-bit rounding per row and
 // key block (the P pairs round as bf16x2), and no exp2 of its own (the block's top p takes the exp2
 // of the factor, which a kept max does not need), no spills; with the tail split, the varlen form
@@ -190,6 +262,7 @@ TEST(Fa3CompileFeatures, LazyTopRoundingAddsNoExp2) {
   rounded.lazy_top_rounding = 1;
   Fa3Tuning lazy;
   lazy.lazy_rescale = 1;
+  lazy.lazy_top_rounding = 0; // varlen specs round by default
   KernelSpec varlen = testing::prefill_spec(Arch{90, true}, 192, 192, FLASHJIT_BF16, false);
   varlen.varlen = true;
   for (const KernelSpec &spec : {testing::prefill_spec(Arch{90, true}, 80, 80, FLASHJIT_BF16, false),
@@ -227,7 +300,7 @@ TEST(Fa3CompileFeatures, TailSplitArrivesAndMergesThroughL2) {
     std::string error;
     const std::string sass = testing::dump_sass(kernel.cubin, &error);
     ASSERT_TRUE(error.empty()) << error;
-    EXPECT_EQ(r2ur_inside_gemm_groups(sass), 0) << kernel.name;
+    EXPECT_EQ(r2ur_descriptors_inside_gemm_groups(sass), 0) << kernel.name;
   }
 }
 
@@ -379,14 +452,20 @@ CompiledKernel compile_paged(const PagedCase &c, const Fa3Tuning &tuning, Kernel
   return kernel;
 }
 
-// A paged kernel's consumers are those of the unpaged kernel with varying lengths (varlen): the
-// same number of HGMMAs.
+// A paged kernel's consumers are those of the unpaged kernel with varying lengths (varlen) of the
+// same tile (pages of whole 64-key boxes take key blocks of their own): the same number of HGMMAs.
 void expect_the_unpaged_varlen_consumers(const CompiledKernel &kernel, const KernelSpec &spec,
                                          const std::string &sass) {
+  Plan paged_plan;
+  std::string why;
+  ASSERT_TRUE(plan_fa3(spec, &paged_plan, &why)) << why;
   KernelSpec unpaged = spec;
   unpaged.page_size = 0;
   unpaged.varlen = true;
-  const CompiledKernel reference = compile_tuned(unpaged, Fa3Tuning{});
+  Fa3Tuning same_tile;
+  same_tile.block_n = paged_plan.block_n;
+  same_tile.consumer_warpgroups = paged_plan.consumer_warpgroups;
+  const CompiledKernel reference = compile_tuned(unpaged, same_tile);
   std::string reference_error;
   EXPECT_EQ(count_of(sass, "HGMMA"), count_of(testing::dump_sass(reference.cubin, &reference_error), "HGMMA"))
       << kernel.name << " against " << reference.name;
@@ -416,7 +495,7 @@ TEST(Fa3CompileFeatures, PagedKvLoadsPageBoxesAndZeroesTheVTail) {
     EXPECT_NE(sass.find("UTMALDG"), std::string::npos) << kernel.name;
     EXPECT_EQ(sass.find("LDL"), std::string::npos) << kernel.name << " reads local memory";
     EXPECT_FALSE(wgmmas_serialized(sass)) << kernel.name << ": a wait after every HGMMA";
-    EXPECT_EQ(r2ur_inside_gemm_groups(sass), 0) << kernel.name;
+    EXPECT_EQ(r2ur_descriptors_inside_gemm_groups(sass), 0) << kernel.name;
     expect_the_unpaged_varlen_consumers(kernel, spec, sass);
   }
 }
