@@ -102,6 +102,9 @@ if [ "$sanitize" = 1 ] && command -v compute-sanitizer >/dev/null; then
     echo "--- $tool (fa3 paged: d128 causal varlen, 16-key pages in TMA boxes, V rows past the ends zeroed)"
     FLASHJIT_FA3_TUNING=paged=1 sanitizer --tool "$tool" "$build_dir/flashjit" check --varlen-q 1,130,77 \
       --varlen-k 64,200,77 --heads-q 4 --head-dim 128 --causal --page-size 16 --strict 2>&1
+    echo "--- $tool (fa3 paged: the same with 64-key pages, key blocks of whole pages, lazy rescaling's top rounding)"
+    FLASHJIT_FA3_TUNING=paged=1 sanitizer --tool "$tool" "$build_dir/flashjit" check --varlen-q 1,130,77 \
+      --varlen-k 64,200,77 --heads-q 4 --head-dim 80 --causal --page-size 64 --strict 2>&1
     echo "--- $tool (fa3 paged: the same with 3-key pages, gathered by cp.async)"
     FLASHJIT_FA3_TUNING=paged=1 sanitizer --tool "$tool" "$build_dir/flashjit" check --varlen-q 1,130,77 \
       --varlen-k 64,200,77 --heads-q 4 --head-dim 128 --causal --page-size 3 --strict 2>&1
