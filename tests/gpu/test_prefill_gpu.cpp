@@ -405,7 +405,8 @@ class PrefillLazyTopRoundingGpu : public GpuTest {};
 // length-1 sequence. Lazy alone is printed beside each for comparison.
 TEST_F(PrefillLazyTopRoundingGpu, MatchesTheReference) {
   const std::unique_ptr<Runtime> rounded_runtime = strict_runtime_with_fa3_tuning("lazy_rescale=1,lazy_top_rounding=1");
-  const std::unique_ptr<Runtime> lazy_runtime = strict_runtime_with_fa3_tuning("lazy_rescale=1");
+  // Varlen specs round by default (since session 29): lazy alone must say so.
+  const std::unique_ptr<Runtime> lazy_runtime = strict_runtime_with_fa3_tuning("lazy_rescale=1,lazy_top_rounding=0");
   constexpr uint64_t kRun29jSeed = 47; // the table's index of the varlen d64 case + 11
   std::vector<std::pair<std::string, CaseOptions>> cases = {
       {"d64_varlen_run29j", varlen({300, 0, 700, 1, 450, 200}, {300, 10, 700, 1, 450, 0}, 24, 8, 64, ref::Dtype::bf16)},
@@ -438,6 +439,7 @@ TEST_F(PrefillLazyTopRoundingGpu, MatchesTheReference) {
   // The CPU model: 0.00273 with the top rounding against lazy alone's 0.00725 on run 29j's case.
   const harness::CaseResult rounded = harness::run_case(*rounded_runtime, cases[0].second);
   const harness::CaseResult lazy = harness::run_case(*lazy_runtime, cases[0].second);
+  EXPECT_NE(lazy.kernel.find(".lz."), std::string::npos) << lazy.kernel;
   EXPECT_LT(rounded.o.max_err, lazy.o.max_err) << rounded.summary() << " | lazy alone: " << lazy.summary();
   const harness::CaseResult three = harness::run_case(*rounded_runtime, cases[2].second);
   EXPECT_NE(three.kernel.find(".wg3"), std::string::npos) << three.kernel;
@@ -453,7 +455,8 @@ TEST_F(PrefillLazyTopRoundingGpu, MatchesTheReference) {
 // move them. Every other column is 0.
 TEST_F(PrefillLazyTopRoundingGpu, APeakedRowGivesTheEagerOutput) {
   const std::unique_ptr<Runtime> rounded_runtime = strict_runtime_with_fa3_tuning("lazy_rescale=1,lazy_top_rounding=1");
-  const std::unique_ptr<Runtime> lazy_runtime = strict_runtime_with_fa3_tuning("lazy_rescale=1");
+  // Varlen specs round by default (since session 29): lazy alone must say so.
+  const std::unique_ptr<Runtime> lazy_runtime = strict_runtime_with_fa3_tuning("lazy_rescale=1,lazy_top_rounding=0");
   // Key 1000 lies in a later block than key 0 for any key block the planner may pick (the unit
   // test's row has 256 keys and its stale max at key 200, for 128-key blocks).
   constexpr int kRows = 64, kKeys = 1024, kHeads = 2, kDim = 64, kTopKey = 0, kStaleMaxKey = 1000;
