@@ -289,6 +289,13 @@ bool tail_split_by_default(const KernelSpec &spec, const Fa3Tile &t, flashjit_ba
          !t.masked && !lengths_vary(spec) && !kCrossTileOverlapDefault && backend != FLASHJIT_BACKEND_MLIR;
 }
 
+// Whether a paged spec's K/V rows are gathered by cp.async (kPagedGather) rather than loaded in TMA
+// boxes: pages that boxes of whole swizzle atoms cannot tile, unless a tuning says otherwise.
+bool pages_gathered(const KernelSpec &spec, const Fa3Tuning &tuning) {
+  return spec.page_size != 0 &&
+         (tuning.paged_gather >= 0 ? tuning.paged_gather != 0 : spec.page_size % kMinPagedBoxRows != 0);
+}
+
 bool fa3_odd_eights(const KernelSpec &spec) {
   return spec.head_dim_qk % kKStep != 0 || spec.head_dim_v % kKStep != 0;
 }
@@ -326,7 +333,7 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, flashjit_backend 
   // The short causal tile (kMaxSeqlenShortCausal): two warpgroups, whatever the head dim.
   const bool short_causal = t.masked && spec.key_block == kShortKeyBlock;
   const bool whole_pages =
-      spec.page_size != 0 && spec.page_size % kPagedWholeBlockKeys == 0 && tuning.paged_gather <= 0;
+      spec.page_size != 0 && spec.page_size % kPagedWholeBlockKeys == 0 && !pages_gathered(spec, tuning);
   const bool fits_three_wgs =
       !short_causal &&
       (max_dim <= kMaxHeadDimThreeWarpgroups ||
@@ -516,8 +523,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add("kSwizzleBytes", kSwizzleBytes);
   plan->add("kWgmmaSwizzle", kWgmmaSwizzle128);
   plan->add("kTmaBoxRows", kRowsPerTmaBox);
-  const bool paged_gather = spec.page_size != 0 && (tuning.paged_gather >= 0 ? tuning.paged_gather != 0
-                                                                             : spec.page_size % kMinPagedBoxRows != 0);
+  const bool paged_gather = pages_gathered(spec, tuning);
   plan->add_bool("kPagedGather", paged_gather);
   plan->add("kPagedBoxRows", spec.page_size != 0 && !paged_gather ? std::gcd(spec.page_size, block_n) : 0);
   plan->add("kSmemAlign", kTmaSwizzleAlign);
