@@ -574,8 +574,8 @@ TEST_F(PrefillFa3PagedGpu, MatchesTheReferenceAndTheUnpagedKernel) {
 // by the producer warpgroup with cp.async (`.gather`): pages of 1, 3, 7 and 12 keys, chunked
 // causal prefill, GQA 6/7, a sequence of 1 key and one of 0, a window, 192/128, the odd head dim 72
 // (columns past it zero-filled), FlashInfer's layout; NaN in the unused slots (the copies past a
-// sequence's end read nothing and land as zeros). Then paged_gather=1 on pages of 16: the same bits
-// as the boxes' kernel.
+// sequence's end read nothing and land as zeros); pages 2 GiB apart (64-bit addressing). Then
+// paged_gather=1 on pages of 16: the same bits as the boxes' kernel.
 TEST_F(PrefillFa3PagedGpu, GatheredPagesMatchTheReferenceAndTheUnpagedKernel) {
   const std::unique_ptr<Runtime> paged_runtime = strict_runtime_with_fa3_tuning("paged=1");
   using ref::Dtype;
@@ -589,6 +589,18 @@ TEST_F(PrefillFa3PagedGpu, GatheredPagesMatchTheReferenceAndTheUnpagedKernel) {
   };
   page_cases(cases, {1, 3, 7, 12, 1, 12}, 211);
   check_paged_fa3(*paged_runtime, cases, "fa3_gathered_", ".gather.");
+
+  // Pages 2 GiB apart: a page stride past 2^31 bytes takes the gather's 64-bit addressing, whose bits
+  // must be those of the 32-bit addressing of the same pages packed (about 12 GiB a tensor).
+  NamedCases far = {{"d128_causal_page12_pages_2GiB_apart", dense(1, 40, 40, 4, 2, 128, 128, Dtype::bf16)}};
+  page_cases(far, {12}, 227);
+  CaseOptions &gapped = far[0].second;
+  gapped.page_gap_bytes = size_t{1} << 31;
+  check_paged_fa3(*paged_runtime, far, "fa3_gathered_", ".gather.");
+  CaseOptions packed = gapped;
+  packed.page_gap_bytes = 0;
+  EXPECT_EQ(harness::run_case(*paged_runtime, gapped).o_values, harness::run_case(*paged_runtime, packed).o_values)
+      << "64-bit against 32-bit page addressing";
 
   const std::unique_ptr<Runtime> gather_runtime = strict_runtime_with_fa3_tuning("paged=1,paged_gather=1");
   NamedCases sixteen = {{"d128_causal_page16", dense(2, 300, 1000, 8, 2, 128, 128, Dtype::bf16)},

@@ -77,6 +77,27 @@ Status upload_vector(DeviceBuffer *buffer, const void *data, size_t bytes) {
   return bytes ? buffer->upload(data, bytes) : Status::success();
 }
 
+// Strides (elements) of token-major pages [num_pages, page, heads, dim] with `gap_bytes` between pages.
+flashjit_strides gapped_page_strides(int page_size, int heads, int dim, size_t gap_bytes) {
+  constexpr size_t kElementBytes = 2;
+  const int64_t page_elements = int64_t(page_size) * heads * dim;
+  return {page_elements + int64_t(gap_bytes / kElementBytes), int64_t(heads) * dim, dim};
+}
+
+// Pages of `bits` (contiguous [num_pages, page elements]) each at its page stride; the gaps stay unwritten.
+Status upload_pages(DeviceBuffer *buffer, const std::vector<uint16_t> &bits, int num_pages, int64_t page_stride) {
+  constexpr size_t kElementBytes = 2;
+  const size_t page_elements = bits.size() / size_t(num_pages);
+  if (Status s = buffer->allocate(size_t(page_stride) * kElementBytes * size_t(num_pages)); !s)
+    return s;
+  for (int page = 0; page < num_pages; ++page)
+    if (Status s = buffer->upload_at(size_t(page) * size_t(page_stride) * kElementBytes,
+                                     bits.data() + size_t(page) * page_elements, page_elements * kElementBytes);
+        !s)
+      return s;
+  return Status::success();
+}
+
 // Builds the device tensors and the AttentionProblem for `options`.
 Status setup(const CaseOptions &options, const std::vector<float> &q, const std::vector<float> &k,
              const std::vector<float> &v, DeviceTensors *t, AttentionProblem *p) {
@@ -128,10 +149,21 @@ Status setup(const CaseOptions &options, const std::vector<float> &q, const std:
       p->k_strides = head_major_strides(paged.page_size, rp.heads_kv, rp.head_dim_qk);
       p->v_strides = head_major_strides(paged.page_size, rp.heads_kv, rp.head_dim_v);
     }
-    if (Status s = upload_vector(&t->k, k_bits.data(), k_bits.size() * 2); !s)
-      return s;
-    if (Status s = upload_vector(&t->v, v_bits.data(), v_bits.size() * 2); !s)
-      return s;
+    if (options.page_gap_bytes != 0) {
+      if (options.head_major || options.page_gap_bytes % 16 != 0)
+        return Status::error(FLASHJIT_INVALID_ARGUMENT, "page_gap_bytes: token-major pages, a multiple of 16 bytes");
+      p->k_strides = gapped_page_strides(paged.page_size, rp.heads_kv, rp.head_dim_qk, options.page_gap_bytes);
+      p->v_strides = gapped_page_strides(paged.page_size, rp.heads_kv, rp.head_dim_v, options.page_gap_bytes);
+      if (Status s = upload_pages(&t->k, k_bits, paged.num_pages, p->k_strides.batch); !s)
+        return s;
+      if (Status s = upload_pages(&t->v, v_bits, paged.num_pages, p->v_strides.batch); !s)
+        return s;
+    } else {
+      if (Status s = upload_vector(&t->k, k_bits.data(), k_bits.size() * 2); !s)
+        return s;
+      if (Status s = upload_vector(&t->v, v_bits.data(), v_bits.size() * 2); !s)
+        return s;
+    }
     if (Status s = upload_vector(&t->block_table, paged.block_table.data(), paged.block_table.size() * 4); !s)
       return s;
     std::vector<int32_t> lens(paged.seqlens_k.begin(), paged.seqlens_k.end());
@@ -319,6 +351,13 @@ Status DeviceBuffer::allocate(size_t bytes) {
 
 Status DeviceBuffer::upload(const void *host, size_t bytes) {
   HARNESS_CHECK(driver::api()->cuMemcpyHtoD(ptr_, host, bytes), "cuMemcpyHtoD");
+  return Status::success();
+}
+
+Status DeviceBuffer::upload_at(size_t offset, const void *host, size_t bytes) {
+  if (offset + bytes > bytes_)
+    return Status::error(FLASHJIT_INVALID_ARGUMENT, "upload_at: past the buffer's end");
+  HARNESS_CHECK(driver::api()->cuMemcpyHtoD(ptr_ + offset, host, bytes), "cuMemcpyHtoD");
   return Status::success();
 }
 

@@ -45,6 +45,7 @@ public:
   DeviceBuffer &operator=(DeviceBuffer &&other) noexcept;
   Status allocate(size_t bytes);
   Status upload(const void *host, size_t bytes);
+  Status upload_at(size_t offset, const void *host, size_t bytes); // into [offset, offset + bytes)
   Status download(void *host, size_t bytes) const;
   Status fill_bytes(unsigned char value);
   void *get() const { return reinterpret_cast<void *>(ptr_); }
@@ -61,6 +62,8 @@ struct CaseOptions {
   bool varlen = false;           // packed rows through cu_seqlens; else batch mode (equal lengths)
   int page_size = 0;             // > 0: K/V through a shuffled block table
   bool page_garbage_nan = false; // paged: the cache's unused slots hold NaN (else large finite values)
+  size_t page_gap_bytes = 0;     // paged, pages [num_pages, page, heads, dim]: bytes left unwritten between pages
+                                 // (a multiple of 16; past 2^31 bytes a page stride needs 64-bit addressing)
   int row_padding = 0;           // extra elements between tokens (non-contiguous strides; odd -> unaligned path)
   bool head_major = false;       // Q, K, V, O stored [batch, heads, tokens, dim] (PyTorch's layout; batch mode),
                                  // pages [num_pages, heads, page, dim]

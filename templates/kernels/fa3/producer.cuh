@@ -34,6 +34,7 @@
 #include "prim/cp_async.cuh"
 #include "prim/fence.cuh"
 #include "prim/ld_global.cuh"
+#include "prim/math.cuh"
 #include "prim/mbarrier.cuh"
 #include "prim/st_shared.cuh"
 #include "prim/tma.cuh"
@@ -64,7 +65,8 @@ template <class C> struct Producer {
   static_assert(!kGather || C::kStages >= 2, "gather: a slot's release never waits for the latest block");
   static constexpr int kGatherChunksPerRow = C::kSwizzleBytes / kCpAsyncBytes;
   static constexpr int kGatherRowsPerPass = kThreads / kGatherChunksPerRow;
-  static constexpr int kElemsPerChunk = kCpAsyncBytes / static_cast<int>(sizeof(u16));
+  static constexpr int kElemBytes = static_cast<int>(sizeof(u16));
+  static constexpr int kElemsPerChunk = kCpAsyncBytes / kElemBytes;
   static constexpr int kL1LineBytes = 128;
   static constexpr int kPagesPerLine = kL1LineBytes / static_cast<int>(sizeof(i32)); // block-table entries
   static constexpr int kZeroChunkBytes = 16;                                         // one st.shared.v4
@@ -112,7 +114,8 @@ template <class C> struct Producer {
     const int thread = static_cast<int>(threadIdx.x);
     const int chunk = thread % kGatherChunksPerRow;
     const i32 *pages = paged.block_table + static_cast<i64>(t.batch) * paged.max_pages_per_seq;
-    const u16 *head = static_cast<const u16 *>(ref.ptr) + t.kv_head * ref.head_stride + chunk * kElemsPerChunk;
+    const u8 *head =
+        static_cast<const u8 *>(ref.ptr) + (t.kv_head * ref.head_stride + chunk * kElemsPerChunk) * kElemBytes;
     // The block's page numbers into L1 while the slot is still being read: the loop below then
     // looks each up at L1 latency, one row a pass (unrolled, the addresses would not fit the
     // producer's registers).
@@ -121,21 +124,57 @@ template <class C> struct Producer {
     if (first_page + thread * kPagesPerLine <= last_page + kPagesPerLine - 1)
       prefetch_global_l1(pages + min(first_page + thread * kPagesPerLine, last_page));
     wait_for_room(empty_bar, phase ^ 1);
-#pragma unroll 1
-    for (int row = thread / kGatherChunksPerRow; row < C::kBlockN; row += kGatherRowsPerPass) {
-      const int key = n * C::kBlockN + row;
-      const bool in_sequence = key < t.seqlen_k;
-      // Past the end: page 0, whose rows are a valid address for the copies that read nothing.
-      const i32 page = in_sequence ? ld_global_nc_s32(pages + key / C::kPageSize) : 0;
-      const u16 *src = head + page * page_stride + (key % C::kPageSize) * ref.row_stride;
-      const u32 dst_chunk = swizzled_address<C>(dst, row, chunk);
-      for (int panel = 0; panel < panels; ++panel) {
-        const bool copy = in_sequence && panel * C::kPanelCols + chunk * kElemsPerChunk < dim;
-        cp_async_cg_16(dst_chunk + panel * C::kSmemPanelBytesKV, src + panel * C::kPanelCols, copy ? kCpAsyncBytes : 0);
-      }
-    }
+    const i64 page_bytes = page_stride * kElemBytes;
+    const i64 row_bytes = ref.row_stride * kElemBytes;
+    if (fits_i32(page_bytes) && fits_i32(row_bytes))
+      gather_rows<i32>(head, static_cast<i32>(page_bytes), static_cast<i32>(row_bytes), pages, chunk, dim, dst, panels,
+                       t, n);
+    else
+      gather_rows<i64>(head, page_bytes, row_bytes, pages, chunk, dim, dst, panels, t, n);
     cp_async_commit_group();
     publish_gathered(full_bar);
+  }
+
+  static __device__ __forceinline__ bool fits_i32(i64 value) { return static_cast<i32>(value) == value; }
+
+  // `base` moved by `count` strides of `bytes`: one IMAD.WIDE for 32-bit strides.
+  static __device__ __forceinline__ const u8 *advanced(const u8 *base, i32 count, i32 bytes) {
+    return reinterpret_cast<const u8 *>(mad_wide_s32(count, bytes, reinterpret_cast<i64>(base)));
+  }
+  static __device__ __forceinline__ const u8 *advanced(const u8 *base, i32 count, i64 bytes) {
+    return base + count * bytes;
+  }
+
+  // Gather: the copies of block n's rows, `chunk` of each row a thread. A thread's rows lie whole
+  // swizzle atoms apart, so its chunk's place in the atom, and the XOR of the swizzle, stay the
+  // same from pass to pass. Stride is i32 wherever the byte strides fit one (a row's address is then
+  // one IMAD.WIDE from its page number; 64-bit strides cost four).
+  template <class Stride>
+  __device__ __forceinline__ void gather_rows(const u8 *head, Stride page_bytes, Stride row_bytes, const i32 *pages,
+                                              int chunk, int dim, u32 dst, int panels, const Tile &t, int n) {
+    static_assert(kGatherRowsPerPass % kSwizzleAtomRows<C> == 0,
+                  "gather: a thread's rows keep their place in the atom");
+    const int first_row = static_cast<int>(threadIdx.x) / kGatherChunksPerRow;
+    const int block_end = (n + 1) * C::kBlockN;
+    u32 dst_chunk = swizzled_address<C>(dst, first_row, chunk);
+#pragma unroll 1
+    for (int key = n * C::kBlockN + first_row; key < block_end;
+         key += kGatherRowsPerPass, dst_chunk += kGatherRowsPerPass * C::kSwizzleBytes) {
+      const bool in_sequence = key < t.seqlen_k;
+      // Past the end: page 0, whose rows are a valid address for the copies that read nothing.
+      // Unsigned, the divisions by the page size are a multiply and a shift; the index back in an int
+      // lets the compiler step the table's address from pass to pass.
+      const u32 slot = static_cast<u32>(key);
+      const i32 page = in_sequence ? ld_global_nc_s32(pages + static_cast<i32>(slot / C::kPageSize)) : 0;
+      const u8 *src = advanced(head, page, page_bytes);
+      if constexpr (C::kPageSize > 1)
+        src = advanced(src, static_cast<i32>(slot % C::kPageSize), row_bytes);
+      for (int panel = 0; panel < panels; ++panel) {
+        const bool copy = in_sequence && panel * C::kPanelCols + chunk * kElemsPerChunk < dim;
+        cp_async_cg_16(dst_chunk + panel * C::kSmemPanelBytesKV, src + panel * C::kPanelCols * kElemBytes,
+                       copy ? kCpAsyncBytes : 0);
+      }
+    }
   }
 
   __device__ __forceinline__ void load_kv(const fj_tensor_map &map, u32 full_bar, u32 empty_bar, u32 phase,

@@ -52,10 +52,11 @@ template <class C> struct Smem {
 // Address of 16-byte chunk `chunk` of row `row` in the panel at `panel`, laid out as TMA's 128-byte
 // swizzle writes it and wgmma reads it: the chunk index is XORed with the row's place in its 8-row
 // atom (the panel starts on an atom).
+constexpr int kSwizzleChunkBytes = 16;
+template <class C> constexpr int kSwizzleAtomRows = C::kSwizzleBytes / kSwizzleChunkBytes; // rows of one atom
+
 template <class C> __device__ __forceinline__ u32 swizzled_address(u32 panel, int row, int chunk) {
-  constexpr int kChunkBytes = 16;
-  constexpr int kAtomRows = C::kSwizzleBytes / kChunkBytes; // rows of one swizzle atom
-  return panel + row * C::kSwizzleBytes + ((chunk ^ (row % kAtomRows)) * kChunkBytes);
+  return panel + row * C::kSwizzleBytes + ((chunk ^ (row % kSwizzleAtomRows<C>)) * kSwizzleChunkBytes);
 }
 
 // Position of the ring slot used by the i-th KV block a CTA processes (same sequence on both
