@@ -10,7 +10,7 @@ int main(int argc, char **argv) {
   CLI::App app{"flashjit: generates FlashAttention kernels specialized to each problem (NVRTC -> cubin), "
                "caches and launches them.\nEnvironment: FLASHJIT_CACHE_DIR, FLASHJIT_CACHE=off, FLASHJIT_JIT=off, "
                "FLASHJIT_STRICT=1, FLASHJIT_BACKEND=nvrtc|mlir, FLASHJIT_LOG=off|error|warn|info|debug, "
-               "FLASHJIT_BUNDLE_PATH=a.fjb:dir, FLASHJIT_VARIANT=fa2|fa3, FLASHJIT_DUMP_DIR=DIR"};
+               "FLASHJIT_BUNDLE_PATH=a.fjb:dir, FLASHJIT_VARIANT=fa2|fa3|decode_splitk, FLASHJIT_DUMP_DIR=DIR"};
   app.set_version_flag("--version", std::string("flashjit ") + flashjit_version());
   app.require_subcommand(1);
   std::map<CLI::App *, flashjit::cli::Action> actions;
