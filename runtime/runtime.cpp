@@ -331,7 +331,9 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
     const std::string_view no_tma = tma_kv_unsupported(choice.spec, backend, choice.plan.block_n);
     plan << ", " << choice.plan.constant("kCtasPerSm", 0) << " CTAs per SM";
     if (choice.spec.key_block != 0)
-      plan << ", the wide key block (a short step: half the partial states to merge)";
+      plan << ", the wide key block (a short step: 128-key tiles"
+           << (choice.plan.constant("kCtasPerSm", 0) == 1 ? ", one CTA per SM, so half the partial states to merge)"
+                                                          : ")");
     plan << ", K/V tiles by "
          << (choice.plan.constant("kTmaKv", 0) != 0 ? "TMA"
              : no_tma.empty()                       ? "cp.async"

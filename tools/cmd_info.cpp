@@ -71,21 +71,11 @@ Action add_explain(CLI::App &app) {
       std::cerr << "flashjit: " << error << "\n";
       return 2;
     }
-    // Explaining needs shapes and flags, not data: dummy aligned addresses stand in for the tensors.
+    // Explaining needs shapes, strides and flags, not data: dummy aligned addresses stand in for the
+    // tensors (the strides are `check`'s, so --row-padding and --head-major choose as they do there).
     AttentionProblem p;
     const ref::Problem &rp = c.problem;
-    p.dtype = c.dtype == ref::Dtype::fp16 ? FLASHJIT_FP16 : FLASHJIT_BF16;
-    p.batch = rp.batch;
-    p.seqlen_q = rp.max_seqlen_q();
-    p.seqlen_k = rp.max_seqlen_k();
-    p.heads_q = rp.heads_q;
-    p.heads_kv = rp.heads_kv;
-    p.head_dim_qk = rp.head_dim_qk;
-    p.head_dim_v = rp.head_dim_v;
-    p.causal = rp.causal;
-    p.window_left = rp.window_left;
-    p.window_right = rp.window_right;
-    p.softcap = rp.softcap;
+    harness::describe_problem(c, &p);
     constexpr uintptr_t kPlaceholder = 1u << 20;
     p.q = p.k = p.v = reinterpret_cast<void *>(kPlaceholder);
     p.o = reinterpret_cast<void *>(kPlaceholder);

@@ -22,7 +22,8 @@ struct Fa3Tuning {
   int rescale_before_pv = -1;   // -1: the planner's choice; 1: rescale O between the QK and PV issues
   int cluster_m = 0;            // 0: the planner's choice; 1: one CTA per tile; 2: CTA pairs multicast K/V
   int lazy_rescale = -1;        // -1: the planner's choice; 1: raise the row max only by more than 2^8
-  int lazy_top_rounding = -1;   // -1: the planner's choice (0); 1: with lazy_rescale, O normalized by the rounded top p
+  int lazy_top_rounding = -1;   // -1: the planner's choice (1 for varlen and paged specs, else 0); 1: with
+                                // lazy_rescale, O normalized by the rounded top p
   int row_max_partials = 0;     // 0: the planner's choice; else 1, 2, 4 or 8 running maxima per row
   int cross_tile_overlap = -1;  // -1: the planner's choice; 1: next tile's first QK with this tile's last PV
   int tail_split = -1;          // -1: the planner's choice; 1: the last waves' tiles split by keys (a workspace)

@@ -103,34 +103,23 @@ Status setup(const CaseOptions &options, const std::vector<float> &q, const std:
              const std::vector<float> &v, DeviceTensors *t, AttentionProblem *p) {
   const ref::Problem &rp = options.problem;
   const int pad = options.row_padding;
-  p->dtype = options.dtype == ref::Dtype::fp16 ? FLASHJIT_FP16 : FLASHJIT_BF16;
-  p->batch = rp.batch;
-  p->seqlen_q = rp.max_seqlen_q();
-  p->seqlen_k = rp.max_seqlen_k();
-  p->heads_q = rp.heads_q;
-  p->heads_kv = rp.heads_kv;
-  p->head_dim_qk = rp.head_dim_qk;
-  p->head_dim_v = rp.head_dim_v;
-  p->causal = rp.causal;
-  p->window_left = rp.window_left;
-  p->window_right = rp.window_right;
-  p->softcap = rp.softcap;
-  p->scale = rp.scale;
+  if (options.head_major && (options.varlen || pad != 0))
+    return Status::error(FLASHJIT_INVALID_ARGUMENT, "head_major: batch mode without row padding");
+  if (options.page_gap_bytes != 0 && (options.head_major || options.page_gap_bytes % 16 != 0))
+    return Status::error(FLASHJIT_INVALID_ARGUMENT, "page_gap_bytes: token-major pages, a multiple of 16 bytes");
+  describe_problem(options, p);
 
   const int total_q = rp.total_q(), total_k = rp.total_k();
   auto q_dev = with_padding(to_bits(options.dtype, q), total_q, rp.heads_q, rp.head_dim_qk, pad);
   if (Status s = upload_vector(&t->q, q_dev.data(), q_dev.size() * 2); !s)
     return s;
-  const int64_t q_row = int64_t(rp.heads_q) * rp.head_dim_qk + pad;
   const int64_t o_row = int64_t(rp.heads_q) * rp.head_dim_v + pad;
   p->q = t->q.get();
-  p->q_strides = {q_row * p->seqlen_q, q_row, rp.head_dim_qk};
   if (Status s = t->o.allocate(size_t(total_q) * o_row * 2 + 16); !s)
     return s;
   if (Status s = t->o.fill_bytes(kNanByte); !s)
     return s;
   p->o = t->o.get();
-  p->o_strides = {o_row * p->seqlen_q, o_row, rp.head_dim_v};
   if (options.with_lse) {
     if (Status s = t->lse.allocate(size_t(total_q) * rp.heads_q * sizeof(float) + 16); !s)
       return s;
@@ -146,14 +135,8 @@ Status setup(const CaseOptions &options, const std::vector<float> &q, const std:
     if (options.head_major) { // pages [num_pages, heads, page, dim] (FlashInfer's HND)
       k_bits = permute_head_major(k_bits, paged.num_pages, paged.page_size, rp.heads_kv, rp.head_dim_qk, true);
       v_bits = permute_head_major(v_bits, paged.num_pages, paged.page_size, rp.heads_kv, rp.head_dim_v, true);
-      p->k_strides = head_major_strides(paged.page_size, rp.heads_kv, rp.head_dim_qk);
-      p->v_strides = head_major_strides(paged.page_size, rp.heads_kv, rp.head_dim_v);
     }
     if (options.page_gap_bytes != 0) {
-      if (options.head_major || options.page_gap_bytes % 16 != 0)
-        return Status::error(FLASHJIT_INVALID_ARGUMENT, "page_gap_bytes: token-major pages, a multiple of 16 bytes");
-      p->k_strides = gapped_page_strides(paged.page_size, rp.heads_kv, rp.head_dim_qk, options.page_gap_bytes);
-      p->v_strides = gapped_page_strides(paged.page_size, rp.heads_kv, rp.head_dim_v, options.page_gap_bytes);
       if (Status s = upload_pages(&t->k, k_bits, paged.num_pages, p->k_strides.batch); !s)
         return s;
       if (Status s = upload_pages(&t->v, v_bits, paged.num_pages, p->v_strides.batch); !s)
@@ -187,30 +170,20 @@ Status setup(const CaseOptions &options, const std::vector<float> &q, const std:
       return s;
     if (Status s = upload_vector(&t->v, v_dev.data(), v_dev.size() * 2); !s)
       return s;
-    const int64_t k_row = int64_t(rp.heads_kv) * rp.head_dim_qk + pad;
-    const int64_t v_row = int64_t(rp.heads_kv) * rp.head_dim_v + pad;
     p->k = t->k.get();
     p->v = t->v.get();
-    p->k_strides = {k_row * p->seqlen_k, k_row, rp.head_dim_qk};
-    p->v_strides = {v_row * p->seqlen_k, v_row, rp.head_dim_v};
   }
-  if (options.head_major) { // Q and O; K and V too unless paged (above)
-    if (options.varlen || pad != 0)
-      return Status::error(FLASHJIT_INVALID_ARGUMENT, "head_major: batch mode without row padding");
+  if (options.head_major) { // Q; K and V too unless paged (above)
     const int b = rp.batch, sq = p->seqlen_q, sk = p->seqlen_k;
     auto q_hm = permute_head_major(q_dev, b, sq, rp.heads_q, rp.head_dim_qk, true);
     if (Status s = t->q.upload(q_hm.data(), q_hm.size() * 2); !s)
       return s;
-    p->q_strides = head_major_strides(sq, rp.heads_q, rp.head_dim_qk);
-    p->o_strides = head_major_strides(sq, rp.heads_q, rp.head_dim_v);
     if (options.page_size == 0) {
       auto k_hm = permute_head_major(to_bits(options.dtype, k), b, sk, rp.heads_kv, rp.head_dim_qk, true);
       auto v_hm = permute_head_major(to_bits(options.dtype, v), b, sk, rp.heads_kv, rp.head_dim_v, true);
       for (auto [buffer, bits] : {std::pair{&t->k, &k_hm}, {&t->v, &v_hm}})
         if (Status s = buffer->upload(bits->data(), bits->size() * 2); !s)
           return s;
-      p->k_strides = head_major_strides(sk, rp.heads_kv, rp.head_dim_qk);
-      p->v_strides = head_major_strides(sk, rp.heads_kv, rp.head_dim_v);
     }
   }
   if (options.varlen) {
@@ -229,12 +202,63 @@ Status setup(const CaseOptions &options, const std::vector<float> &q, const std:
       p->cu_seqlens_k_host = cu_k_host.data();
       p->total_k = total_k;
     }
-    p->q_strides.batch = p->o_strides.batch = 0;
-    if (options.page_size == 0)
-      p->k_strides.batch = p->v_strides.batch = 0;
   }
   return Status::success();
 }
+
+} // namespace
+
+void describe_problem(const CaseOptions &options, AttentionProblem *p) {
+  const ref::Problem &rp = options.problem;
+  p->dtype = options.dtype == ref::Dtype::fp16 ? FLASHJIT_FP16 : FLASHJIT_BF16;
+  p->batch = rp.batch;
+  p->seqlen_q = rp.max_seqlen_q();
+  p->seqlen_k = rp.max_seqlen_k();
+  p->heads_q = rp.heads_q;
+  p->heads_kv = rp.heads_kv;
+  p->head_dim_qk = rp.head_dim_qk;
+  p->head_dim_v = rp.head_dim_v;
+  p->causal = rp.causal;
+  p->window_left = rp.window_left;
+  p->window_right = rp.window_right;
+  p->softcap = rp.softcap;
+  p->scale = rp.scale;
+  // Token-major [batch, tokens, heads, dim] with row_padding elements after each token's heads.
+  const auto token_major = [pad = options.row_padding](int tokens, int heads, int dim) {
+    const int64_t row = int64_t(heads) * dim + pad;
+    return flashjit_strides{row * tokens, row, dim};
+  };
+  const bool paged = options.page_size > 0;
+  if (options.head_major) {
+    p->q_strides = head_major_strides(p->seqlen_q, rp.heads_q, rp.head_dim_qk);
+    p->o_strides = head_major_strides(p->seqlen_q, rp.heads_q, rp.head_dim_v);
+  } else {
+    p->q_strides = token_major(p->seqlen_q, rp.heads_q, rp.head_dim_qk);
+    p->o_strides = token_major(p->seqlen_q, rp.heads_q, rp.head_dim_v);
+  }
+  if (paged && options.head_major) { // pages [num_pages, heads, page, dim] (FlashInfer's HND)
+    p->k_strides = head_major_strides(options.page_size, rp.heads_kv, rp.head_dim_qk);
+    p->v_strides = head_major_strides(options.page_size, rp.heads_kv, rp.head_dim_v);
+  } else if (paged && options.page_gap_bytes != 0) {
+    p->k_strides = gapped_page_strides(options.page_size, rp.heads_kv, rp.head_dim_qk, options.page_gap_bytes);
+    p->v_strides = gapped_page_strides(options.page_size, rp.heads_kv, rp.head_dim_v, options.page_gap_bytes);
+  } else if (paged) { // zero: packed pages [num_pages, page, heads, dim]
+    p->k_strides = p->v_strides = flashjit_strides{};
+  } else if (options.head_major) {
+    p->k_strides = head_major_strides(p->seqlen_k, rp.heads_kv, rp.head_dim_qk);
+    p->v_strides = head_major_strides(p->seqlen_k, rp.heads_kv, rp.head_dim_v);
+  } else {
+    p->k_strides = token_major(p->seqlen_k, rp.heads_kv, rp.head_dim_qk);
+    p->v_strides = token_major(p->seqlen_k, rp.heads_kv, rp.head_dim_v);
+  }
+  if (options.varlen) { // packed rows: no batch stride (pages keep theirs)
+    p->q_strides.batch = p->o_strides.batch = 0;
+    if (!paged)
+      p->k_strides.batch = p->v_strides.batch = 0;
+  }
+}
+
+namespace {
 
 // prepare(), then forward() captured into a graph on a fresh stream, then one replay.
 Status forward_in_graph(Runtime &runtime, const AttentionProblem &problem) {

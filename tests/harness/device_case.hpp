@@ -78,6 +78,10 @@ struct CaseOptions {
   std::function<void(std::vector<float> &q, std::vector<float> &k, std::vector<float> &v)> shape_inputs;
 };
 
+// The problem's shapes, mask, scale and every stride (elements) as `run_case` gives them for
+// `options`, without data: the pointers, lengths and tables are left to the caller.
+void describe_problem(const CaseOptions &options, AttentionProblem *p);
+
 struct CaseResult {
   Status status; // launch status (the check is meaningful only when ok)
   ref::CheckResult o;
