@@ -43,15 +43,19 @@ constexpr int kWarpgroupThreads = 128;
 constexpr int kTailPieces = 2;     // a tile cut at a walker boundary has a piece on each side of it
 constexpr int kRowsPerThread = 2;  // accumulator rows per thread of a wgmma m64 tile (softmax.cuh)
 constexpr int kFloatVec = 4;       // floats per float4: the tail split's state moves in them (tail.cuh)
-constexpr int kStages = 2;         // FA-3 uses 2 on sm_90 for every head dim
+constexpr int kStagesDefault = 2;  // FA-3 uses 2 on sm_90 for every head dim
+constexpr int kMaxStages = 4;      // tuning `stages`: deeper rings for the gather's copies (an A/B)
 constexpr int kElemBytes = 2;      // fp16 / bf16
 constexpr int kSwizzleBytes = 128; // one smem row of a panel; TMA + wgmma 128B swizzle
 constexpr int kPanelCols = kSwizzleBytes / kElemBytes;
 constexpr int kWgmmaSwizzle128 = 1;    // wgmma descriptor layout code of the 128B swizzle
 constexpr int kTmaSwizzleAlign = 1024; // 8 rows x 128 B: a swizzle atom; tiles start on it
-constexpr int kBarrierBytes = 128;     // mbarriers (8 B each) at the end of smem
-constexpr int kKStep = 16;             // wgmma K for 16-bit inputs
-constexpr int kBlockNGranule = 16;     // PV reduces over kBlockN in k-steps of 16
+constexpr int kMbarrierBytes = 8;      // mbarriers at the end of smem (kernels/fa3/smem.cuh's order):
+constexpr int kFixedBarriers = 3;      // Q full, Q empty, paged V landed
+constexpr int kBarriersPerStage = 4;   // K full, K empty, V full, V empty
+constexpr int kBarrierRegionGranule = 128;
+constexpr int kKStep = 16;         // wgmma K for 16-bit inputs
+constexpr int kBlockNGranule = 16; // PV reduces over kBlockN in k-steps of 16
 constexpr int kMaxBlockN = 192;
 constexpr int kMaxBlockNSmallDim = 224; // dv <= 64: fewer, longer iterations measured +3% at d64
 constexpr int kSmallHeadDim = 64;
@@ -253,7 +257,13 @@ int round_down(int value, int multiple) {
 
 // The warpgroup count, O staging and key block of a spec: the part of the plan that the per-call
 // key-block choice (fa3_key_block_for) needs too, so it allocates nothing unless it refuses.
+// Bytes of the mbarrier region of a ring of `stages` slots.
+int barrier_bytes(int stages) {
+  return round_up(kMbarrierBytes * (kFixedBarriers + kBarriersPerStage * stages), kBarrierRegionGranule);
+}
+
 struct Fa3Tile {
+  int stages = 0;
   int consumer_wgs = 0;
   int block_m = 0;
   int block_n = 0;
@@ -327,6 +337,11 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, flashjit_backend 
       return refuse("fa3 head dims must be multiples of 8 in [8, 256], got " + std::to_string(dim));
 
   Fa3Tile &t = *tile;
+  t.stages = tuning.stages > 0 ? tuning.stages : kStagesDefault;
+  if (t.stages < kStagesDefault || t.stages > kMaxStages)
+    return refuse("fa3: stages must be 2 to " + std::to_string(kMaxStages) + ", got " + std::to_string(t.stages));
+  if (t.stages != kStagesDefault && backend == FLASHJIT_BACKEND_MLIR)
+    return refuse("fa3: stages other than 2 have a template form only (NVRTC)");
   t.masked = spec.causal || spec.local;
   const int max_dim = std::max(spec.head_dim_qk, spec.head_dim_v);
   const bool small_dim = max_dim <= kSmallHeadDim;
@@ -357,9 +372,9 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, flashjit_backend 
   t.q_bytes = t.block_m * t.qk_smem_cols * kElemBytes;
   t.o_bytes = t.block_m * t.v_smem_cols * kElemBytes;
   t.qo_bytes = t.separate_o ? round_up(t.q_bytes, kTmaSwizzleAlign) + t.o_bytes : std::max(t.q_bytes, t.o_bytes);
-  const int kv_bytes_per_row = kStages * (t.qk_smem_cols + t.v_smem_cols) * kElemBytes;
+  const int kv_bytes_per_row = t.stages * (t.qk_smem_cols + t.v_smem_cols) * kElemBytes;
   t.smem_limit = max_shared_bytes_per_block(spec.arch);
-  const int n_by_smem = (t.smem_limit - kTmaSwizzleAlign - kBarrierBytes - t.qo_bytes) / kv_bytes_per_row;
+  const int n_by_smem = (t.smem_limit - kTmaSwizzleAlign - barrier_bytes(t.stages) - t.qo_bytes) / kv_bytes_per_row;
   // S: n/2, P: n/4 registers per thread.
   constexpr int kAccRegsNumer = 4, kAccRegsDenom = 3;
   const int reg_overhead = three_wgs ? kConsumerRegOverhead3 : kConsumerRegOverhead2;
@@ -393,8 +408,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   Fa3Tile tile;
   if (!fa3_tile(spec, tuning, backend, &tile, why_not))
     return false;
-  const auto [consumer_wgs, block_m, block_n, masked, separate_o, qk_smem_cols, v_smem_cols, q_bytes, o_bytes, qo_bytes,
-              smem_limit] = tile;
+  const auto [stages, consumer_wgs, block_m, block_n, masked, separate_o, qk_smem_cols, v_smem_cols, q_bytes, o_bytes,
+              qo_bytes, smem_limit] = tile;
   const bool three_wgs = consumer_wgs == kMaxConsumerWarpgroups;
   const int max_dim = std::max(spec.head_dim_qk, spec.head_dim_v);
   const bool small_dim = max_dim <= kSmallHeadDim;
@@ -481,10 +496,10 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   const int offset_q = 0;
   const int offset_o = separate_o ? offset_q + round_up(q_bytes, kTmaSwizzleAlign) : offset_q;
   const int offset_k = offset_q + round_up(qo_bytes, kTmaSwizzleAlign);
-  const int offset_v = offset_k + kStages * k_stage_bytes;
-  const int offset_barriers = offset_v + kStages * v_stage_bytes;
+  const int offset_v = offset_k + stages * k_stage_bytes;
+  const int offset_barriers = offset_v + stages * v_stage_bytes;
   // The dynamic smem base is only 16-byte aligned: the kernel rounds it up to 1024.
-  const int smem_bytes = offset_barriers + kBarrierBytes + kTmaSwizzleAlign;
+  const int smem_bytes = offset_barriers + barrier_bytes(stages) + kTmaSwizzleAlign;
   if (smem_bytes > smem_limit)
     return refuse("fa3: shared memory plan exceeds the device limit");
 
@@ -493,7 +508,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->entry = "fj_fa3_prefill";
   plan->block_m = block_m;
   plan->block_n = block_n;
-  plan->stages = kStages;
+  plan->stages = stages;
   plan->threads = kWarpgroupThreads * (1 + consumer_wgs);
   plan->smem_bytes = smem_bytes;
   plan->consumer_warpgroups = consumer_wgs;
@@ -508,7 +523,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   // kThreads and kSmemBytes are emitted by the generator from plan->threads / smem_bytes.
   plan->add("kBlockM", block_m);
   plan->add("kBlockN", block_n);
-  plan->add("kStages", kStages);
+  plan->add("kStages", stages);
   plan->add("kConsumerWarpgroups", consumer_wgs);
   plan->add_bool("kPingpong", plan->pingpong);
   plan->add("kRegsProducer", regs_producer);
@@ -630,6 +645,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"section_pairs", &Fa3Tuning::section_pairs},
       {"paged", &Fa3Tuning::paged},
       {"paged_gather", &Fa3Tuning::paged_gather},
+      {"stages", &Fa3Tuning::stages},
   };
   size_t begin = 0;
   while (begin <= text.size()) {

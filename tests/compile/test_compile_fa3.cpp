@@ -584,5 +584,40 @@ TEST(Fa3CompileFeatures, GatheredPagesCopyRowsByCpAsync) {
   }
 }
 
+// The tuning `stages` (an A/B): with a ring of S slots the gather publishes a K or V block once
+// 2(S - 1) - 1 newer ones are issued (cp.async.wait_group 3 at three stages, 5 at four), and TMA
+// kernels take the deeper ring too; all without spills or serialized wgmmas.
+TEST(Fa3CompileFeatures, DeeperRingsKeepMoreGatheredCopiesInFlight) {
+  const std::pair<PagedCase, int> gathered[] = {{{64, 64, FLASHJIT_BF16, true, false, false, 1}, 3},
+                                                {{64, 64, FLASHJIT_BF16, true, true, false, 1}, 4},
+                                                {{128, 128, FLASHJIT_FP16, false, false, false, 3}, 3}};
+  for (const auto &[c, stages] : gathered) {
+    Fa3Tuning tuning;
+    tuning.stages = stages;
+    KernelSpec spec;
+    const CompiledKernel kernel = compile_paged(c, tuning, &spec);
+    EXPECT_NE(kernel.name.find(".gather."), std::string::npos) << kernel.name;
+    EXPECT_NE(kernel.name.find("s" + std::to_string(stages) + "."), std::string::npos) << kernel.name;
+    const std::string in_flight = "cp.async.wait_group " + std::to_string(2 * (stages - 1) - 1) + ";";
+    EXPECT_NE(kernel.ptx.find(in_flight), std::string::npos) << kernel.name << " lacks " << in_flight;
+    EXPECT_EQ(kernel.ptx.find("cp.async.wait_group 1;"), std::string::npos) << kernel.name;
+    std::string error;
+    const std::string sass = testing::dump_sass(kernel.cubin, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    EXPECT_EQ(sass.find("LDL"), std::string::npos) << kernel.name << " reads local memory";
+    EXPECT_FALSE(wgmmas_serialized(sass)) << kernel.name << ": a wait after every HGMMA";
+  }
+  Fa3Tuning three;
+  three.stages = 3;
+  const KernelSpec spec = testing::prefill_spec(Arch{90, true}, 128, 128, FLASHJIT_BF16, true);
+  const CompiledKernel kernel = compile_tuned(spec, three);
+  EXPECT_NE(kernel.name.find("s3."), std::string::npos) << kernel.name;
+  EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name << "\n" << kernel.log;
+  std::string error;
+  const std::string sass = testing::dump_sass(kernel.cubin, &error);
+  ASSERT_TRUE(error.empty()) << error;
+  EXPECT_FALSE(wgmmas_serialized(sass)) << kernel.name << ": a wait after every HGMMA";
+}
+
 } // namespace
 } // namespace flashjit

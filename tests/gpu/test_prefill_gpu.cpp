@@ -602,6 +602,23 @@ TEST_F(PrefillFa3PagedGpu, GatheredPagesMatchTheReferenceAndTheUnpagedKernel) {
   EXPECT_EQ(harness::run_case(*paged_runtime, gapped).o_values, harness::run_case(*paged_runtime, packed).o_values)
       << "64-bit against 32-bit page addressing";
 
+  // Deeper rings (the tuning `stages`, an A/B): 3 or 5 groups of copies in flight instead of 1, the
+  // same bits as the two-stage kernel where the key block stays the same.
+  for (const char *stages : {"stages=3", "stages=4"}) {
+    const std::unique_ptr<Runtime> deep_runtime = strict_runtime_with_fa3_tuning(stages);
+    for (const size_t i : {size_t{0}, size_t{1}, size_t{4}}) {
+      const auto &[name, o] = cases[i];
+      const harness::CaseResult deep = harness::run_case(*deep_runtime, o);
+      std::cout << "fa3_gathered_" << stages << "_" << name << ": " << deep.summary() << "\n";
+      EXPECT_TRUE(deep.pass()) << name << " " << stages << ": " << deep.summary();
+      EXPECT_NE(deep.kernel.find(".gather."), std::string::npos) << deep.kernel;
+      const harness::CaseResult two = harness::run_case(*paged_runtime, o);
+      if (tile_tuning_of(deep.kernel) == tile_tuning_of(two.kernel)) {
+        EXPECT_EQ(deep.o_values, two.o_values) << name << ": " << deep.kernel << " against " << two.kernel;
+      }
+    }
+  }
+
   const std::unique_ptr<Runtime> gather_runtime = strict_runtime_with_fa3_tuning("paged=1,paged_gather=1");
   NamedCases sixteen = {{"d128_causal_page16", dense(2, 300, 1000, 8, 2, 128, 128, Dtype::bf16)},
                         {"d80_fp16_page16", varlen({1, 129, 300}, {1, 513, 300}, 12, 2, 80, Dtype::fp16)}};

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <tuple>
 
 namespace flashjit {
 namespace {
@@ -574,6 +575,55 @@ TEST(Planner, Fa3GatheredPagesKeepTheProducersInvariants) {
         ++plans;
       }
   EXPECT_GT(plans, 32 * 2 * 40);
+}
+
+// The tuning `stages` (an A/B for the gather's copies in flight): a deeper ring whose key block
+// shrinks where shared memory binds it, whose mbarriers (3 + 4 a stage) fit their region, and whose
+// kernel name says so; NVRTC only, 2 to 4.
+TEST(Planner, Fa3StagesTuningDeepensTheRing) {
+  constexpr int kMbarrierBytes = 8, kFixedBarriers = 3, kBarriersPerStage = 4, kAlign = 1024;
+  Fa3Tuning tuning;
+  std::string why;
+  for (const auto &[d, causal, page_size] :
+       {std::tuple{64, true, 1}, std::tuple{128, false, 0}, std::tuple{128, true, 3}, std::tuple{256, false, 0}}) {
+    KernelSpec spec = prefill(d, causal);
+    spec.page_size = page_size;
+    Plan two;
+    tuning.stages = 0;
+    ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &two, &why)) << why;
+    EXPECT_EQ(two.stages, 2);
+    for (int stages : {3, 4}) {
+      tuning.stages = stages;
+      Plan plan;
+      ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &plan, &why)) << "d" << d << " stages " << stages << ": " << why;
+      const std::string name = kernel_name(spec, plan);
+      EXPECT_EQ(plan.stages, stages) << name;
+      EXPECT_EQ(plan.constant("kStages"), stages) << name;
+      EXPECT_NE(name.find("s" + std::to_string(stages) + "."), std::string::npos) << name;
+      EXPECT_LE(plan.block_n, two.block_n) << name;
+      EXPECT_LE(plan.constant("kSmemOffsetBarriers") + kMbarrierBytes * (kFixedBarriers + kBarriersPerStage * stages) +
+                    kAlign,
+                plan.smem_bytes)
+          << name;
+      EXPECT_LE(plan.smem_bytes, max_shared_bytes_per_block(spec.arch)) << name;
+    }
+  }
+  // d128 unmasked fills shared memory with two stages (N160): three take a smaller key block.
+  KernelSpec spec = prefill(128, false);
+  tuning.stages = 3;
+  Plan plan;
+  ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &plan, &why)) << why;
+  EXPECT_LT(plan.block_n, 160) << kernel_name(spec, plan);
+  for (int bad : {1, 5}) {
+    tuning.stages = bad;
+    EXPECT_FALSE(plan_fa3_tuned(spec, tuning, &plan, &why)) << bad;
+    EXPECT_NE(why.find("stages"), std::string::npos) << why;
+  }
+  tuning.stages = 3;
+  EXPECT_FALSE(plan_fa3_tuned(spec, tuning, &plan, &why, FLASHJIT_BACKEND_MLIR));
+  EXPECT_NE(why.find("NVRTC"), std::string::npos) << why;
+  ASSERT_TRUE(parse_fa3_tuning("stages=4", &tuning, &why)) << why;
+  EXPECT_EQ(tuning.stages, 4);
 }
 
 TEST(Fa3Tuning, ParsesTheOverrideAndNamesWhatItCannotParse) {

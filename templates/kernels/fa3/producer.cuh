@@ -22,8 +22,9 @@
 // pass with cp.async, its page looked up per row; rows past the sequence's end and columns past
 // the head dim land as zeros (source size 0), so no V row needs zeroing afterwards. cp.async
 // writes through the generic proxy and cannot arrive on the barrier after a proxy fence by itself:
-// a block is published once the next is issued (its copies waited for, fenced, then each thread
-// arrives on the full barrier), so two blocks are in flight while slots are free. Before a wait
+// a K or V block is published once kGatherGroupsInFlight newer ones are issued (its copies waited
+// for, fenced, then each thread arrives on the full barrier), so with kStages ring slots the copies
+// of up to kStages - 1 blocks are in flight while slots are free. Before a wait
 // that would block (a slot, or Q's region, still in use), the pending block is published first:
 // the consumers may need it to get there (the step that frees V's slot two blocks back starts
 // with the QK of the K block issued last).
@@ -63,6 +64,9 @@ template <class C> struct Producer {
   static_assert(!kPagedBoxes || C::kPagedBoxRows * C::kSwizzleBytes % C::kSmemAlign == 0,
                 "paged KV boxes: boxes start on a swizzle atom");
   static_assert(!kGather || C::kStages >= 2, "gather: a slot's release never waits for the latest block");
+  // Gather: groups a publish leaves in flight. The ring holds kStages - 1 blocks past the one the
+  // consumers read, two groups (K, V) each; the newest of those may still be copying.
+  static constexpr int kGatherGroupsInFlight = 2 * (C::kStages - 1) - 1;
   static constexpr int kGatherChunksPerRow = C::kSwizzleBytes / kCpAsyncBytes;
   static constexpr int kGatherRowsPerPass = kThreads / kGatherChunksPerRow;
   static constexpr int kElemBytes = static_cast<int>(sizeof(u16));
@@ -75,40 +79,54 @@ template <class C> struct Producer {
   u32 landed_parity = 0;             // paged KV: phase of the v_landed barrier the producer waits for next
   int deferred_v_valid = C::kBlockN; // paged KV: a one-block tile's V still to finish (kBlockN: none)
   int deferred_v_block = 0;          // and its block index
-  u32 gathered_full = 0;             // gather: full barrier of the latest block issued, not yet published (0: none; a
-                                     // barrier's address is never 0, the ring's tiles lie below it)
+  // Gather: copy groups (one per K or V block: group 2b is K of ring position b, 2b + 1 its V)
+  // published to the consumers so far. How many are issued comes from the caller (the ring
+  // position): one more live register in the producer's 24 costs the gather's pass five
+  // instructions (the block table's address, rematerialized).
+  int gather_published = 0;
 
-  // Gather: publishes the block issued before the latest (only the latest group may still be in
-  // flight), then makes `full_bar` the one to publish next.
-  __device__ __forceinline__ void publish_gathered(u32 full_bar) {
-    if (gathered_full != 0) {
-      cp_async_wait_group<1>();
-      fence_proxy_async_shared(); // the copies, before the consumers' wgmma reads them
-      mbarrier_arrive(gathered_full);
-    }
-    gathered_full = full_bar;
+  __device__ __forceinline__ u32 gathered_full(int group) const {
+    const RingSlot<C> slot = RingSlot<C>::at(group / 2);
+    return group % 2 == 0 ? smem.k_full(slot.stage) : smem.v_full(slot.stage);
   }
 
-  // Gather: publishes the latest block (before a wait that would block, and the producer's last).
-  __device__ __forceinline__ void publish_last_gathered() {
-    if (gathered_full == 0)
+  // Gather: publishes groups up to `last` (exclusive), at most `max_groups` of them, once at most
+  // `in_flight` newer ones are still copying. A bounded, unrolled loop: an open one costs the
+  // gather's pass three instructions in the producer's registers.
+  template <int in_flight, int max_groups> __device__ __forceinline__ void publish_gathered(int last) {
+    if (gather_published >= last)
       return;
-    cp_async_wait_group<0>();
-    fence_proxy_async_shared();
-    mbarrier_arrive(gathered_full);
-    gathered_full = 0;
+    cp_async_wait_group<in_flight>();
+    fence_proxy_async_shared(); // the copies, before the consumers' wgmma reads them
+#pragma unroll
+    for (int i = 0; i < max_groups; ++i)
+      if (gather_published + i < last)
+        mbarrier_arrive(gathered_full(gather_published + i));
+    gather_published = last;
   }
 
-  // Waits for the phase of `bar` with parity `parity`; a gather first publishes its pending block if
-  // the wait would block.
-  __device__ __forceinline__ void wait_for_room(u32 bar, u32 parity) {
+  // Gather: after group `group` is committed, every group but the latest kGatherGroupsInFlight:
+  // one more than the call before (none after a publish_all_gathered).
+  __device__ __forceinline__ void publish_gathered_behind(int group) {
+    publish_gathered<kGatherGroupsInFlight, 1>(group + 1 - kGatherGroupsInFlight);
+  }
+
+  // Gather: every group issued (`issued` of them; at most kGatherGroupsInFlight unpublished, as
+  // each issue is followed by publish_gathered_behind), before a wait that would block and at the end.
+  __device__ __forceinline__ void publish_all_gathered(int issued) {
+    publish_gathered<0, kGatherGroupsInFlight>(issued);
+  }
+
+  // Waits for the phase of `bar` with parity `parity`; a gather first publishes the `issued` groups
+  // if the wait would block.
+  __device__ __forceinline__ void wait_for_room(u32 bar, u32 parity, int issued) {
     if (kGather && !mbarrier_test_wait_parity(bar, parity))
-      publish_last_gathered();
+      publish_all_gathered(issued);
     mbarrier_wait_parity(bar, parity);
   }
 
   // Gather: block n of tile t through the block table by cp.async (see the file comment).
-  __device__ __forceinline__ void gather_kv(const fj_tensor_ref &ref, i64 page_stride, int dim, u32 full_bar,
+  __device__ __forceinline__ void gather_kv(const fj_tensor_ref &ref, i64 page_stride, int dim, int group,
                                             u32 empty_bar, u32 phase, u32 dst, int panels, const Tile &t, int n) {
     const fj_paged_kv &paged = params.base.paged;
     const int thread = static_cast<int>(threadIdx.x);
@@ -123,7 +141,7 @@ template <class C> struct Producer {
     const int last_page = (min((n + 1) * C::kBlockN, t.seqlen_k) - 1) / C::kPageSize;
     if (first_page + thread * kPagesPerLine <= last_page + kPagesPerLine - 1)
       prefetch_global_l1(pages + min(first_page + thread * kPagesPerLine, last_page));
-    wait_for_room(empty_bar, phase ^ 1);
+    wait_for_room(empty_bar, phase ^ 1, group);
     const i64 page_bytes = page_stride * kElemBytes;
     const i64 row_bytes = ref.row_stride * kElemBytes;
     if (fits_i32(page_bytes) && fits_i32(row_bytes))
@@ -132,10 +150,11 @@ template <class C> struct Producer {
     else
       gather_rows<i64>(head, page_bytes, row_bytes, pages, chunk, dim, dst, panels, t, n);
     cp_async_commit_group();
-    publish_gathered(full_bar);
   }
 
-  static __device__ __forceinline__ bool fits_i32(i64 value) { return static_cast<i32>(value) == value; }
+  static __device__ __forceinline__ bool fits_i32(i64 value) {
+    return static_cast<i32>(value) == value;
+  }
 
   // `base` moved by `count` strides of `bytes`: one IMAD.WIDE for 32-bit strides.
   static __device__ __forceinline__ const u8 *advanced(const u8 *base, i32 count, i32 bytes) {
@@ -248,10 +267,11 @@ template <class C> struct Producer {
 
   __device__ __forceinline__ void load_k(const Tile &t, int n, int block_index) {
     const RingSlot<C> slot = RingSlot<C>::at(block_index);
-    if constexpr (kGather)
-      gather_kv(params.base.k, params.base.paged.page_stride_k, C::kHeadDimQK, smem.k_full(slot.stage),
+    if constexpr (kGather) {
+      gather_kv(params.base.k, params.base.paged.page_stride_k, C::kHeadDimQK, 2 * block_index,
                 smem.k_empty(slot.stage), slot.phase, smem.k_panel(slot.stage, 0), C::kPanelsQK, t, n);
-    else if constexpr (kPaged)
+      publish_gathered_behind(2 * block_index);
+    } else if constexpr (kPaged)
       load_kv_paged(params.tma_k, smem.k_full(slot.stage), smem.k_empty(slot.stage), slot.phase,
                     smem.k_panel(slot.stage, 0), C::kPanelsQK, t, n, false);
     else
@@ -261,10 +281,11 @@ template <class C> struct Producer {
 
   __device__ __forceinline__ void load_v(const Tile &t, int n, int block_index) {
     const RingSlot<C> slot = RingSlot<C>::at(block_index);
-    if constexpr (kGather)
-      gather_kv(params.base.v, params.base.paged.page_stride_v, C::kHeadDimV, smem.v_full(slot.stage),
+    if constexpr (kGather) {
+      gather_kv(params.base.v, params.base.paged.page_stride_v, C::kHeadDimV, 2 * block_index + 1,
                 smem.v_empty(slot.stage), slot.phase, smem.v_stage(slot.stage), C::kPanelsV, t, n);
-    else if constexpr (kPaged)
+      publish_gathered_behind(2 * block_index + 1);
+    } else if constexpr (kPaged)
       load_kv_paged(params.tma_v, smem.v_full(slot.stage), smem.v_empty(slot.stage), slot.phase,
                     smem.v_stage(slot.stage), C::kPanelsV, t, n, true);
     else
@@ -272,9 +293,10 @@ template <class C> struct Producer {
               smem.v_stage(slot.stage), C::kPanelsV, C::kPanelCols, t, n);
   }
 
-  __device__ __forceinline__ void load_q(const Tile &t, u32 tile_parity) {
+  // `block_index`: the ring position of the tile's first block, whose K is issued.
+  __device__ __forceinline__ void load_q(const Tile &t, u32 tile_parity, int block_index) {
     constexpr int kBoxesPerPanel = C::kBlockM / C::kTmaBoxRows;
-    wait_for_room(smem.q_empty(), tile_parity ^ 1);
+    wait_for_room(smem.q_empty(), tile_parity ^ 1, 2 * block_index + 1);
     if constexpr (kPagedBoxes)
       __syncwarp(); // as after a slot's wait: no lane left a phase behind
     if (kThreads > 1 && threadIdx.x != 0)
@@ -298,7 +320,7 @@ template <class C> struct Producer {
     load_k(t, n, block_index);
     if constexpr (kPagedBoxes)
       finish_deferred_v(); // the previous one-block tile's V, now that this K is on its way
-    load_q(t, tile_parity);
+    load_q(t, tile_parity, block_index);
     load_v(t, n, block_index);
     ++block_index;
     for (--n; n >= t.n_min; --n, ++block_index) {
@@ -337,7 +359,7 @@ template <class C> struct Producer {
           load_tile(decode_tile<C>(params, index), block_index, tile_parity);
     }
     if constexpr (kGather)
-      publish_last_gathered();
+      publish_all_gathered(2 * block_index);
     if constexpr (kPagedBoxes)
       finish_deferred_v();
   }
