@@ -21,6 +21,7 @@
 
 #include "kernel_params.h"
 #include "prim/cp_async.cuh"
+#include "prim/ld_global.cuh"
 #include "prim/ldmatrix.cuh"
 #include "prim/math.cuh"
 #include "prim/mma.cuh"
@@ -223,11 +224,47 @@ template <int Chunks, int SmemStride> struct KvStream {
       from += pass_stride;
     }
   }
+
+  // Paged K/V, the same pattern: each pass's row through the block table (`pages`, this
+  // sequence's entries), its page number an L1 hit for the passes that share a page, its address
+  // one multiply-add from `head` (the KV head's start, this thread's chunk) where Stride is i32.
+  // Rows at or past `valid_rows` read no table entry and land as zeros.
+  template <class Stride>
+  static __device__ __forceinline__ void copy_paged(const u8 *head, const i32 *pages, u32 buf, int n_block,
+                                                    Stride page_bytes, Stride row_bytes, int valid_rows,
+                                                    const u16 *tensor_base) {
+    const int tid = threadIdx.x;
+    const int row0 = tid / Chunks;
+    const int chunk = tid % Chunks;
+    if (Cfg::kThreads % Chunks != 0 && row0 >= kRowsPerPass)
+      return; // idle thread
+    const u8 *from = head + chunk * kChunkElems * kElemBytes;
+    const u32 to = buf + (u32)(row0 * SmemStride + chunk * kChunkElems) * kElemBytes;
+    // Unsigned: the divisions by the page size are a multiply and a shift.
+    const u32 key0 = (u32)(n_block * Cfg::kBlockN + row0);
+    const int limit = valid_rows - row0;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const bool in_block = kEven || row0 + i * kRowsPerPass < Cfg::kBlockN;
+      if (in_block) {
+        const bool valid = i * kRowsPerPass < limit;
+        const u32 key = key0 + i * kRowsPerPass;
+        const void *src = tensor_base;
+        if (valid) {
+          const i32 page = ld_global_nc_s32(pages + (i32)(key / kPageRows));
+          const u8 *row = advance_bytes(from, page, page_bytes);
+          src = kPageRows > 1 ? advance_bytes(row, (i32)(key % kPageRows), row_bytes) : row;
+        }
+        cp_async_cg_16(to + i * kPassSmemBytes, src, valid ? kCpAsyncBytes : 0);
+      }
+    }
+  }
 };
 
-// The fixed-pattern copy applies to contiguous 16-byte-aligned K/V; paged and element-aligned
-// layouts keep load_tile.
-constexpr bool kKvStream = Cfg::kAligned16 && Cfg::kPageSize == 0;
+// The fixed-pattern copy applies to 16-byte-aligned K/V, contiguous or paged (through the block
+// table: load_tile's generic loop took ~48 SASS instructions a paged cp.async at d128, session 30);
+// element-aligned layouts keep load_tile.
+constexpr bool kKvStream = Cfg::kAligned16;
 
 // Block `n_block` of K (IsV = false) or V through its stream into the buffer at shared address
 // `buf`; always commits a group, empty when the block is past the range.
@@ -235,7 +272,19 @@ template <bool IsV>
 __device__ __forceinline__ void stream_kv(const fj_attention_params &p, const Tile &t, u32 buf, int n_block,
                                           int n_end) {
   using Stream = KvStream<IsV ? kChunksV : kChunksQK, IsV ? Cfg::kSmemStrideV : Cfg::kSmemStrideK>;
-  if (n_block < n_end) {
+  if (n_block < n_end && Cfg::kPageSize > 0) {
+    const fj_tensor_ref &kv = IsV ? p.v : p.k;
+    const u16 *tensor_base = (const u16 *)kv.ptr;
+    const u8 *head = (const u8 *)kv.ptr + (i64)t.head_kv * kv.head_stride * kElemBytes;
+    const i32 *pages = p.paged.block_table + (i64)t.batch * p.paged.max_pages_per_seq;
+    const i64 page_bytes = (IsV ? p.paged.page_stride_v : p.paged.page_stride_k) * kElemBytes;
+    const i64 row_bytes = kv.row_stride * kElemBytes;
+    const int valid_rows = t.seqlen_k - n_block * Cfg::kBlockN;
+    if (fits_i32(page_bytes) && fits_i32(row_bytes))
+      Stream::copy_paged(head, pages, buf, n_block, (i32)page_bytes, (i32)row_bytes, valid_rows, tensor_base);
+    else
+      Stream::copy_paged(head, pages, buf, n_block, page_bytes, row_bytes, valid_rows, tensor_base);
+  } else if (n_block < n_end) {
     const fj_i64 row_stride = IsV ? p.v.row_stride : p.k.row_stride;
     const u16 *tensor_base = (const u16 *)(IsV ? p.v.ptr : p.k.ptr);
     // Recomputed from the parameter bank and the tile's indices (uniform registers) rather than

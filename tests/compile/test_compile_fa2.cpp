@@ -58,6 +58,18 @@ INSTANTIATE_TEST_SUITE_P(AllArchsAndHeadDims, Fa2Compile, ::testing::ValuesIn(fa
                                   (c.dtype == FLASHJIT_FP16 ? "fp16" : "bf16") + (c.causal ? "_causal" : "");
                          });
 
+size_t count_in(const std::string &text, const std::string &what) {
+  size_t count = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++count;
+  return count;
+}
+
+// load_tile's thread-strided loops (two copies an iteration, at the Q, prologue and ring load
+// sites) gave 15 cp.async in the PTX of these paged kernels; the unrolled stream gives one a pass at
+// every site, for 32- and 64-bit strides: 35-67 (session 30).
+constexpr size_t kMinUnrolledCopies = 30;
+
 // Window + softcap + varlen, or paged (page 1, 16 and 7, the last element-aligned), at head dims on
 // both sides of the planner's switch to 16 rows per warp for such specs (d120).
 TEST(Fa2CompileFeatures, WindowSoftcapVarlenPagedAndUnalignedCompile) {
@@ -71,6 +83,14 @@ TEST(Fa2CompileFeatures, WindowSoftcapVarlenPagedAndUnalignedCompile) {
         spec.align_bytes = page == 7 ? 2 : 16;
         CompiledKernel kernel = testing::compile_or_fail(spec, Variant::fa2);
         EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name;
+        // 16-byte aligned pages stream through the fixed per-thread pattern: each row's page from the
+        // table by ld.global.nc, its address one mad.wide (32-bit byte strides; a 64-bit form for
+        // the rest), every pass unrolled (more copies in the PTX than load_tile's loops have).
+        if (page != 0 && spec.align_bytes == 16) {
+          EXPECT_NE(kernel.ptx.find("mad.wide.s32"), std::string::npos) << kernel.name;
+          EXPECT_NE(kernel.ptx.find("ld.global.nc.s32"), std::string::npos) << kernel.name;
+          EXPECT_GT(count_in(kernel.ptx, "cp.async.cg.shared.global"), kMinUnrolledCopies) << kernel.name;
+        }
       }
 }
 

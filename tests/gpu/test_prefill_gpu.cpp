@@ -202,6 +202,13 @@ std::vector<PrefillCase> cases() {
         c.page_garbage_nan = true;
         c.problem.causal = true;
       });
+  // Pages 2 GiB apart (about 12 GiB a tensor): page strides past 2^31 bytes take the 64-bit form of
+  // fa2's paged stream and of fa3's gather.
+  add("paged12_d64_causal_pages_2GiB_apart", dense(1, 40, 40, 4, 2, 64, 64, Dtype::bf16), [](CaseOptions &c) {
+    c.page_size = 12;
+    c.page_gap_bytes = size_t{1} << 31;
+    c.problem.causal = true;
+  });
   return all;
 }
 

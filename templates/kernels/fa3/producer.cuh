@@ -152,18 +152,6 @@ template <class C> struct Producer {
     cp_async_commit_group();
   }
 
-  static __device__ __forceinline__ bool fits_i32(i64 value) {
-    return static_cast<i32>(value) == value;
-  }
-
-  // `base` moved by `count` strides of `bytes`: one IMAD.WIDE for 32-bit strides.
-  static __device__ __forceinline__ const u8 *advanced(const u8 *base, i32 count, i32 bytes) {
-    return reinterpret_cast<const u8 *>(mad_wide_s32(count, bytes, reinterpret_cast<i64>(base)));
-  }
-  static __device__ __forceinline__ const u8 *advanced(const u8 *base, i32 count, i64 bytes) {
-    return base + count * bytes;
-  }
-
   // Gather: the copies of block n's rows, `chunk` of each row a thread. A thread's rows lie whole
   // swizzle atoms apart, so its chunk's place in the atom, and the XOR of the swizzle, stay the
   // same from pass to pass. Stride is i32 wherever the byte strides fit one (a row's address is then
@@ -185,9 +173,9 @@ template <class C> struct Producer {
       // lets the compiler step the table's address from pass to pass.
       const u32 slot = static_cast<u32>(key);
       const i32 page = in_sequence ? ld_global_nc_s32(pages + static_cast<i32>(slot / C::kPageSize)) : 0;
-      const u8 *src = advanced(head, page, page_bytes);
+      const u8 *src = advance_bytes(head, page, page_bytes);
       if constexpr (C::kPageSize > 1)
-        src = advanced(src, static_cast<i32>(slot % C::kPageSize), row_bytes);
+        src = advance_bytes(src, static_cast<i32>(slot % C::kPageSize), row_bytes);
       for (int panel = 0; panel < panels; ++panel) {
         const bool copy = in_sequence && panel * C::kPanelCols + chunk * kElemsPerChunk < dim;
         cp_async_cg_16(dst_chunk + panel * C::kSmemPanelBytesKV, src + panel * C::kPanelCols * kElemBytes,
