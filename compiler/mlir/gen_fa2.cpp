@@ -1,14 +1,12 @@
 // The FlashAttention-2 prefill kernel (templates/kernels/fa2_prefill.cuh) built with MLIR: one CTA
 // computes kBlockM query rows of one (batch, head), each warp kRowsPerWarp of them (one or two m16
 // mma.sync row blocks); key/value blocks stream through kStages shared-memory buffers filled by
-// cp.async (16-byte rows: contiguous K/V through the fixed per-thread KvStream pattern, paged
-// through load_tile) or predicated element loads (element-aligned rows); S = Q K^T and
-// O += P V on mma.sync m16n8k16 with ldmatrix operands, online softmax per warp, O staged through
-// shared memory for 16-byte row stores. Both schedules of the template: the ring (kStages >= 2) and
-// the interleaved single buffer (kStages == 1). Same plan constants, entry (fj_fa2_prefill),
-// by-value fj_attention_params block and __launch_bounds__(kThreads, 1) as the NVRTC kernel, and
-// the same arithmetic in the same order (where a multiply and an add fuse is left to each compiler,
-// as NVRTC's default --fmad=true does).
+// cp.async (16-byte rows: contiguous and paged K/V through the fixed per-thread KvStream pattern) or predicated element
+// loads (element-aligned rows); S = Q K^T and O += P V on mma.sync m16n8k16 with ldmatrix operands, online softmax per
+// warp, O staged through shared memory for 16-byte row stores. Both schedules of the template: the ring (kStages >= 2)
+// and the interleaved single buffer (kStages == 1). Same plan constants, entry (fj_fa2_prefill), by-value
+// fj_attention_params block and __launch_bounds__(kThreads, 1) as the NVRTC kernel, and the same arithmetic in the same
+// order (where a multiply and an add fuse is left to each compiler, as NVRTC's default --fmad=true does).
 //
 // Covered: fp16/bf16, head dims 8..256 in steps of 8 (QK's K zero-padded to 16 in shared memory,
 // an odd n8 tile of P V through ldmatrix .x2), head_dim_v != head_dim_qk, causal (bottom-right),
@@ -45,8 +43,8 @@ struct Shape {
   int stride_q, stride_k, stride_v, stride_o, offset_q, offset_k, offset_v, offset_o;
 
   int m_blocks() const { return rows_per_warp / kMmaM; }
-  // kKvStream: contiguous 16-byte-aligned K/V go through the fixed per-thread KvStream pattern.
-  bool kv_stream() const { return aligned16 && page_size == 0; }
+  // kKvStream: 16-byte-aligned K/V, contiguous or paged, go through the fixed per-thread KvStream pattern.
+  bool kv_stream() const { return aligned16; }
   // Per QK -> softmax -> PV step: the ring runs a key block as block_n / sub_block_n such steps.
   int sub_blocks() const { return block_n / sub_block_n; }
   int tiles_n() const { return sub_block_n / kMmaN; }
@@ -198,6 +196,9 @@ private:
   void stream_copy(const KvStream &s, bool full, Value seq, Value tensor, Value buf_bytes, Value n_block,
                    Value row_stride, Value valid_rows);
   void stream_kv(bool is_v, const KvStream &s, Value buf_bytes, Value n_block, Value n_end);
+  void stream_copy_paged(const KvStream &s, bool narrow, Value head, Value tensor, Value buf_bytes, Value n_block,
+                         Value page_bytes, Value row_bytes, Value valid_rows);
+  void stream_kv_paged(bool is_v, const KvStream &s, Value buf_bytes, Value n_block, Value n_end);
   void zero_qk_padding(Value smem_q, Value smem_k);
   std::vector<Frag> gemm_qk(Value q_warp, Value k_buf);
   void gemm_pv(std::vector<Frag> &o, const std::vector<std::array<Value, 4>> &pf, Value v_buf);
@@ -414,6 +415,87 @@ void Fa2Builder::stream_kv(bool is_v, const KvStream &s, Value buf_bytes, Value 
     stream_copy(s, /*full=*/true, seq, tensor, buf_bytes, n_block, row_stride, valid_rows);
     e.b.setInsertionPoint(branch.elseBlock()->getTerminator());
     stream_copy(s, /*full=*/false, seq, tensor, buf_bytes, n_block, row_stride, valid_rows);
+  });
+  e.cp_async_commit_group();
+}
+
+// stream_copy_paged (KvStream::copy_paged): the kBlockN rows of block `n_block` of this sequence
+// through the block table into the buffer `buf_bytes` past buffer 0. Each pass's row reads its page
+// number (rows at or past `valid_rows` read none and land as zeros); `narrow`: the byte strides fit
+// 32 bits, and a row's address is one mul.wide from its page number (page_bytes, row_bytes i32),
+// else i64 arithmetic.
+void Fa2Builder::stream_copy_paged(const KvStream &s, bool narrow, Value head, Value tensor, Value buf_bytes,
+                                   Value n_block, Value page_bytes, Value row_bytes, Value valid_rows) {
+  Value tid = sreg_here("tid.x");
+  Value row = arith::DivUIOp::create(e.b, e.loc, tid, e.c_i32(s.chunks));
+  Value chunk_elems = e.mul(arith::RemUIOp::create(e.b, e.loc, tid, e.c_i32(s.chunks)), e.c_i32(kChunkElems));
+  // count * bytes as a 64-bit byte offset: mul.wide.s32 when narrow.
+  auto offset = [&](Value count, Value bytes) {
+    return narrow ? e.asm_value(e.i64(), {count, bytes}, "mul.wide.s32 $0, $1, $2;", "=l,r,r")
+                  : e.mul(e.sext64(count), bytes);
+  };
+  auto copy = [&] {
+    Value from = elems(head, e.sext64(chunk_elems));
+    Value to =
+        e.gep(s.smem_buf0, e.b.getI8Type(),
+              e.add(buf_bytes, e.mul(e.add(e.mul(row, e.c_i32(s.smem_stride)), chunk_elems), e.c_i32(kElemBytes))));
+    // %ctaid.z read here, as in kv_sequence: t.batch would be carried across the key loop.
+    Value table = e.gep(p.block_table, e.i32(), e.mul(e.sext64(sreg_here("ctaid.z")), e.sext64(p.max_pages)));
+    Value key0 = e.add(e.mul(n_block, e.c_i32(sh.block_n)), row); // unsigned below: a multiply and a shift
+    Value limit = e.sub(valid_rows, row);
+    for (int i = 0; i < s.passes; ++i) {
+      const int pass_row = i * s.rows_per_pass;
+      auto issue = [&] {
+        Value at = e.gep(to, e.b.getI8Type(), e.c_i32(i * s.pass_smem_bytes));
+        Value valid = lt(e.c_i32(pass_row), limit);
+        Value key = e.add(key0, e.c_i32(pass_row));
+        Value src = if_values(
+            e, valid, mlir::TypeRange{tensor.getType()},
+            [&] {
+              Value page = e.ld_global_nc_s32(
+                  e.gep(table, e.i32(), e.sext64(arith::DivUIOp::create(e.b, e.loc, key, e.c_i32(sh.page_size)))));
+              Value at_row = e.gep(from, e.b.getI8Type(), offset(page, page_bytes));
+              if (sh.page_size > 1)
+                at_row = e.gep(at_row, e.b.getI8Type(),
+                               offset(arith::RemUIOp::create(e.b, e.loc, key, e.c_i32(sh.page_size)), row_bytes));
+              return llvm::SmallVector<Value>{at_row};
+            },
+            [&] { return llvm::SmallVector<Value>{tensor}; })[0];
+        e.cp_async_cg_16(at, src, e.select(valid, e.c_i32(kChunkBytes), e.c_i32(0)));
+      };
+      if (s.even)
+        issue();
+      else
+        when(e, lt(e.add(row, e.c_i32(pass_row)), e.c_i32(sh.block_n)), issue);
+    }
+  };
+  if (sh.threads % s.chunks == 0)
+    copy();
+  else
+    when(e, lt(row, e.c_i32(s.rows_per_pass)), copy); // the idle threads copy nothing
+}
+
+// stream_kv_paged: block `n_block` of paged K or V through the stream (the 32-bit form where the
+// byte strides fit it); always one commit group, empty past n_end.
+void Fa2Builder::stream_kv_paged(bool is_v, const KvStream &s, Value buf_bytes, Value n_block, Value n_end) {
+  when(e, lt(n_block, n_end), [&] {
+    const Value *strides = is_v ? p.v_strides : p.k_strides;
+    Value tensor = is_v ? p.v : p.k;
+    Value head_kv = e.div_s(sreg_here("ctaid.y"), p.group);
+    Value head = elems(tensor, e.mul(e.sext64(head_kv), strides[2]));
+    Value page_bytes = e.mul(is_v ? p.page_stride_v : p.page_stride_k, e.c_i64(kElemBytes));
+    Value row_bytes = e.mul(strides[1], e.c_i64(kElemBytes));
+    Value valid_rows = e.sub(t.seqlen_k, e.mul(n_block, e.c_i32(sh.block_n)));
+    auto fits = [&](Value v) { return e.cmp(Pred::eq, e.sext64(arith::TruncIOp::create(e.b, e.loc, e.i32(), v)), v); };
+    auto branch = scf::IfOp::create(e.b, e.loc, arith::AndIOp::create(e.b, e.loc, fits(page_bytes), fits(row_bytes)),
+                                    /*withElseRegion=*/true);
+    mlir::OpBuilder::InsertionGuard guard(e.b);
+    e.b.setInsertionPoint(branch.thenBlock()->getTerminator());
+    stream_copy_paged(s, /*narrow=*/true, head, tensor, buf_bytes, n_block,
+                      arith::TruncIOp::create(e.b, e.loc, e.i32(), page_bytes),
+                      arith::TruncIOp::create(e.b, e.loc, e.i32(), row_bytes), valid_rows);
+    e.b.setInsertionPoint(branch.elseBlock()->getTerminator());
+    stream_copy_paged(s, /*narrow=*/false, head, tensor, buf_bytes, n_block, page_bytes, row_bytes, valid_rows);
   });
   e.cp_async_commit_group();
 }
@@ -673,13 +755,17 @@ void Fa2Builder::main_tile(Value n_begin, Value n_end) {
   }
   // Block `n_block` of K and V into the buffers of `stage`, streamed or through load_tile.
   auto load_k = [&](Value stage, Value n_block) {
-    if (sh.kv_stream())
+    if (sh.kv_stream() && sh.page_size > 0)
+      stream_kv_paged(false, k_stream, e.mul(stage, e.c_i32(stage_k_bytes)), n_block, n_end);
+    else if (sh.kv_stream())
       stream_kv(false, k_stream, e.mul(stage, e.c_i32(stage_k_bytes)), n_block, n_end);
     else
       load_kv(false, k_stage(stage), n_block, n_end);
   };
   auto load_v = [&](Value stage, Value n_block) {
-    if (sh.kv_stream())
+    if (sh.kv_stream() && sh.page_size > 0)
+      stream_kv_paged(true, v_stream, e.mul(stage, e.c_i32(stage_v_bytes)), n_block, n_end);
+    else if (sh.kv_stream())
       stream_kv(true, v_stream, e.mul(stage, e.c_i32(stage_v_bytes)), n_block, n_end);
     else
       load_kv(true, v_stage(stage), n_block, n_end);
