@@ -25,7 +25,7 @@
 // a K or V block is published once kGatherGroupsInFlight newer ones are issued (its copies waited
 // for, fenced, then each thread arrives on the full barrier), so with kStages ring slots the copies
 // of up to kStages - 1 blocks are in flight while slots are free. Before a wait
-// that would block (a slot, or Q's region, still in use), the pending block is published first:
+// that would block (a slot, or Q's region, still in use), the pending blocks are published first:
 // the consumers may need it to get there (the step that frees V's slot two blocks back starts
 // with the QK of the K block issued last).
 #pragma once
