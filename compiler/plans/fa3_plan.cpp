@@ -50,7 +50,7 @@ constexpr int kSwizzleBytes = 128; // one smem row of a panel; TMA + wgmma 128B 
 constexpr int kPanelCols = kSwizzleBytes / kElemBytes;
 constexpr int kWgmmaSwizzle128 = 1;    // wgmma descriptor layout code of the 128B swizzle
 constexpr int kTmaSwizzleAlign = 1024; // 8 rows x 128 B: a swizzle atom; tiles start on it
-constexpr int kMbarrierBytes = 8;      // mbarriers at the end of smem (kernels/fa3/smem.cuh's order):
+constexpr int kMbarrierBytes = 8;      // mbarriers at the end of smem, in kernels/fa3/smem.cuh's order:
 constexpr int kFixedBarriers = 3;      // Q full, Q empty, paged V landed
 constexpr int kBarriersPerStage = 4;   // K full, K empty, V full, V empty
 constexpr int kBarrierRegionGranule = 128;
@@ -255,13 +255,13 @@ int round_down(int value, int multiple) {
   return value / multiple * multiple;
 }
 
-// The warpgroup count, O staging and key block of a spec: the part of the plan that the per-call
-// key-block choice (fa3_key_block_for) needs too, so it allocates nothing unless it refuses.
 // Bytes of the mbarrier region of a ring of `stages` slots.
 int barrier_bytes(int stages) {
   return round_up(kMbarrierBytes * (kFixedBarriers + kBarriersPerStage * stages), kBarrierRegionGranule);
 }
 
+// The warpgroup count, O staging and key block of a spec: the part of the plan that the per-call
+// key-block choice (fa3_key_block_for) needs too, so it allocates nothing unless it refuses.
 struct Fa3Tile {
   int stages = 0;
   int consumer_wgs = 0;
