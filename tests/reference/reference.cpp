@@ -63,9 +63,11 @@ uint32_t shift_round_even(uint32_t value, int shift) {
 
 // SplitMix64: tiny, seedable and identical on every platform (std:: distributions are not).
 struct SplitMix64 {
+  static constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
   uint64_t state;
+  // The generator `draws` draws after SplitMix64{seed}: its state only ever adds kGamma.
+  static SplitMix64 after(uint64_t seed, uint64_t draws) { return {seed + draws * kGamma}; }
   uint64_t next() {
-    constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
     constexpr uint64_t kMul1 = 0xBF58476D1CE4E5B9ull;
     constexpr uint64_t kMul2 = 0x94D049BB133111EBull;
     uint64_t z = (state += kGamma);
@@ -513,17 +515,30 @@ CheckResult check_lse(std::span<const float> ours, std::span<const double> ref64
 // ---------------------------------------------------------------------------------------------
 // Random inputs
 
-std::vector<float> random_tensor(size_t n, Dtype dtype, uint64_t seed, float scale) {
+std::vector<float> random_tensor(size_t n, Dtype dtype, uint64_t seed, float scale, bool parallel) {
   constexpr double kTwoPi = 6.283185307179586;
-  SplitMix64 rng{seed};
+  constexpr size_t kDrawsPerPair = 2;        // Box-Muller yields normals in pairs, from two uniforms
+  constexpr size_t kPairsPerChunk = 1 << 18; // chunks of the stream, filled side by side: the same values
   std::vector<float> out(n);
-  for (size_t i = 0; i < n; i += 2) { // Box-Muller yields normals in pairs
-    const double radius = std::sqrt(-2.0 * std::log(rng.uniform()));
-    const double angle = kTwoPi * rng.uniform();
-    out[i] = round_to(dtype, float(scale * radius * std::cos(angle)));
-    if (i + 1 < n)
-      out[i + 1] = round_to(dtype, float(scale * radius * std::sin(angle)));
-  }
+  const size_t pairs = (n + 1) / 2;
+  auto fill = [&](size_t chunk) {
+    const size_t first = chunk * kPairsPerChunk, last = std::min(pairs, first + kPairsPerChunk);
+    SplitMix64 rng = SplitMix64::after(seed, first * kDrawsPerPair);
+    for (size_t pair = first; pair < last; ++pair) {
+      const size_t i = 2 * pair;
+      const double radius = std::sqrt(-2.0 * std::log(rng.uniform()));
+      const double angle = kTwoPi * rng.uniform();
+      out[i] = round_to(dtype, float(scale * radius * std::cos(angle)));
+      if (i + 1 < n)
+        out[i + 1] = round_to(dtype, float(scale * radius * std::sin(angle)));
+    }
+  };
+  const size_t chunks = (pairs + kPairsPerChunk - 1) / kPairsPerChunk;
+  if (parallel)
+    parallel_for(chunks, fill);
+  else
+    for (size_t chunk = 0; chunk < chunks; ++chunk)
+      fill(chunk);
   // A zero tensor hides bugs; with a tiny scale every value could underflow, so force one nonzero:
   // the scale itself, or the dtype's smallest subnormal when even that underflows.
   constexpr uint16_t kSmallestSubnormalBits = 1;

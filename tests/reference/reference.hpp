@@ -146,7 +146,9 @@ CheckResult check_lse(std::span<const float> ours, std::span<const double> ref64
 // Random inputs
 
 // Normal(0, scale) values rounded to `dtype`, reproducible from `seed` on every platform; never all zeros.
-std::vector<float> random_tensor(size_t n, Dtype dtype, uint64_t seed, float scale = 1);
+// Large tensors are filled by every core, chunk by chunk of one stream: the values do not depend on
+// `parallel` or the core count (benchmarks of 100M+ elements spent seconds here on one core).
+std::vector<float> random_tensor(size_t n, Dtype dtype, uint64_t seed, float scale = 1, bool parallel = true);
 
 struct Inputs {
   std::vector<float> q, k, v;

@@ -145,6 +145,23 @@ TEST(ReferenceRandom, ValuesAreRepresentableSeededAndNonZero) {
   }
 }
 
+// Large tensors are filled chunk by chunk on every core: the values are those of one serial stream
+// (every test's inputs stay what they were), across chunk boundaries (2^19 elements a chunk) and
+// for an odd count; the values at these indices are the single-stream generator's of session 29.
+TEST(ReferenceRandom, ParallelFillGivesTheSerialStream) {
+  const size_t n = (size_t{1} << 20) + 7;
+  const auto parallel = random_tensor(n, Dtype::bf16, 12345);
+  const auto serial = random_tensor(n, Dtype::bf16, 12345, 1, /*parallel=*/false);
+  EXPECT_EQ(parallel, serial);
+  const std::pair<size_t, float> session29[] = {{0, 0.5625f},        {1, 1.9296875f},       {524287, -0.546875f},
+                                                {524288, -2.15625f}, {524289, -1.1328125f}, {1048575, -1.09375f},
+                                                {n - 1, 0.578125f}};
+  for (const auto &[i, value] : session29)
+    EXPECT_EQ(parallel[i], value) << i;
+  const auto prefix = random_tensor(1001, Dtype::bf16, 12345);
+  EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), parallel.begin())) << "a shorter tensor is the same stream";
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reference semantics
 
