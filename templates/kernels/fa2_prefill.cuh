@@ -20,6 +20,7 @@
 #pragma once
 
 #include "kernel_params.h"
+#include "prim/address.cuh"
 #include "prim/cp_async.cuh"
 #include "prim/ld_global.cuh"
 #include "prim/ldmatrix.cuh"

@@ -69,20 +69,6 @@ __device__ __forceinline__ i64 mad_wide_s32(i32 a, i32 b, i64 c) {
   return out;
 }
 
-// `base` moved by `count` strides of `bytes`: one IMAD.WIDE (mad_wide_s32) for 32-bit strides; the
-// i64 overload is for strides that do not fit 32 bits.
-__device__ __forceinline__ const u8 *advance_bytes(const u8 *base, i32 count, i32 bytes) {
-  return reinterpret_cast<const u8 *>(mad_wide_s32(count, bytes, reinterpret_cast<i64>(base)));
-}
-__device__ __forceinline__ const u8 *advance_bytes(const u8 *base, i32 count, i64 bytes) {
-  return base + count * bytes;
-}
-
-// Whether a 64-bit value fits a 32-bit signed one (strides for advance_bytes' fast form).
-__device__ __forceinline__ bool fits_i32(i64 value) {
-  return static_cast<i32>(value) == value;
-}
-
 // -inf (bit pattern 0xff800000): mov.b32 d, 0fFF800000.
 __device__ __forceinline__ float neg_inf() {
   float out;

@@ -32,10 +32,10 @@
 
 #include "kernels/fa3/scheduler.cuh"
 #include "kernels/fa3/smem.cuh"
+#include "prim/address.cuh"
 #include "prim/cp_async.cuh"
 #include "prim/fence.cuh"
 #include "prim/ld_global.cuh"
-#include "prim/math.cuh"
 #include "prim/mbarrier.cuh"
 #include "prim/st_shared.cuh"
 #include "prim/tma.cuh"
