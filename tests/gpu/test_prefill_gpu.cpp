@@ -202,9 +202,10 @@ std::vector<PrefillCase> cases() {
         c.page_garbage_nan = true;
         c.problem.causal = true;
       });
-  // Pages 2 GiB apart (about 12 GiB a tensor): page strides past 2^31 bytes take the 64-bit form of
+  // Pages 2 GiB apart (24 keys: three pages, 6 GiB a tensor, so that the shuffled table uses a page
+  // past the first and several shards fit one GPU): page strides past 2^31 bytes take the 64-bit form of
   // fa2's paged stream and of fa3's gather.
-  add("paged12_d64_causal_pages_2GiB_apart", dense(1, 40, 40, 4, 2, 64, 64, Dtype::bf16), [](CaseOptions &c) {
+  add("paged12_d64_causal_pages_2GiB_apart", dense(1, 24, 24, 4, 2, 64, 64, Dtype::bf16), [](CaseOptions &c) {
     c.page_size = 12;
     c.page_gap_bytes = size_t{1} << 31;
     c.problem.causal = true;
@@ -598,8 +599,8 @@ TEST_F(PrefillFa3PagedGpu, GatheredPagesMatchTheReferenceAndTheUnpagedKernel) {
   check_paged_fa3(*paged_runtime, cases, "fa3_gathered_", ".gather.");
 
   // Pages 2 GiB apart: a page stride past 2^31 bytes takes the gather's 64-bit addressing, whose bits
-  // must be those of the 32-bit addressing of the same pages packed (about 12 GiB a tensor).
-  NamedCases far = {{"d128_causal_page12_pages_2GiB_apart", dense(1, 40, 40, 4, 2, 128, 128, Dtype::bf16)}};
+  // must be those of the 32-bit addressing of the same pages packed (three pages, 6 GiB a tensor).
+  NamedCases far = {{"d128_causal_page12_pages_2GiB_apart", dense(1, 24, 24, 4, 2, 128, 128, Dtype::bf16)}};
   page_cases(far, {12}, 227);
   CaseOptions &gapped = far[0].second;
   gapped.page_gap_bytes = size_t{1} << 31;
