@@ -196,6 +196,7 @@ private:
   void stream_copy(const KvStream &s, bool full, Value seq, Value tensor, Value buf_bytes, Value n_block,
                    Value row_stride, Value valid_rows);
   void stream_kv(bool is_v, const KvStream &s, Value buf_bytes, Value n_block, Value n_end);
+  template <typename Body> void stream_lane(const KvStream &s, Value buf_bytes, Body &&body);
   void stream_copy_paged(const KvStream &s, bool narrow, Value head, Value tensor, Value buf_bytes, Value n_block,
                          Value page_bytes, Value row_bytes, Value valid_rows);
   void stream_kv_paged(bool is_v, const KvStream &s, Value buf_bytes, Value n_block, Value n_end);
@@ -361,22 +362,35 @@ Value Fa2Builder::kv_sequence(bool is_v) {
   return elems(ptr, e.add(seq_off, e.mul(e.sext64(head_kv), strides[2])));
 }
 
+// stream_lane (KvStream::lane_of): `body(row, chunk_elems, to)` with this thread's first row, its
+// chunk's first element and that chunk's address in the buffer `buf_bytes` past buffer 0, for the
+// threads that copy; when chunks does not divide kThreads, the last threads skip it.
+template <typename Body> void Fa2Builder::stream_lane(const KvStream &s, Value buf_bytes, Body &&body) {
+  Value tid = sreg_here("tid.x");
+  Value row = arith::DivUIOp::create(e.b, e.loc, tid, e.c_i32(s.chunks));
+  Value chunk_elems = e.mul(arith::RemUIOp::create(e.b, e.loc, tid, e.c_i32(s.chunks)), e.c_i32(kChunkElems));
+  auto lane = [&] {
+    Value to =
+        e.gep(s.smem_buf0, e.b.getI8Type(),
+              e.add(buf_bytes, e.mul(e.add(e.mul(row, e.c_i32(s.smem_stride)), chunk_elems), e.c_i32(kElemBytes))));
+    body(row, chunk_elems, to);
+  };
+  if (sh.threads % s.chunks == 0)
+    lane();
+  else
+    when(e, lt(row, e.c_i32(s.rows_per_pass)), lane); // the idle threads copy nothing
+}
+
 // stream_copy (KvStream::copy): the kBlockN rows of block `n_block` of the sequence `seq` into the
 // buffer `buf_bytes` past buffer 0; rows at or past `valid_rows` land as zeros. Full blocks skip the
 // row predicates.
 void Fa2Builder::stream_copy(const KvStream &s, bool full, Value seq, Value tensor, Value buf_bytes, Value n_block,
                              Value row_stride, Value valid_rows) {
-  Value tid = sreg_here("tid.x");
-  Value row = arith::DivUIOp::create(e.b, e.loc, tid, e.c_i32(s.chunks));
-  Value chunk_elems = e.mul(arith::RemUIOp::create(e.b, e.loc, tid, e.c_i32(s.chunks)), e.c_i32(kChunkElems));
-  auto copy = [&] {
+  stream_lane(s, buf_bytes, [&](Value row, Value chunk_elems, Value to) {
     Value pass_stride = e.mul(e.c_i64(s.rows_per_pass), row_stride);
     // The thread's first row as an i32 (below seqlen_k + kBlockN, so it cannot wrap), then widened.
     Value first_row = e.add(e.mul(n_block, e.c_i32(sh.block_n)), row);
     Value from = elems(seq, e.add(e.mul(e.sext64(first_row), row_stride), e.sext64(chunk_elems)));
-    Value to =
-        e.gep(s.smem_buf0, e.b.getI8Type(),
-              e.add(buf_bytes, e.mul(e.add(e.mul(row, e.c_i32(s.smem_stride)), chunk_elems), e.c_i32(kElemBytes))));
     Value limit = e.sub(valid_rows, row); // pass i is valid iff i * rows_per_pass < limit
     for (int i = 0; i < s.passes; ++i) {
       const int pass_row = i * s.rows_per_pass;
@@ -397,11 +411,7 @@ void Fa2Builder::stream_copy(const KvStream &s, bool full, Value seq, Value tens
         when(e, lt(e.add(row, e.c_i32(pass_row)), e.c_i32(sh.block_n)), issue);
       from = elems(from, pass_stride);
     }
-  };
-  if (sh.threads % s.chunks == 0)
-    copy();
-  else
-    when(e, lt(row, e.c_i32(s.rows_per_pass)), copy); // the idle threads copy nothing
+  });
 }
 void Fa2Builder::stream_kv(bool is_v, const KvStream &s, Value buf_bytes, Value n_block, Value n_end) {
   when(e, lt(n_block, n_end), [&] {
@@ -426,19 +436,13 @@ void Fa2Builder::stream_kv(bool is_v, const KvStream &s, Value buf_bytes, Value 
 // else i64 arithmetic.
 void Fa2Builder::stream_copy_paged(const KvStream &s, bool narrow, Value head, Value tensor, Value buf_bytes,
                                    Value n_block, Value page_bytes, Value row_bytes, Value valid_rows) {
-  Value tid = sreg_here("tid.x");
-  Value row = arith::DivUIOp::create(e.b, e.loc, tid, e.c_i32(s.chunks));
-  Value chunk_elems = e.mul(arith::RemUIOp::create(e.b, e.loc, tid, e.c_i32(s.chunks)), e.c_i32(kChunkElems));
   // count * bytes as a 64-bit byte offset: mul.wide.s32 when narrow.
   auto offset = [&](Value count, Value bytes) {
     return narrow ? e.asm_value(e.i64(), {count, bytes}, "mul.wide.s32 $0, $1, $2;", "=l,r,r")
                   : e.mul(e.sext64(count), bytes);
   };
-  auto copy = [&] {
+  stream_lane(s, buf_bytes, [&](Value row, Value chunk_elems, Value to) {
     Value from = elems(head, e.sext64(chunk_elems));
-    Value to =
-        e.gep(s.smem_buf0, e.b.getI8Type(),
-              e.add(buf_bytes, e.mul(e.add(e.mul(row, e.c_i32(s.smem_stride)), chunk_elems), e.c_i32(kElemBytes))));
     // %ctaid.z read here, as in kv_sequence: t.batch would be carried across the key loop.
     Value table = e.gep(p.block_table, e.i32(), e.mul(e.sext64(sreg_here("ctaid.z")), e.sext64(p.max_pages)));
     Value key0 = e.add(e.mul(n_block, e.c_i32(sh.block_n)), row); // unsigned below: a multiply and a shift
@@ -468,11 +472,7 @@ void Fa2Builder::stream_copy_paged(const KvStream &s, bool narrow, Value head, V
       else
         when(e, lt(e.add(row, e.c_i32(pass_row)), e.c_i32(sh.block_n)), issue);
     }
-  };
-  if (sh.threads % s.chunks == 0)
-    copy();
-  else
-    when(e, lt(row, e.c_i32(s.rows_per_pass)), copy); // the idle threads copy nothing
+  });
 }
 
 // stream_kv_paged: block `n_block` of paged K or V through the stream (the 32-bit form where the

@@ -197,6 +197,20 @@ template <int Chunks, int SmemStride> struct KvStream {
   static constexpr u32 kPassSmemBytes = kRowsPerPass * SmemStride * kElemBytes;
   static_assert(kRowsPerPass >= 1, "one row of chunks fits the CTA");
 
+  // This thread's place in the pattern: its first row, its chunk, and that chunk's shared address
+  // in the buffer at `buf`. False for the idle threads.
+  struct Lane {
+    int row0, chunk;
+    u32 to;
+  };
+  static __device__ __forceinline__ bool lane_of(u32 buf, Lane *lane) {
+    const int tid = threadIdx.x;
+    lane->row0 = tid / Chunks;
+    lane->chunk = tid % Chunks;
+    lane->to = buf + (u32)(lane->row0 * SmemStride + lane->chunk * kChunkElems) * kElemBytes;
+    return Cfg::kThreads % Chunks == 0 || lane->row0 < kRowsPerPass;
+  }
+
   // Copies the kBlockN rows of block `n_block` of the sequence starting at `seq` into the buffer
   // at shared address `buf`; rows at or past `valid_rows` land as zeros. Full blocks skip the row
   // predicates. The thread's row and chunk come from threadIdx here, and `seq` / `buf` are the
@@ -204,14 +218,12 @@ template <int Chunks, int SmemStride> struct KvStream {
   template <bool Full>
   static __device__ __forceinline__ void copy(const u16 *seq, u32 buf, int n_block, i64 row_stride, int valid_rows,
                                               const u16 *tensor_base) {
-    const int tid = threadIdx.x;
-    const int row0 = tid / Chunks;
-    const int chunk = tid % Chunks;
-    if (Cfg::kThreads % Chunks != 0 && row0 >= kRowsPerPass)
+    Lane lane;
+    if (!lane_of(buf, &lane))
       return; // idle thread
+    const auto [row0, chunk, to] = lane;
     const i64 pass_stride = (i64)kRowsPerPass * row_stride;
     const u16 *from = seq + (i64)(n_block * Cfg::kBlockN + row0) * row_stride + chunk * kChunkElems;
-    const u32 to = buf + (u32)(row0 * SmemStride + chunk * kChunkElems) * kElemBytes;
     const int limit = valid_rows - row0; // pass i is valid iff i * kRowsPerPass < limit
     // A zero-filled chunk still names a source (src-size 0 reads nothing): the tensor's first
     // element, which always exists and lives in the parameter bank.
@@ -234,13 +246,11 @@ template <int Chunks, int SmemStride> struct KvStream {
   static __device__ __forceinline__ void copy_paged(const u8 *head, const i32 *pages, u32 buf, int n_block,
                                                     Stride page_bytes, Stride row_bytes, int valid_rows,
                                                     const u16 *tensor_base) {
-    const int tid = threadIdx.x;
-    const int row0 = tid / Chunks;
-    const int chunk = tid % Chunks;
-    if (Cfg::kThreads % Chunks != 0 && row0 >= kRowsPerPass)
+    Lane lane;
+    if (!lane_of(buf, &lane))
       return; // idle thread
+    const auto [row0, chunk, to] = lane;
     const u8 *from = head + chunk * kChunkElems * kElemBytes;
-    const u32 to = buf + (u32)(row0 * SmemStride + chunk * kChunkElems) * kElemBytes;
     // Unsigned: the divisions by the page size are a multiply and a shift.
     const u32 key0 = (u32)(n_block * Cfg::kBlockN + row0);
     const int limit = valid_rows - row0;
