@@ -2,12 +2,13 @@
 //
 // CTA = 1 producer warpgroup (one thread issues every TMA) + 2 consumer warpgroups of 64 query
 // rows each (kBlockM = 128), or 3 (kBlockM = 192) for head dims <= 96, odd multiples of 8 up to 120 and causal up to
-// 128 (but paged KV with pages of whole 64-key boxes, kPagedWholeBlockKeys). K and V each get a 2-stage ring; O is
-// staged either in its own region or in Q's (see kMaxHeadDimSeparateO). Every operand tile is stored as 64-column
-// panels of 128-byte rows with the 128B swizzle (what TMA writes and wgmma reads); head dims that are not a multiple of
-// 64 round their *smem* width up to the next panel, while the QK reduction issues only ceil(d/16) k-steps and PV uses N
-// = head_dim_v exactly. kBlockN is the largest multiple of 16 that fits both shared memory and the consumer register
-// budget (S + P + O accumulators), capped at 128 for causal/local (finer diagonal granularity).
+// 128 (but paged KV with pages of whole 64-key boxes, kPagedWholeBlockKeys). K and V each get a 2-stage ring (the
+// tuning `stages`, an A/B, deepens it); O is staged either in its own region or in Q's (see kMaxHeadDimSeparateO).
+// Every operand tile is stored as 64-column panels of 128-byte rows with the 128B swizzle (what TMA writes and wgmma
+// reads); head dims that are not a multiple of 64 round their *smem* width up to the next panel, while the QK reduction
+// issues only ceil(d/16) k-steps and PV uses N = head_dim_v exactly. kBlockN is the largest multiple of 16 that fits
+// both shared memory and the consumer register budget (S + P + O accumulators), capped at 128 for causal/local (finer
+// diagonal granularity).
 #include "compiler/plans/fa3_plan.hpp"
 #include "compiler/planner.hpp"
 

@@ -9,6 +9,13 @@
 
 namespace flashjit::testing {
 
+size_t count_of(const std::string &text, const std::string &what) {
+  size_t count = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++count;
+  return count;
+}
+
 std::string find_cuobjdump() {
   std::vector<std::filesystem::path> candidates;
   for (const char *env : {"CUDA_HOME", "CUDA_PATH"})

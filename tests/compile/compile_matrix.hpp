@@ -52,4 +52,7 @@ std::string find_cuobjdump();
 // SASS of a cubin (cuobjdump --dump-sass), or "" with *error set.
 std::string dump_sass(const std::vector<char> &cubin, std::string *error);
 
+// How many times `what` occurs in `text` (PTX or SASS), overlaps included.
+size_t count_of(const std::string &text, const std::string &what);
+
 } // namespace flashjit::testing

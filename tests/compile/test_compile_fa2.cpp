@@ -58,13 +58,6 @@ INSTANTIATE_TEST_SUITE_P(AllArchsAndHeadDims, Fa2Compile, ::testing::ValuesIn(fa
                                   (c.dtype == FLASHJIT_FP16 ? "fp16" : "bf16") + (c.causal ? "_causal" : "");
                          });
 
-size_t count_in(const std::string &text, const std::string &what) {
-  size_t count = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
-    ++count;
-  return count;
-}
-
 // load_tile's thread-strided loops (two copies an iteration, at the Q, prologue and ring load
 // sites) gave 15 cp.async in the PTX of these paged kernels; the unrolled stream gives one a pass at
 // every site, for 32- and 64-bit strides: 35-67 (session 30).
@@ -89,7 +82,7 @@ TEST(Fa2CompileFeatures, WindowSoftcapVarlenPagedAndUnalignedCompile) {
         if (page != 0 && spec.align_bytes == 16) {
           EXPECT_NE(kernel.ptx.find("mad.wide.s32"), std::string::npos) << kernel.name;
           EXPECT_NE(kernel.ptx.find("ld.global.nc.s32"), std::string::npos) << kernel.name;
-          EXPECT_GT(count_in(kernel.ptx, "cp.async.cg.shared.global"), kMinUnrolledCopies) << kernel.name;
+          EXPECT_GT(testing::count_of(kernel.ptx, "cp.async.cg.shared.global"), kMinUnrolledCopies) << kernel.name;
         }
       }
 }

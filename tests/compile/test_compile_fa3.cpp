@@ -36,12 +36,7 @@ std::vector<Fa3Case> fa3_cases() {
 
 class Fa3Compile : public ::testing::TestWithParam<Fa3Case> {};
 
-size_t count_of(const std::string &text, const std::string &what) {
-  size_t count = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
-    ++count;
-  return count;
-}
+using testing::count_of;
 
 // ptxas serializes wgmmas it cannot pipeline by waiting (WARPGROUP.DEPBAR) after every HGMMA, and
 // does not always say so: session 19's first cut of kFirstBlockInLoop made every pingpong kernel

@@ -17,6 +17,7 @@
 
 #include "kernel_params.h"
 
+#include "tests/compile/compile_matrix.hpp"
 #include "tests/compile/file_check.hpp"
 
 #include <gtest/gtest.h>
@@ -183,12 +184,7 @@ TEST(MlirFa2Stages, OddTilesAndFoldedScale) {
 // and one per pass for the partial last block. Load sites: Q (a loop), then K and V in the prologue
 // and in the ring.
 TEST(MlirFa2Stages, KvStreamUnrollsFullAndPartialBlocks) {
-  auto count = [](const std::string &text, const std::string &what) {
-    int n = 0;
-    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
-      ++n;
-    return n;
-  };
+  auto count = [](const std::string &text, const std::string &what) { return int(testing::count_of(text, what)); };
   constexpr int kLoadSites = 2 * 2; // (prologue + ring) x (K + V)
   const Plan plan = plan_of(kStageCase);
   const int passes = int(plan.constant("kBlockN") / (plan.threads / (kStageCase.dim_qk / kChunkElems)));
