@@ -24,6 +24,7 @@
 #include "compiler/mlir/emit_mma.hpp"
 #include "compiler/mlir/generators.hpp"
 
+#include "exp2_poly.h"
 #include "params_fa3.h"
 
 #include "mlir/Interfaces/DataLayoutInterfaces.h"
@@ -504,14 +505,9 @@ struct RowState {
   Values max, sum; // kRowsPerThread each: running max of raw logits (-inf before any key), partial sum
 };
 
-// 2^x on the FMA/ALU pipes for x <= 0: x = j + f, 2^f by a degree-3 polynomial, 2^j in the exponent.
+// 2^x on the FMA/ALU pipes for x <= 0: the polynomial of exp2_poly.h, as softmax.cuh evaluates it.
 Value exp2_poly3(HopperEmitter &e, Value x) {
-  constexpr float kMinExponent = -127.0f;    // 2^-127 -> exponent field 0 -> scale 0 (exact)
-  constexpr float kRoundMagic = 12582912.0f; // 1.5 * 2^23: adding it rounds to an integer
-  constexpr float kC0 = 0.9999280571937561f, kC1 = 0.6932609677314758f;
-  constexpr float kC2 = 0.2426111251115799f, kC3 = 0.0551716685295105f;
-  constexpr int kMantissaBits = 23;
-  constexpr int kExponentBias = 127;
+  using namespace fj_exp2_poly;
   x = e.max_f32(x, e.c_f32(kMinExponent));
   Value rounded = e.fadd(x, e.c_f32(kRoundMagic));
   Value f = e.fsub(x, e.fsub(rounded, e.c_f32(kRoundMagic)));

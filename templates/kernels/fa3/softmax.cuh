@@ -6,6 +6,7 @@
 // p = 2^(s * scale_log2 - m * scale_log2).
 #pragma once
 
+#include "exp2_poly.h"
 #include "kernels/fa3/scheduler.cuh"
 #include "prim/math.cuh"
 #include "prim/types.cuh"
@@ -22,17 +23,11 @@ constexpr int kRowHalf = 8; // second row of a thread is 8 rows below the first
 // O and the sum keep their scale (factor exactly 1) for most blocks.
 constexpr float kLazyRescaleLog2 = 8.0f;
 
-// 2^x on the FMA/ALU pipes, for x <= 0 (or -inf): x = j + f with j = round(x), f in [-0.5, 0.5];
-// 2^f by a degree-3 minimax polynomial (relative error 7.5e-5, below a 16-bit P's rounding), 2^j
-// by building the float's exponent. Used for a share of the exponentials (kExp2PolyEvery) so the
-// MUFU unit, which otherwise limits small head dims, and the FMA pipe share the work.
+// 2^x on the FMA/ALU pipes, for x <= 0 (or -inf), by the polynomial of exp2_poly.h. Used for a share
+// of the exponentials (kExp2PolyEvery) so the MUFU unit, which otherwise limits small head dims, and
+// the FMA pipe share the work.
 __device__ __forceinline__ float exp2_poly3(float x) {
-  constexpr float kMinExponent = -127.0f;    // 2^-127 -> exponent field 0 -> scale 0 (exact)
-  constexpr float kRoundMagic = 12582912.0f; // 1.5 * 2^23: adding it rounds to an integer
-  constexpr float kC0 = 0.9999280571937561f, kC1 = 0.6932609677314758f;
-  constexpr float kC2 = 0.2426111251115799f, kC3 = 0.0551716685295105f;
-  constexpr int kMantissaBits = 23;
-  constexpr int kExponentBias = 127;
+  using namespace fj_exp2_poly;
   x = max_f32(x, kMinExponent);
   const float rounded = x + kRoundMagic;
   const float f = x - (rounded - kRoundMagic);
