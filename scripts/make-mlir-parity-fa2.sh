@@ -95,6 +95,8 @@ d256.fp16                 sm90a 256 256 fp16
 d128.bf16.local.softcap   sm90a 128 128 bf16 local softcap
 d128.fp16.varlen.causal   sm90a 128 128 fp16 varlen causal
 d128.bf16.paged16.causal.r16 sm90a 128 128 bf16 paged=16 causal r16
+d64.fp16.paged1.causal    sm90a 64 64 fp16 paged=1 causal
+d72.bf16.paged3.unaligned sm90a 72 72 bf16 paged=3 al2
 d72.bf16.unaligned.r16    sm90a 72 72 bf16 al2 r16
 d128.fp16.single-buffer.r16 sm90a 128 128 fp16 s1 r16
 SPECS

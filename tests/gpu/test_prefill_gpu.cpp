@@ -210,6 +210,13 @@ std::vector<PrefillCase> cases() {
     c.page_gap_bytes = size_t{1} << 31;
     c.problem.causal = true;
   });
+  // Pages 1 GiB apart (36 keys: three of four pages used, so at least one of pages 2 and 3, which lie past
+  // 2^31 bytes): a page stride within 32 bits whose offsets are not, the 32-bit form's wide products.
+  add("paged12_d64_causal_pages_1GiB_apart", dense(1, 36, 36, 4, 2, 64, 64, Dtype::bf16), [](CaseOptions &c) {
+    c.page_size = 12;
+    c.page_gap_bytes = size_t{1} << 30;
+    c.problem.causal = true;
+  });
   return all;
 }
 
@@ -598,17 +605,21 @@ TEST_F(PrefillFa3PagedGpu, GatheredPagesMatchTheReferenceAndTheUnpagedKernel) {
   page_cases(cases, {1, 3, 7, 12, 1, 12}, 211);
   check_paged_fa3(*paged_runtime, cases, "fa3_gathered_", ".gather.");
 
-  // Pages 2 GiB apart: a page stride past 2^31 bytes takes the gather's 64-bit addressing, whose bits
-  // must be those of the 32-bit addressing of the same pages packed (three pages, 6 GiB a tensor).
-  NamedCases far = {{"d128_causal_page12_pages_2GiB_apart", dense(1, 24, 24, 4, 2, 128, 128, Dtype::bf16)}};
-  page_cases(far, {12}, 227);
-  CaseOptions &gapped = far[0].second;
-  gapped.page_gap_bytes = size_t{1} << 31;
+  // Pages far apart: a page stride past 2^31 bytes takes the gather's 64-bit addressing; one within 2^31
+  // bytes reaches pages past it by the 32-bit form's wide products (four pages, three used, so at least
+  // one lies past 2^31 bytes). Both must give the bits of the same pages packed.
+  NamedCases far = {{"d128_causal_page12_pages_2GiB_apart", dense(1, 24, 24, 4, 2, 128, 128, Dtype::bf16)},
+                    {"d128_causal_page12_pages_1GiB_apart", dense(1, 36, 36, 4, 2, 128, 128, Dtype::bf16)}};
+  page_cases(far, {12, 12}, 227);
+  far[0].second.page_gap_bytes = size_t{1} << 31;
+  far[1].second.page_gap_bytes = size_t{1} << 30;
   check_paged_fa3(*paged_runtime, far, "fa3_gathered_", ".gather.");
-  CaseOptions packed = gapped;
-  packed.page_gap_bytes = 0;
-  EXPECT_EQ(harness::run_case(*paged_runtime, gapped).o_values, harness::run_case(*paged_runtime, packed).o_values)
-      << "64-bit against 32-bit page addressing";
+  for (const auto &[name, gapped] : far) {
+    CaseOptions packed = gapped;
+    packed.page_gap_bytes = 0;
+    EXPECT_EQ(harness::run_case(*paged_runtime, gapped).o_values, harness::run_case(*paged_runtime, packed).o_values)
+        << name << ": far pages against the same pages packed";
+  }
 
   // Deeper rings (the tuning `stages`, an A/B): 3 or 5 groups of copies in flight instead of 1, the
   // same bits as the two-stage kernel where the key block stays the same.
@@ -637,6 +648,50 @@ TEST_F(PrefillFa3PagedGpu, GatheredPagesMatchTheReferenceAndTheUnpagedKernel) {
     const harness::CaseResult boxed = harness::run_case(*paged_runtime, o);
     EXPECT_EQ(boxed.kernel.find(".gather."), std::string::npos) << boxed.kernel;
     EXPECT_EQ(gathered.o_values, boxed.o_values) << name << ": " << gathered.kernel << " against " << boxed.kernel;
+  }
+}
+
+class PrefillFa3StagesGpu : public GpuTest {};
+
+// Deeper K/V rings (the tuning `stages=3|4`, an A/B) on the TMA paths the gather test does not reach:
+// CTA pairs with K/V multicast, a causal pingpong tile, pages of 16 keys in boxes (deferred V), varlen.
+// Each against the reference, and bit for bit against the two-stage kernel of the same tile (the ring
+// changes when a block lands, never what is computed).
+TEST_F(PrefillFa3StagesGpu, DeeperRingsGiveTheTwoStageBits) {
+  using ref::Dtype;
+  struct StagesCase {
+    std::string name;
+    CaseOptions options;
+    std::string extra_tuning; // the short unmasked key block (128) does not fit three or four stages
+  };
+  CaseOptions pairs = dense(1, 1500, 1500, 8, 2, 128, 128, Dtype::bf16);
+  CaseOptions causal = dense(2, 700, 700, 12, 2, 64, 64, Dtype::bf16);
+  causal.problem.causal = true;
+  NamedCases paged = {{"d128_causal_page16_gqa4", dense(2, 300, 1000, 8, 2, 128, 128, Dtype::bf16)},
+                      {"d80_fp16_varlen_page16", varlen({1, 129, 300}, {1, 513, 300}, 12, 2, 80, Dtype::fp16)}};
+  page_cases(paged, {16, 16}, 233);
+  for (const int stages : {3, 4}) {
+    const std::vector<StagesCase> all = {
+        {"d128_cta_pairs", pairs, stages == 3 ? ",block_n=96" : ",block_n=64"},
+        {"d64_causal", causal, ""},
+        {paged[0].first, paged[0].second, ""},
+        {paged[1].first, paged[1].second, ""},
+    };
+    for (const StagesCase &c : all) {
+      const std::string tuning = "stages=" + std::to_string(stages) + c.extra_tuning;
+      const std::unique_ptr<Runtime> deep_runtime = strict_runtime_with_fa3_tuning(tuning.c_str());
+      const harness::CaseResult deep = harness::run_case(*deep_runtime, c.options);
+      std::cout << "fa3_" << tuning << "_" << c.name << ": " << deep.summary() << "\n";
+      EXPECT_TRUE(deep.pass()) << c.name << " " << tuning << ": " << deep.summary();
+      const std::string stage_token = "s" + std::to_string(stages) + ".wg";
+      ASSERT_NE(deep.kernel.find(stage_token), std::string::npos) << deep.kernel;
+      const std::unique_ptr<Runtime> two_runtime = strict_runtime_with_fa3_tuning(tile_tuning_of(deep.kernel).c_str());
+      const harness::CaseResult two = harness::run_case(*two_runtime, c.options);
+      std::string expected = deep.kernel;
+      expected.replace(expected.find(stage_token), stage_token.size(), "s2.wg");
+      EXPECT_EQ(two.kernel, expected);
+      EXPECT_EQ(deep.o_values, two.o_values) << c.name << ": " << deep.kernel << " against " << two.kernel;
+    }
   }
 }
 

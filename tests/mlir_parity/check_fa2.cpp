@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -39,6 +40,12 @@ constexpr int kTimedBatch = 2;
 constexpr int kTimedSeqlen = 4096;
 constexpr float kSoftcap = 30.f;
 constexpr int kWindowLeft = 100, kWindowRight = 20;
+// Far pages (paged specs): one sequence over kFarPages pages of a shuffled table, laid out kFarGapBytes
+// apart. A 1 GiB gap keeps the page stride within 32 bits while pages 2 and 3 lie past 2^31 bytes (the
+// stream's mul.wide form); a 2 GiB gap takes its 64-bit form.
+constexpr int kFarPages = 4;
+constexpr int kFarQueries = 5;
+constexpr size_t kFarGapBytes[] = {size_t{1} << 30, size_t{1} << 31};
 
 struct Meta {
   int threads, smem, block_m, dqk, dv, bf16, causal, local, softcap, varlen, page_size, align;
@@ -287,6 +294,17 @@ fj_attention_params params_for(const Meta &m, const Problem &pr, const Device &d
   return p;
 }
 
+// K or V of `pr` uploaded with each of its `num_pages` packed pages (`page_elems` elements) at a page
+// stride of `stride` elements; the gaps stay unwritten.
+CUdeviceptr upload_spread(const std::vector<uint16_t> &packed, int base, int num_pages, size_t page_elems,
+                          size_t stride) {
+  CUdeviceptr d = 0;
+  CK(cuMemAlloc(&d, (base + size_t(num_pages) * stride) * 2));
+  for (int page = 0; page < num_pages; ++page)
+    CK(cuMemcpyHtoD(d + (base + page * stride) * 2, packed.data() + base + page * page_elems, page_elems * 2));
+  return d;
+}
+
 struct Kernel {
   CUmodule mod;
   CUfunction fn;
@@ -308,6 +326,66 @@ Kernel load(const std::string &path, const Meta &m) {
 void launch(const Kernel &k, const Meta &m, fj_attention_params &p) {
   void *args[] = {&p};
   CK(cuLaunchKernel(k.fn, p.num_m_blocks, p.heads_q, p.batch, m.threads, 1, 1, m.smem, nullptr, args, nullptr));
+}
+
+// O of one launch (NaN-poisoned first), the whole buffer.
+std::vector<uint16_t> run_output(const Kernel &k, const Meta &m, const Problem &pr, const Device &d,
+                                 fj_attention_params p) {
+  CK(cuMemsetD16(d.o, 0x7fff, pr.o_elems));
+  CK(cuMemsetD32(d.lse, 0x7fc00000, pr.lse_elems));
+  launch(k, m, p);
+  CK(cuCtxSynchronize());
+  std::vector<uint16_t> out(pr.o_elems);
+  CK(cuMemcpyDtoH(out.data(), d.o, pr.o_elems * 2));
+  return out;
+}
+
+// Paged specs: the far-pages problem in both builds, each gap's output bit for bit the packed
+// layout's, and the packed output within the pass rule of the float64 reference. Returns failures.
+int check_far_pages(const Kernel (&kernels)[2], const char *const (&names)[2], const Meta &m, const std::string &tag,
+                    float scale) {
+  auto from16 = [&](uint16_t h) { return m.bf16 ? parity::bf16_to_f32(h) : parity::f16_to_f32(h); };
+  const int keys = (kFarPages - 1) * m.page_size + 1;
+  Problem pr = make_problem(m, 1, kHeadsQ, {kFarQueries}, {keys}, 4321, true);
+  const Reference ref = reference(m, pr, scale);
+  const double tol = 2 * ref.naive_err + 1e-5;
+  Device d = to_device(m, pr);
+  int failures = 0;
+  for (int which = 0; which < 2; ++which) {
+    const std::vector<uint16_t> packed = run_output(kernels[which], m, pr, d, params_for(m, pr, d, scale));
+    double err = 0;
+    for (int i = 0; i < pr.sq[0]; ++i)
+      for (int h = 0; h < pr.heads_q; ++h)
+        for (int c = 0; c < m.dv; ++c) {
+          const size_t at = pr.base + size_t(pr.q_start[0] + i) * pr.o_row + size_t(h) * (m.dv + pr.pad) + c;
+          const double e = std::fabs(double(from16(packed[at])) - ref.o[at]);
+          err = std::max(err, std::isnan(e) ? INFINITY : e);
+        }
+    const bool packed_pass = err <= tol;
+    failures += !packed_pass;
+    std::printf("%s far pages (%d keys in %d pages) %-5s packed max|o - ref64| %.3g (tol %.3g): %s\n", tag.c_str(),
+                keys, pr.num_pages, names[which], err, tol, packed_pass ? "PASS" : "FAIL");
+    for (const size_t gap : kFarGapBytes) {
+      const size_t gap_elems = gap / 2;
+      const size_t k_page = size_t(m.page_size) * pr.k_row, v_page = size_t(m.page_size) * pr.v_row;
+      Device far = d;
+      far.k = upload_spread(pr.k, pr.base, pr.num_pages, k_page, k_page + gap_elems);
+      far.v = upload_spread(pr.v, pr.base, pr.num_pages, v_page, v_page + gap_elems);
+      fj_attention_params p = params_for(m, pr, far, scale);
+      p.paged.page_stride_k = fj_i64(k_page + gap_elems);
+      p.paged.page_stride_v = fj_i64(v_page + gap_elems);
+      const std::vector<uint16_t> spread = run_output(kernels[which], m, pr, far, p);
+      CK(cuMemFree(far.k));
+      CK(cuMemFree(far.v));
+      const long differ = long(std::inner_product(spread.begin(), spread.end(), packed.begin(), size_t{0},
+                                                  std::plus<>(), std::not_equal_to<>()));
+      failures += differ != 0;
+      std::printf("%s far pages, %zu MiB apart, %-5s against packed: %ld of %zu outputs differ in bits: %s\n",
+                  tag.c_str(), gap >> 20, names[which], differ, spread.size(), differ == 0 ? "PASS" : "FAIL");
+    }
+  }
+  free_device(d);
+  return failures;
 }
 
 } // namespace
@@ -401,6 +479,9 @@ int main(int argc, char **argv) {
                 outputs[0].size());
     free_device(d);
   }
+
+  if (m.page_size > 0)
+    failures += check_far_pages(kernels, names, m, tag, scale);
 
   // Timing: batch 2, 16 query heads, S = 4096 (varlen: two sequences of 4096; paged: full pages).
   {
