@@ -338,7 +338,7 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, flashjit_backend 
       return refuse("fa3 head dims must be multiples of 8 in [8, 256], got " + std::to_string(dim));
 
   Fa3Tile &t = *tile;
-  t.stages = tuning.stages > 0 ? tuning.stages : kStagesDefault;
+  t.stages = tuning.stages != 0 ? tuning.stages : kStagesDefault; // 0: untuned; the check refuses the rest
   if (t.stages < kStagesDefault || t.stages > kMaxStages)
     return refuse("fa3: stages must be 2 to " + std::to_string(kMaxStages) + ", got " + std::to_string(t.stages));
   if (t.stages != kStagesDefault && backend == FLASHJIT_BACKEND_MLIR)

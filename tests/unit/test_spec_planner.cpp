@@ -614,7 +614,7 @@ TEST(Planner, Fa3StagesTuningDeepensTheRing) {
   Plan plan;
   ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &plan, &why)) << why;
   EXPECT_LT(plan.block_n, 160) << kernel_name(spec, plan);
-  for (int bad : {1, 5}) {
+  for (int bad : {-1, 1, 5}) {
     tuning.stages = bad;
     EXPECT_FALSE(plan_fa3_tuned(spec, tuning, &plan, &why)) << bad;
     EXPECT_NE(why.find("stages"), std::string::npos) << why;

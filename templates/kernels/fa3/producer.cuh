@@ -26,8 +26,8 @@
 // for, fenced, then each thread arrives on the full barrier), so with kStages ring slots the copies
 // of up to kStages - 1 blocks are in flight while slots are free. Before a wait
 // that would block (a slot, or Q's region, still in use), the pending blocks are published first:
-// the consumers may need it to get there (the step that frees V's slot two blocks back starts
-// with the QK of the K block issued last).
+// the consumers may need it to get there (the step that frees the slot waited for starts with the
+// QK of the K block issued last).
 #pragma once
 
 #include "kernels/fa3/scheduler.cuh"
@@ -144,7 +144,8 @@ template <class C> struct Producer {
     wait_for_room(empty_bar, phase ^ 1, group);
     const i64 page_bytes = page_stride * kElemBytes;
     const i64 row_bytes = ref.row_stride * kElemBytes;
-    if (fits_i32(page_bytes) && fits_i32(row_bytes))
+    // Pages of one key never step by rows: their row stride (any value, a size-1 dimension's) is not read.
+    if (fits_i32(page_bytes) && (C::kPageSize == 1 || fits_i32(row_bytes)))
       gather_rows<i32>(head, static_cast<i32>(page_bytes), static_cast<i32>(row_bytes), pages, chunk, dim, dst, panels,
                        t, n);
     else
