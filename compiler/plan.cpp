@@ -90,6 +90,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 paged KV gathered by cp.async rather than loaded in TMA boxes.
   if (plan.constant("kPagedGather", 0) != 0)
     name += ".gather";
+  // fa3 gather whose copies arrive on the full barrier as they land (NVRTC builds only).
+  if (plan.constant("kGatherNoincArrive", 0) != 0)
+    name += ".noinc";
   // decode with K/V tiles by TMA (NVRTC builds only).
   if (plan.constant("kTmaKv", 0) != 0)
     name += ".tma";

@@ -308,7 +308,10 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
   if (choice.plan.variant == Variant::fa3 && choice.spec.page_size != 0) {
     if (choice.plan.constant("kPagedGather", 0) != 0)
       plan << ", K/V gathered through the block table by the producer warpgroup's cp.async, 16 bytes a copy ("
-           << choice.spec.page_size << "-key pages: no TMA box tiles them; rows past a sequence's end land as zeros)";
+           << choice.spec.page_size << "-key pages: no TMA box tiles them; rows past a sequence's end land as zeros)"
+           << (choice.plan.constant("kGatherNoincArrive", 0) != 0
+                   ? ", each thread's copies arriving on the block's barrier as they land (cp.async.mbarrier.arrive)"
+                   : "");
     else
       plan << ", K/V through the block table in TMA boxes of " << choice.plan.constant("kPagedBoxRows", 0)
            << " keys (V rows past a sequence's end zeroed before PV)";

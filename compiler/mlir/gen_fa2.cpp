@@ -487,10 +487,8 @@ void Fa2Builder::stream_kv_paged(bool is_v, const KvStream &s, Value buf_bytes, 
     Value row_bytes = e.mul(strides[1], e.c_i64(kElemBytes));
     Value valid_rows = e.sub(t.seqlen_k, e.mul(n_block, e.c_i32(sh.block_n)));
     auto fits = [&](Value v) { return e.cmp(Pred::eq, e.sext64(arith::TruncIOp::create(e.b, e.loc, e.i32(), v)), v); };
-    // Pages of one key never step by rows: their row stride (any value, a size-1 dimension's) is not read.
-    Value narrow = sh.page_size == 1 ? fits(page_bytes)
-                                     : arith::AndIOp::create(e.b, e.loc, fits(page_bytes), fits(row_bytes)).getResult();
-    auto branch = scf::IfOp::create(e.b, e.loc, narrow, /*withElseRegion=*/true);
+    auto branch = scf::IfOp::create(e.b, e.loc, arith::AndIOp::create(e.b, e.loc, fits(page_bytes), fits(row_bytes)),
+                                    /*withElseRegion=*/true);
     mlir::OpBuilder::InsertionGuard guard(e.b);
     e.b.setInsertionPoint(branch.thenBlock()->getTerminator());
     stream_copy_paged(s, /*narrow=*/true, head, tensor, buf_bytes, n_block,

@@ -541,6 +541,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add("kTmaBoxRows", kRowsPerTmaBox);
   const bool paged_gather = pages_gathered(spec, tuning);
   plan->add_bool("kPagedGather", paged_gather);
+  plan->add_bool("kGatherNoincArrive", paged_gather && tuning.gather_noinc == 1);
   plan->add("kPagedBoxRows", spec.page_size != 0 && !paged_gather ? std::gcd(spec.page_size, block_n) : 0);
   plan->add("kSmemAlign", kTmaSwizzleAlign);
   plan->add("kSmemOffsetQ", offset_q);
@@ -647,6 +648,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"paged", &Fa3Tuning::paged},
       {"paged_gather", &Fa3Tuning::paged_gather},
       {"stages", &Fa3Tuning::stages},
+      {"gather_noinc", &Fa3Tuning::gather_noinc},
   };
   size_t begin = 0;
   while (begin <= text.size()) {

@@ -39,6 +39,8 @@ struct Fa3Tuning {
   int paged = -1;               // -1: the planner's choice (fa3 reads K/V through the block table); 0: fa2 for paged KV
   int paged_gather = -1;        // -1: cp.async gather where TMA boxes cannot tile the pages; 1 always, 0 never (an A/B)
   int stages = 0;               // 0: the planner's choice (2); 3 or 4: a deeper K/V ring (the key block shrinks to fit)
+  int gather_noinc = -1;        // -1: the planner's choice (0); 1: a gather's copies arrive on the full barrier as they
+                                // land (cp.async.mbarrier.arrive.noinc, FA-3's form; an A/B)
 };
 
 bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not,
@@ -47,10 +49,10 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
 // "key=value,..." with the keys block_n, pingpong, exp2_poly_every, consumer_warpgroups,
 // separate_o, rescale_before_pv, cluster_m, lazy_rescale, lazy_top_rounding, row_max_partials, cross_tile_overlap,
 // tail_split, first_block_in_loop, q_desc_per_step, q_in_registers, l2_promotion, programmatic_launch,
-// unmasked_key_loop, causal_sections, causal_section_pairs, section_pairs, paged, paged_gather, stages (the fields
-// above; unnamed fields keep the planner's choice), e.g. "consumer_warpgroups=2,block_n=128": the developer override
-// FLASHJIT_FA3_TUNING. False, naming the bad item, on an unknown key or a value that is not an integer; whether the
-// values fit a spec is the planner's answer (plan_fa3_tuned).
+// unmasked_key_loop, causal_sections, causal_section_pairs, section_pairs, paged, paged_gather, stages, gather_noinc
+// (the fields above; unnamed fields keep the planner's choice), e.g. "consumer_warpgroups=2,block_n=128": the developer
+// override FLASHJIT_FA3_TUNING. False, naming the bad item, on an unknown key or a value that is not an integer;
+// whether the values fit a spec is the planner's answer (plan_fa3_tuned).
 bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *error);
 
 } // namespace flashjit

@@ -291,8 +291,7 @@ __device__ __forceinline__ void stream_kv(const fj_attention_params &p, const Ti
     const i64 page_bytes = (IsV ? p.paged.page_stride_v : p.paged.page_stride_k) * kElemBytes;
     const i64 row_bytes = kv.row_stride * kElemBytes;
     const int valid_rows = t.seqlen_k - n_block * Cfg::kBlockN;
-    // Pages of one key never step by rows: their row stride (any value, a size-1 dimension's) is not read.
-    if (fits_i32(page_bytes) && (Cfg::kPageSize == 1 || fits_i32(row_bytes)))
+    if (fits_i32(page_bytes) && fits_i32(row_bytes))
       Stream::copy_paged(head, pages, buf, n_block, (i32)page_bytes, (i32)row_bytes, valid_rows, tensor_base);
     else
       Stream::copy_paged(head, pages, buf, n_block, page_bytes, row_bytes, valid_rows, tensor_base);

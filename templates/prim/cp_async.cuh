@@ -24,6 +24,13 @@ template <int N> __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// cp.async.mbarrier.arrive.noinc.shared::cta.b64 [bar] — the barrier at shared address `bar` counts
+// one arrival of this thread once all of its earlier copies have landed; .noinc: that arrival is one
+// of the barrier's expected count (no wait in the thread, no extra arrive).
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
 // cp.async.wait_all — waits for every copy this thread issued.
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;" ::: "memory");

@@ -614,5 +614,36 @@ TEST(Fa3CompileFeatures, DeeperRingsKeepMoreGatheredCopiesInFlight) {
   EXPECT_FALSE(wgmmas_serialized(sass)) << kernel.name << ": a wait after every HGMMA";
 }
 
+// The tuning `gather_noinc` (an A/B): each thread's copies of a block arrive on its full barrier as
+// they land (cp.async.mbarrier.arrive.noinc), FA-3's form: no copy group is waited for but at the
+// walk's end, no proxy fence publishes a block (one MEMBAR is left: the epilogue's), and the pass
+// stays as short as the default's.
+TEST(Fa3CompileFeatures, GatherNoincArrivesAsCopiesLand) {
+  const std::pair<PagedCase, int> cases[] = {{{128, 128, FLASHJIT_BF16, true, false, false, 1}, 16},
+                                             {{64, 64, FLASHJIT_FP16, false, true, false, 3}, 21}};
+  for (const auto &[c, max_pass] : cases) {
+    Fa3Tuning tuning;
+    tuning.gather_noinc = 1;
+    KernelSpec spec;
+    const CompiledKernel kernel = compile_paged(c, tuning, &spec);
+    EXPECT_NE(kernel.name.find(".gather.noinc."), std::string::npos) << kernel.name;
+    EXPECT_NE(kernel.ptx.find("cp.async.mbarrier.arrive.noinc.shared::cta.b64"), std::string::npos) << kernel.name;
+    EXPECT_NE(kernel.ptx.find("cp.async.wait_all"), std::string::npos) << kernel.name;
+    EXPECT_EQ(kernel.ptx.find("cp.async.wait_group"), std::string::npos) << kernel.name;
+    EXPECT_EQ(kernel.ptx.find("mbarrier.test_wait"), std::string::npos)
+        << kernel.name << ": no publication before a wait";
+    std::string error;
+    const std::string sass = testing::dump_sass(kernel.cubin, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    EXPECT_EQ(testing::count_of(sass, "MEMBAR"), size_t{1}) << kernel.name;
+    const int pass = shortest_loop_with(sass, "LDGSTS");
+    EXPECT_GT(pass, 0) << kernel.name << ": no loop of copies";
+    EXPECT_LE(pass, max_pass) << kernel.name << ": instructions a gather pass";
+    EXPECT_EQ(sass.find("LDL"), std::string::npos) << kernel.name << " reads local memory";
+    EXPECT_FALSE(wgmmas_serialized(sass)) << kernel.name << ": a wait after every HGMMA";
+    expect_the_unpaged_varlen_consumers(kernel, spec, sass);
+  }
+}
+
 } // namespace
 } // namespace flashjit

@@ -638,6 +638,26 @@ TEST_F(PrefillFa3PagedGpu, GatheredPagesMatchTheReferenceAndTheUnpagedKernel) {
     }
   }
 
+  // Copies that arrive on the full barrier as they land (the tuning `gather_noinc`, FA-3's form: no
+  // wait, no proxy fence in the producer), at two and three stages: the fenced gather's bits, and the
+  // same bits again (a block read before its copies landed would move between runs).
+  for (const char *noinc : {"gather_noinc=1", "gather_noinc=1,stages=3"}) {
+    const std::unique_ptr<Runtime> noinc_runtime = strict_runtime_with_fa3_tuning(noinc);
+    for (const size_t i : {size_t{0}, size_t{1}, size_t{2}, size_t{4}}) {
+      const auto &[name, o] = cases[i];
+      const harness::CaseResult arrived = harness::run_case(*noinc_runtime, o);
+      std::cout << "fa3_gathered_" << noinc << "_" << name << ": " << arrived.summary() << "\n";
+      EXPECT_TRUE(arrived.pass()) << name << " " << noinc << ": " << arrived.summary();
+      EXPECT_NE(arrived.kernel.find(".gather.noinc."), std::string::npos) << arrived.kernel;
+      for (int repeat = 0; repeat < 2; ++repeat)
+        EXPECT_EQ(harness::run_case(*noinc_runtime, o).o_values, arrived.o_values) << name << ": moved between runs";
+      const harness::CaseResult fenced = harness::run_case(*paged_runtime, o);
+      if (tile_tuning_of(arrived.kernel) == tile_tuning_of(fenced.kernel)) {
+        EXPECT_EQ(arrived.o_values, fenced.o_values) << name << ": " << arrived.kernel << " against " << fenced.kernel;
+      }
+    }
+  }
+
   const std::unique_ptr<Runtime> gather_runtime = strict_runtime_with_fa3_tuning("paged=1,paged_gather=1");
   NamedCases sixteen = {{"d128_causal_page16", dense(2, 300, 1000, 8, 2, 128, 128, Dtype::bf16)},
                         {"d80_fp16_page16", varlen({1, 129, 300}, {1, 513, 300}, 12, 2, 80, Dtype::fp16)}};

@@ -626,6 +626,26 @@ TEST(Planner, Fa3StagesTuningDeepensTheRing) {
   EXPECT_EQ(tuning.stages, 4);
 }
 
+TEST(Planner, Fa3GatherNoincTuningAppliesToGatheredPagesOnly) {
+  Fa3Tuning tuning;
+  std::string why;
+  ASSERT_TRUE(parse_fa3_tuning("gather_noinc=1", &tuning, &why)) << why;
+  EXPECT_EQ(tuning.gather_noinc, 1);
+  for (const auto &[page_size, gathered] :
+       {std::pair{1, true}, std::pair{12, true}, std::pair{16, false}, std::pair{0, false}}) {
+    KernelSpec spec = prefill(128, true);
+    spec.page_size = page_size;
+    Plan plan;
+    ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &plan, &why)) << page_size << ": " << why;
+    const std::string name = kernel_name(spec, plan);
+    EXPECT_EQ(plan.constant("kGatherNoincArrive"), gathered ? 1 : 0) << name;
+    EXPECT_EQ(name.find(".noinc.") != std::string::npos, gathered) << name;
+    Plan fenced;
+    ASSERT_TRUE(plan_fa3_tuned(spec, Fa3Tuning{}, &fenced, &why)) << why;
+    EXPECT_EQ(fenced.constant("kGatherNoincArrive"), 0) << kernel_name(spec, fenced);
+  }
+}
+
 TEST(Fa3Tuning, ParsesTheOverrideAndNamesWhatItCannotParse) {
   Fa3Tuning tuning;
   std::string error;

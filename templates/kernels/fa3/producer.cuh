@@ -27,7 +27,9 @@
 // of up to kStages - 1 blocks are in flight while slots are free. Before a wait
 // that would block (a slot, or Q's region, still in use), the pending blocks are published first:
 // the consumers may need it to get there (the step that frees the slot waited for starts with the
-// QK of the K block issued last).
+// QK of the K block issued last). kGatherNoincArrive (an A/B) publishes as FA-3's non-TMA paged path
+// does: each thread's copies of a block arrive on its full barrier when they land
+// (cp.async.mbarrier.arrive.noinc), with no wait in the producer and no proxy fence.
 #pragma once
 
 #include "kernels/fa3/scheduler.cuh"
@@ -54,6 +56,7 @@ template <class C> struct Producer {
   static constexpr bool kPaged = C::kPageSize > 0;
   static constexpr bool kGather = kPaged && C::kPagedGather;
   static constexpr bool kPagedBoxes = kPaged && !kGather;
+  static constexpr bool kGatherNoinc = kGather && C::kGatherNoincArrive;
   // One thread issues every TMA; paged boxes take a lane each, a gather the whole warpgroup.
   static constexpr unsigned kThreads = kGather ? kWarpgroupThreads : kPaged ? kWarpSize : 1;
   static_assert(!kPaged || (C::kClusterM == 1 && !C::kTailSplit),
@@ -120,7 +123,7 @@ template <class C> struct Producer {
   // Waits for the phase of `bar` with parity `parity`; a gather first publishes the `issued` groups
   // if the wait would block.
   __device__ __forceinline__ void wait_for_room(u32 bar, u32 parity, int issued) {
-    if (kGather && !mbarrier_test_wait_parity(bar, parity))
+    if (kGather && !kGatherNoinc && !mbarrier_test_wait_parity(bar, parity))
       publish_all_gathered(issued);
     mbarrier_wait_parity(bar, parity);
   }
@@ -144,8 +147,7 @@ template <class C> struct Producer {
     wait_for_room(empty_bar, phase ^ 1, group);
     const i64 page_bytes = page_stride * kElemBytes;
     const i64 row_bytes = ref.row_stride * kElemBytes;
-    // Pages of one key never step by rows: their row stride (any value, a size-1 dimension's) is not read.
-    if (fits_i32(page_bytes) && (C::kPageSize == 1 || fits_i32(row_bytes)))
+    if (fits_i32(page_bytes) && fits_i32(row_bytes))
       gather_rows<i32>(head, static_cast<i32>(page_bytes), static_cast<i32>(row_bytes), pages, chunk, dim, dst, panels,
                        t, n);
     else
@@ -259,7 +261,10 @@ template <class C> struct Producer {
     if constexpr (kGather) {
       gather_kv(params.base.k, params.base.paged.page_stride_k, C::kHeadDimQK, 2 * block_index,
                 smem.k_empty(slot.stage), slot.phase, smem.k_panel(slot.stage, 0), C::kPanelsQK, t, n);
-      publish_gathered_behind(2 * block_index);
+      if constexpr (kGatherNoinc)
+        cp_async_mbarrier_arrive_noinc(smem.k_full(slot.stage));
+      else
+        publish_gathered_behind(2 * block_index);
     } else if constexpr (kPaged)
       load_kv_paged(params.tma_k, smem.k_full(slot.stage), smem.k_empty(slot.stage), slot.phase,
                     smem.k_panel(slot.stage, 0), C::kPanelsQK, t, n, false);
@@ -273,7 +278,10 @@ template <class C> struct Producer {
     if constexpr (kGather) {
       gather_kv(params.base.v, params.base.paged.page_stride_v, C::kHeadDimV, 2 * block_index + 1,
                 smem.v_empty(slot.stage), slot.phase, smem.v_stage(slot.stage), C::kPanelsV, t, n);
-      publish_gathered_behind(2 * block_index + 1);
+      if constexpr (kGatherNoinc)
+        cp_async_mbarrier_arrive_noinc(smem.v_full(slot.stage));
+      else
+        publish_gathered_behind(2 * block_index + 1);
     } else if constexpr (kPaged)
       load_kv_paged(params.tma_v, smem.v_full(slot.stage), smem.v_empty(slot.stage), slot.phase,
                     smem.v_stage(slot.stage), C::kPanelsV, t, n, true);
@@ -347,7 +355,9 @@ template <class C> struct Producer {
         if (index < params.num_tiles)
           load_tile(decode_tile<C>(params, index), block_index, tile_parity);
     }
-    if constexpr (kGather)
+    if constexpr (kGatherNoinc)
+      cp_async_wait_all(); // no thread leaves with copies in flight
+    else if constexpr (kGather)
       publish_all_gathered(2 * block_index);
     if constexpr (kPagedBoxes)
       finish_deferred_v();
