@@ -257,13 +257,13 @@ bool splitk_schedule(const SplitKShape &shape, const SplitKLayout &layout, const
   // Piece cost: every piece after a run's first is charged piece_cost_keys against the key budget,
   // because a CTA streams nothing between two pieces: the partial state's stores, the fused merge's
   // fence and arrival atomic (L2 round trips), the next piece's block-table lookups and its first
-  // tile's HBM latency before the ring streams again (decode_splitk.cuh run_piece / finish_piece).
+  // tile's HBM latency before the ring streams again (kernels/decode/piece.cuh run_piece, merge.cuh finish_piece).
   // Without the charge a run holding the end of one unit and the start of the next carries that
   // gap on top of the balanced share and becomes the critical path (8 x 8192: 56 such runs).
   //
   // The granule (default 1 key), derived: each key is a K and a V row read by its own 16-byte copies
   // (contiguous rows are head_dim * 2 bytes apart from any other head's; paged rows find their page
-  // one row at a time, decode_splitk.cuh KvSource), so a cut between any two keys moves no extra
+  // one row at a time, kernels/decode/copies.cuh KvSource), so a cut between any two keys moves no extra
   // bytes and no extra page lookups, and the tile iterations of a run are bounded by the tile budget
   // for any granule. A granule of g keys only adds up to g - 1 keys to the longest run (16 keys: 1008
   // instead of 993 keys per CTA at 1 x 32768).

@@ -60,7 +60,7 @@ bool fa3_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int total_
 
 // decode_splitk with TMA tiles (plan constant kTmaKv): K's and V's maps, 4-D {dim, heads_kv, keys,
 // batch} over contiguous KV or {dim, heads_kv, page_size, num_pages} over pages, boxes of one
-// 64-column panel x kTmaBoxRows keys, 128-byte swizzle (decode_splitk.cuh's TmaTile). Pure, as
+// 64-column panel x kTmaBoxRows keys, 128-byte swizzle (kernels/decode/traits.cuh's TmaTile). Pure, as
 // fa3_tensor_map_args; false, with a reason, when TMA cannot address the layout.
 struct DecodeKvTensorMaps {
   TensorMapArgs k, v;

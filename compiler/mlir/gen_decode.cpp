@@ -124,7 +124,7 @@ Params load_params(Emitter &e, Value p, mlir::LLVM::LLVMStructType t) {
   return r;
 }
 
-// decode_unit of decode_splitk.cuh.
+// decode_unit of kernels/decode/work.cuh.
 struct Unit {
   Value batch, head_kv, m_block, kv_begin, kv_end, state, kv_len, rows_here;
 };
@@ -206,7 +206,7 @@ void copy_chunk(Emitter &e, const Shape &sh, Value dst, Value valid, Value fallb
   e.st_shared(dst, mlir::LLVM::BitcastOp::create(e.b, e.loc, v4i32, chunk), kChunkBytes);
 }
 
-// copy_kv_chunk of decode_splitk.cuh: copy_chunk, or with kKvL2Hints (aligned rows) prim/cp_async_l2.cuh's
+// copy_kv_chunk of kernels/decode/copies.cuh: copy_chunk, or with kKvL2Hints (aligned rows) prim/cp_async_l2.cuh's
 // cp.async.cg.shared.global.L2::cache_hint.L2::128B [dst], [src], 16, src_bytes, policy
 template <typename Source>
 void copy_kv_chunk(Emitter &e, const Shape &sh, Value dst, Value valid, Value fallback, Value policy, Source &&source) {
@@ -253,7 +253,7 @@ void copy_rows(Emitter &e, const Shape &sh, Value smem, int rows, int dim, int s
   keep_rolled(e, loop);
 }
 
-// KvSource of decode_splitk.cuh: per-piece addressing of K and V. Paged: k / v point at the head's
+// KvSource of kernels/decode/copies.cuh: per-piece addressing of K and V. Paged: k / v point at the head's
 // slice of page 0; `table` is the sequence's block-table row. As there, a piece may start at any
 // key: tiles count from kv_begin and every row looks up its own page.
 struct KvSource {
@@ -374,12 +374,12 @@ struct WarpState {
 
 using Tile = std::vector<std::array<Value, kFragment>>; // S / P fragments [m][n]
 
-// Q's A fragments: [k step][m tile] (QFragments of decode_splitk.cuh).
+// Q's A fragments: [k step][m tile] (QFragments of kernels/decode/softmax.cuh).
 constexpr int kARegisters = 4; // b32 registers per thread of an m16n8k16 A fragment
 using AFragment = std::array<Value, kARegisters>;
 using QFragments = std::vector<std::vector<AFragment>>;
 
-// kHoldQ of decode_splitk.cuh: Q's fragments stay in registers for the whole piece (loaded once,
+// kHoldQ of kernels/decode/softmax.cuh: Q's fragments stay in registers for the whole piece (loaded once,
 // before the key loop) when they take at most kMaxHeldQRegisters, i.e. head dims up to 128 (the
 // template says why: perf-notes runs 17a-b). Mirrors the template's constant (keep them equal);
 // both decide from the same plan constants, kHeadDimQKMma and kMTiles.
@@ -388,7 +388,7 @@ bool hold_q(const Shape &sh) {
   return sh.k_steps_qk() * sh.m_tiles * kARegisters <= kMaxHeldQRegisters;
 }
 
-// load_q_fragments of decode_splitk.cuh: Q's A fragments of k step ks, matrices (rows 0-7 | 8-15) x
+// load_q_fragments of kernels/decode/softmax.cuh: Q's A fragments of k step ks, matrices (rows 0-7 | 8-15) x
 // (k 0-7 | 8-15), row-half first.
 std::vector<AFragment> load_q_fragments(Emitter &e, const Shape &sh, Value q_smem, int ks) {
   Value lane = e.lane_id();
@@ -474,7 +474,7 @@ void pv_gemm(Emitter &e, const Shape &sh, DType dtype, Value v_stage, const Tile
   }
 }
 
-// tanh through 2^x (tanh_accurate of decode_splitk.cuh): 1 - 2 / (e^{2|y|} + 1).
+// tanh through 2^x (tanh_accurate of kernels/decode/softmax.cuh): 1 - 2 / (e^{2|y|} + 1).
 Value tanh_accurate(Emitter &e, Value y) {
   Value negative = e.cmpf(arith::CmpFPredicate::OLT, y, e.c_f32(0.f));
   Value a = e.select(negative, e.fneg(y), y);
@@ -536,7 +536,7 @@ void online_softmax(Emitter &e, const Shape &sh, const Params &p, Tile &s, const
     }
 }
 
-// merge_unit of decode_splitk.cuh: the partial states of the split unit `merge` (an fj_decode_merge
+// merge_unit of kernels/decode/merge.cuh: the partial states of the split unit `merge` (an fj_decode_merge
 // as four i32) into O and LSE, warp w of `warps` taking packed rows w, w + warps, ... `coherent`:
 // the states were written by other CTAs of this grid (the fused merge).
 void merge_unit(Emitter &e, const Shape &sh, const Params &p, Value m, int warps, bool coherent) {
@@ -616,7 +616,7 @@ Value load_merge(Emitter &e, const Params &p, Value index) {
   return e.ld_global_nc_v4_s32(e.gep(merge_list(e, p), e.i32(), e.mul(e.sext64(index), e.c_i64(kWorkFields))));
 }
 
-// arrive_and_maybe_merge of decode_splitk.cuh: every thread, once partial state `state` is written.
+// arrive_and_maybe_merge of kernels/decode/merge.cuh: every thread, once partial state `state` is written.
 // The barrier orders the CTA's state stores before thread 0's release on the merge's counter; the
 // arrival that completes the count acquires, merges the unit and puts the counter back to zero.
 void arrive_and_maybe_merge(Emitter &e, const Shape &sh, const Params &p, Value state) {
@@ -946,7 +946,7 @@ Status build_decode(mlir::gpu::GPUModuleOp module, const KernelSpec &spec, const
   if (plan.constant("kTmaKv", 0) != 0)
     return Status::error(FLASHJIT_UNSUPPORTED, "decode (MLIR): TMA tile plans (kTmaKv) have a template form only; plan "
                                                "with the MLIR backend (FLASHJIT_BACKEND_MLIR) for cp.async tiles");
-  // The static_asserts of decode_splitk.cuh's Traits, as errors.
+  // The static_asserts of kernels/decode/traits.cuh's Traits, as errors.
   if (sh.threads % kWarpSize != 0 || sh.block_n != sh.warp_n * sh.warps() || sh.warp_n % kMmaK != 0 ||
       sh.block_m != sh.m_tiles * kMmaM || sh.stages < 2 || sh.gqa_group < 1 ||
       sh.smem_offset_kv + sh.stages * sh.smem_stage_bytes > sh.smem_offset_stats ||

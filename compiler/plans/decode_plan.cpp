@@ -219,7 +219,7 @@ bool plan_decode_tuned(const KernelSpec &spec, const DecodeTuning &tuning, Plan 
     const int merge_bytes = align_up(warps * block_m * merge_row * int(sizeof(float)), kSmemAlign);
     const int stats_bytes = align_up(warps * block_m * kStatsPerRow * int(sizeof(float)), kSmemAlign);
     // Paged KV with cp.async tiles: per stage, the global address of every K and V row of its tile
-    // (decode_splitk.cuh's row-address ring), after the stats.
+    // (kernels/decode/smem.cuh's row-address ring), after the stats.
     const int ring_stage_bytes = spec.page_size > 0 && !tma ? block_n * kRowAddrsPerRow * int(sizeof(uint64_t)) : 0;
     const int tma_bytes = tma ? align_up(kMaxStages * kMbarrierBytes, kSmemAlign) + kSwizzleAtomBytes : 0;
     for (int ctas = kMaxCtasPerSm; ctas >= 1; --ctas) {

@@ -226,7 +226,7 @@ int main(int argc, char **argv) {
                               k_dev = place(k, lk, seqlen_k, heads_kv, dqk, true),
                               v_dev = place(v, lv, seqlen_k, heads_kv, dv, true);
   // The checker's own check: K and V read back the way the kernel addresses them (KvSource of
-  // decode_splitk.cuh: the page from the table, then page * page_stride + slot * row + head * head)
+  // kernels/decode/copies.cuh: the page from the table, then page * page_stride + slot * row + head * head)
   // give the logical tensors; Q likewise.
   {
     long mismatches = 0;

@@ -216,7 +216,7 @@ int main(int argc, char **argv) {
       set("kSmemOffsetStats", off_stats);
       set("kSmemOffsetPages", off_stats + stats_bytes);
       plan.stages = stages;
-      // Paged: the row-address ring, a K and a V address per tile row per stage (decode_splitk.cuh).
+      // Paged: the row-address ring, a K and a V address per tile row per stage (kernels/decode/smem.cuh).
       plan.smem_bytes = off_stats + stats_bytes + (s.page_size > 0 ? stages * 2 * plan.block_n * 8 : 0);
     }
     std::string prefix;

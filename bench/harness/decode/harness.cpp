@@ -400,7 +400,7 @@ static CUtensorMapL2promotion l2_promotion() {
 
 // A 4-D map {dim, heads_kv, rows, outer} over K or V (contiguous: rows are keys, outer the batch;
 // paged: a page's rows, outer the pages), box {64, 1, box_rows, 1}, 128-byte swizzle
-// (decode_splitk.cuh TmaTile); rows past the extent read as zeros.
+// (kernels/decode/traits.cuh TmaTile); rows past the extent read as zeros.
 static fj_tensor_map kv_tensor_map(const Dev &buf, int dim, int heads_kv, int rows, int outer, long row, long head,
                                    long outer_stride, int box_rows) {
   constexpr int kPanelCols = 64;
@@ -1042,7 +1042,7 @@ static void run_tl(const std::string &tag, Kernel &K, int batch, int len) {
   size_t tl_bytes;
   CK(cuModuleGetGlobal(&tl, &tl_bytes, K.mod, "fj_decode_timeline"));
   // The kernel's fj_decode_timeline dimensions; event slots in the order of fj_decode_timeline_event
-  // (templates/kernels/decode_splitk.cuh): entry, wait, first tile, loop end, stored, merge start, exit,
+  // (templates/kernels/decode/timeline.cuh): entry, wait, first tile, loop end, stored, merge start, exit,
   // smid | pieces << 32.
   constexpr int kSteps = 8, kCtas = 1024, kEvents = 8;
   const int grid = gs[0].layout.grid;
