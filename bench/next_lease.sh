@@ -48,6 +48,7 @@ run "d64 chunked gather page1 s4" "stages=4" "${d64[@]}" --page-size 1 --variant
 run "d64 chunked gather page1 noinc" "gather_noinc=1" "${d64[@]}" --page-size 1 --variant fa3 --strict
 run "d64 chunked gather page1 noinc s3" "gather_noinc=1,stages=3" "${d64[@]}" --page-size 1 --variant fa3 --strict
 run "d64 chunked gather page16 forced" "paged_gather=1" "${d64[@]}" --page-size 16 --variant fa3 --strict
+run "d64 chunked gather page16 forced noinc" "paged_gather=1,gather_noinc=1" "${d64[@]}" --page-size 16 --variant fa3 --strict
 run "d64 chunked boxes page16" "" "${d64[@]}" --page-size 16 --variant fa3 --strict
 run "d128 causal gather page1" "" "${d128[@]}" --page-size 1 --variant fa3 --strict
 run "d128 causal fa3 contiguous" "" "${d128[@]}" --variant fa3
@@ -78,6 +79,8 @@ run "u128 page16 default" "" "${u128[@]}"
 run "u128 page16 3wg" "consumer_warpgroups=3" "${u128[@]}"
 run "u128 page16 3wg s3" "consumer_warpgroups=3,stages=3" "${u128[@]}"
 run "u128 page16 s3" "stages=3" "${u128[@]}"
+run "u128 page16 gather noinc" "paged_gather=1,gather_noinc=1" "${u128[@]}"
+run "u128 page16 gather noinc s3" "paged_gather=1,gather_noinc=1,stages=3" "${u128[@]}"
 c192=(-b 2 -s 4096 --heads-q 12 --heads-kv 4 -d 192 --causal --variant fa3 --strict --page-size 64)
 u192=(-b 2 -s 4096 --heads-q 12 -d 192 --variant fa3 --strict --page-size 64)
 u96=(-b 2 -s 4096 --heads-q 24 --heads-kv 8 -d 96 --variant fa3 --strict --page-size 64)
