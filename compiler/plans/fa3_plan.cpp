@@ -341,6 +341,8 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, flashjit_backend 
   t.stages = tuning.stages != 0 ? tuning.stages : kStagesDefault; // 0: untuned; the check refuses the rest
   if (t.stages < kStagesDefault || t.stages > kMaxStages)
     return refuse("fa3: stages must be 2 to " + std::to_string(kMaxStages) + ", got " + std::to_string(t.stages));
+  if (tuning.gather_noinc < -1 || tuning.gather_noinc > 1)
+    return refuse("fa3: gather_noinc must be 0 or 1, got " + std::to_string(tuning.gather_noinc));
   if (t.stages != kStagesDefault && backend == FLASHJIT_BACKEND_MLIR)
     return refuse("fa3: stages other than 2 have a template form only (NVRTC)");
   t.masked = spec.causal || spec.local;

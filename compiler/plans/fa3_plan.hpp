@@ -40,7 +40,7 @@ struct Fa3Tuning {
   int paged_gather = -1;        // -1: cp.async gather where TMA boxes cannot tile the pages; 1 always, 0 never (an A/B)
   int stages = 0;               // 0: the planner's choice (2); 3 or 4: a deeper K/V ring (the key block shrinks to fit)
   int gather_noinc = -1;        // -1: the planner's choice (0); 1: a gather's copies arrive on the full barrier as they
-                                // land (cp.async.mbarrier.arrive.noinc, FA-3's form; an A/B)
+                                // land (cp.async.mbarrier.arrive.noinc, as FA-3's paged path counts; an A/B)
 };
 
 bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not,

@@ -615,7 +615,7 @@ TEST(Fa3CompileFeatures, DeeperRingsKeepMoreGatheredCopiesInFlight) {
 }
 
 // The tuning `gather_noinc` (an A/B): each thread's copies of a block arrive on its full barrier as
-// they land (cp.async.mbarrier.arrive.noinc), FA-3's form: no copy group is waited for but at the
+// they land (cp.async.mbarrier.arrive.noinc), FA-3's counting: no copy group is waited for but at the
 // walk's end, no proxy fence publishes a block (one MEMBAR is left: the epilogue's), and the pass
 // stays as short as the default's.
 TEST(Fa3CompileFeatures, GatherNoincArrivesAsCopiesLand) {

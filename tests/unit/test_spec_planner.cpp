@@ -644,6 +644,10 @@ TEST(Planner, Fa3GatherNoincTuningAppliesToGatheredPagesOnly) {
     ASSERT_TRUE(plan_fa3_tuned(spec, Fa3Tuning{}, &fenced, &why)) << why;
     EXPECT_EQ(fenced.constant("kGatherNoincArrive"), 0) << kernel_name(spec, fenced);
   }
+  tuning.gather_noinc = 2;
+  Plan plan;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, true), tuning, &plan, &why));
+  EXPECT_NE(why.find("gather_noinc"), std::string::npos) << why;
 }
 
 TEST(Fa3Tuning, ParsesTheOverrideAndNamesWhatItCannotParse) {

@@ -28,8 +28,9 @@
 // that would block (a slot, or Q's region, still in use), the pending blocks are published first:
 // the consumers may need it to get there (the step that frees the slot waited for starts with the
 // QK of the K block issued last). kGatherNoincArrive (an A/B) publishes as FA-3's non-TMA paged path
-// does: each thread's copies of a block arrive on its full barrier when they land
-// (cp.async.mbarrier.arrive.noinc), with no wait in the producer and no proxy fence.
+// counts (there with the plain form and an ordinary arrive): each thread's copies of a block arrive
+// on its full barrier when they land (cp.async.mbarrier.arrive.noinc), with no wait in the producer
+// and no proxy fence.
 #pragma once
 
 #include "kernels/fa3/scheduler.cuh"
