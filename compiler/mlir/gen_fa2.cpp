@@ -125,7 +125,7 @@ void unflatten_state(ValueRange flat, size_t frags, size_t stats, std::vector<Fr
   row_sum->assign(flat.begin() + o_values + stats, flat.begin() + o_values + 2 * stats);
 }
 
-// KvStream of fa2_prefill.cuh: thread t copies chunk t % chunks of rows t / chunks + i * rows_per_pass
+// KvStream of kernels/fa2/kv_stream.cuh: thread t copies chunk t % chunks of rows t / chunks + i * rows_per_pass
 // of every key/value block, a fixed pattern (the generic load_tile recomputes 64-bit row addresses and
 // the shared window for every chunk, right after the per-block barrier). The thread's row and chunk
 // come from a fresh %tid.x and the sequence base from the parameters and tile indices each block, so
@@ -138,7 +138,7 @@ struct KvStream {
   Value smem_buf0; // buffer 0, !llvm.ptr<3>
 };
 
-// The per-CTA view of the problem (Tile of fa2_prefill.cuh): lengths, mask bounds, base pointers.
+// The per-CTA view of the problem (Tile of kernels/fa2/tile.cuh): lengths, mask bounds, base pointers.
 struct Tile {
   Value batch, head, head_kv, m0, seqlen_q, seqlen_k, shift, left, right;
   Value q_row0, k_row0; // i64
@@ -172,7 +172,7 @@ private:
   // computed before the key loop nor hoist it, so the epilogue does not keep values live across the
   // loop for itself; ptxas re-reads the register (S2R). mov.u32 d, %<name>
   Value sreg_here(const std::string &name) { return e.asm_value(e.i32(), {}, "mov.u32 $0, %" + name + ";", "=r"); }
-  // ldmatrix_lane_offset of fa2_prefill.cuh, in elements: lanes 0-15 name rows 0-15 of columns
+  // ldmatrix_lane_offset of kernels/fa2/gemm.cuh, in elements: lanes 0-15 name rows 0-15 of columns
   // 0-7, lanes 16-31 the same rows at column 8.
   Value ldmatrix_lane_offset(int stride) {
     Value lane = e.lane_id();
@@ -880,7 +880,7 @@ void Fa2Builder::build() {
   t.batch = ctaid_z();
   t.head = ctaid_y();
   t.head_kv = e.div_s(t.head, p.group);
-  // Causal: query blocks from the end, heavy tiles first (as make_tile in fa2_prefill.cuh).
+  // Causal: query blocks from the end, heavy tiles first (as make_tile in kernels/fa2/tile.cuh).
   Value block_x = mlir::NVVM::BlockIdXOp::create(e.b, e.loc, e.i32());
   Value m_block = sh.causal ? e.sub(e.sub(e.nctaid_x(), block_x), e.c_i32(1)) : block_x;
   t.m0 = e.mul(m_block, e.c_i32(sh.block_m));
@@ -946,7 +946,7 @@ void Fa2Builder::build() {
   });
 }
 
-// The static_asserts of fa2_prefill.cuh, as errors.
+// The static_asserts of kernels/fa2/traits.cuh, as errors.
 bool invariants_hold(const Shape &sh) {
   return sh.rows_per_warp % kMmaM == 0 && sh.m_blocks() >= 1 && sh.m_blocks() <= kMaxMBlocks &&
          sh.warps * kWarpSize == sh.threads && sh.warps * sh.rows_per_warp == sh.block_m &&

@@ -179,7 +179,7 @@ TEST(MlirFa2Stages, OddTilesAndFoldedScale) {
   EXPECT_TRUE(check_in_order(folded.ptx, {".maxntid 128, 1, 1", "fma.rn.f32"}));
 }
 
-// Contiguous 16-byte K/V go through the fixed per-thread KvStream (fa2_prefill.cuh): every K or V
+// Contiguous 16-byte K/V go through the fixed per-thread KvStream (kernels/fa2/kv_stream.cuh): every K or V
 // load site unrolls into one cp.async per pass for full blocks (source size 16, no row predicate)
 // and one per pass for the partial last block. Load sites: Q (a loop), then K and V in the prologue
 // and in the ring.
