@@ -678,7 +678,7 @@ TEST_F(PrefillFa3PagedGpu, GatherNoincGivesTheFencedBits) {
       const harness::CaseResult arrived = harness::run_case(*noinc_runtime, o);
       std::cout << "fa3_gathered_" << noinc << "_" << name << ": " << arrived.summary() << "\n";
       EXPECT_TRUE(arrived.pass()) << name << " " << noinc << ": " << arrived.summary();
-      EXPECT_NE(arrived.kernel.find(".gather.noinc."), std::string::npos) << arrived.kernel;
+      ASSERT_NE(arrived.kernel.find(".gather.noinc."), std::string::npos) << arrived.kernel;
       for (int repeat = 0; repeat < 2; ++repeat)
         EXPECT_EQ(harness::run_case(*noinc_runtime, o).o_values, arrived.o_values) << name << ": moved between runs";
       const harness::CaseResult fenced = harness::run_case(*fenced_runtime, o);
