@@ -43,7 +43,9 @@ d64=(-b 8 -s 1024 --seqlen-k 16384 --heads-q 32 --heads-kv 8 -d 64 --causal)
 d128=(-b 4 -s 4096 --heads-q 32 --heads-kv 8 -d 128 --causal)
 case $mode in
 tests)
-  timeout 390 bash scripts/gpu-check.sh "$O" --test-timeout=300 >"$O/gpu-check.txt" 2>&1
+  # Eight shards on the 16 cores (six took 200 s for the longest in run 32b, before this session added
+  # four GPU tests), each stopped after 300 s.
+  timeout 390 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=300 >"$O/gpu-check.txt" 2>&1
   stamp tests
   run "d64 chunked gather page1" "" "${d64[@]}" --page-size 1 --variant fa3 --strict
   run "d64 chunked gather page1 noinc" "gather_noinc=1" "${d64[@]}" --page-size 1 --variant fa3 --strict
