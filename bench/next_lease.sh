@@ -1,19 +1,12 @@
 #!/usr/bin/env bash
-# The next device lease's calls (sessions 30-31 had no GPU; perf-notes "For the next session").
-# Here first: `bash scripts/pack-device.sh` and `bash scripts/make-mlir-parity.sh` (build-device/,
-# ~40 MB); then run(command="bash bench/next_lease.sh $OUT [MODE]", carry=["build-device"]), one call
-# per mode, each well under the 600 s a call may take:
-#  (none) ~450 s: the whole GPU suite with the MLIR parity check (sessions 30-31's kernels have never
-#         run on a GPU: the gather's pass and its 64-bit branch, pages 1 GiB and 2 GiB apart, deeper
-#         rings on every path, gather_noinc, fa2's paged stream in both backends), then the gather's
-#         A/Bs at one key a page. Predictions (run 31c: d64 chunked gather 111 / fa2 107 / contiguous
-#         256; d128 causal gather 232 / contiguous 652): the new pass d64 130-150, d128 250-280;
-#         gather_noinc d64 140-170 and d128 260-300 if the fenced publication's MEMBAR waits for every
-#         copy, else +0..5%.
-#  ab     ~350 s: deeper rings (+10..30% if the copies' latency binds); 16-key pages gathered against
-#         boxes; fa2's paged stream (+20..50% on run 31b's 197 / 185); unmasked d128 16-key pages with
-#         three warpgroups or stages; the d192/d96 whole-page tiles against their old key blocks; the
-#         stages sweep on causal S1024 (bench/ab_lists/session30_stages.txt).
+# A device lease's calls (perf-notes "For the next session"). Here first: `bash scripts/pack-device.sh`
+# and `bash scripts/make-mlir-parity.sh` (build-device/, ~40 MB); then
+# run(command="bash bench/next_lease.sh $OUT [MODE]", carry=["build-device"]), one call per mode, each
+# well under the 600 s a call may take:
+#  tests  ~450 s: the whole GPU suite with the MLIR parity check, then the gather's A/Bs at one key a
+#         page (run 33).
+#  decide ~300 s: session 32's planner decisions: fa2 or fa3's gather by head dim, the gather's noinc
+#         form, whole-page key blocks by head dim, three warpgroups on 16-key pages, issue 3's d128 row.
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
 #         against the default 8, then the stall-by-SASS-line table (NCU_SOURCE=1).
 # Files under $OUT (at most 8 come back): times.txt, ab.txt, gpu-check.txt and gpu-check's own
@@ -56,41 +49,55 @@ tests)
   run "d128 causal fa3 contiguous" "" "${d128[@]}" --variant fa3
   stamp gather
   ;;
-ab)
-  run "d64 chunked gather page1 s3" "stages=3" "${d64[@]}" --page-size 1 --variant fa3 --strict
-  run "d64 chunked gather page1 noinc s3" "gather_noinc=1,stages=3" "${d64[@]}" --page-size 1 --variant fa3 --strict
-  run "d128 causal gather page1 s3" "stages=3" "${d128[@]}" --page-size 1 --variant fa3 --strict
-  run "d64 chunked boxes page16" "" "${d64[@]}" --page-size 16 --variant fa3 --strict
-  run "d64 chunked gather page16 noinc" "paged_gather=1,gather_noinc=1" "${d64[@]}" --page-size 16 --variant fa3 --strict
-  run "d128 causal boxes page16" "" "${d128[@]}" --page-size 16 --variant fa3 --strict
-  run "d128 causal gather page16 noinc" "paged_gather=1,gather_noinc=1" "${d128[@]}" --page-size 16 --variant fa3 --strict
-  run "d128 causal gather page16" "paged_gather=1" "${d128[@]}" --page-size 16 --variant fa3 --strict
-  stamp gather-ab
-  # fa2's paged stream (run 31b: 4x4096 causal fa2 page 16 197, page 1 185; d64 chunked page 16 107).
-  run "d128 causal fa2 page16" "" "${d128[@]}" --page-size 16 --variant fa2
-  run "d128 causal fa2 page1" "" "${d128[@]}" --page-size 1 --variant fa2
-  run "d64 chunked fa2 page16" "" "${d64[@]}" --page-size 16 --variant fa2
-  stamp fa2-paged
-  # 16-key pages in boxes, unmasked d128 (run 31c: N160 565, contiguous 695): fewer boxes per query
-  # with three warpgroups (M192 N80: a third fewer per unit of work), a deeper ring, or gathered.
-  u128=(-b 4 -s 4096 --heads-q 16 -d 128 --variant fa3 --strict --page-size 16)
-  run "u128 page16 default" "" "${u128[@]}"
-  run "u128 page16 3wg" "consumer_warpgroups=3" "${u128[@]}"
-  run "u128 page16 s3" "stages=3" "${u128[@]}"
-  run "u128 page16 gather noinc" "paged_gather=1,gather_noinc=1" "${u128[@]}"
-  c192=(-b 2 -s 4096 --heads-q 12 --heads-kv 4 -d 192 --causal --variant fa3 --strict --page-size 64)
-  u192=(-b 2 -s 4096 --heads-q 12 -d 192 --variant fa3 --strict --page-size 64)
-  u96=(-b 2 -s 4096 --heads-q 24 --heads-kv 8 -d 96 --variant fa3 --strict --page-size 64)
-  run "u192 page64 new" "" "${u192[@]}"
-  run "u192 page64 n112" "block_n=112" "${u192[@]}"
-  run "c192 page64 new" "" "${c192[@]}"
-  run "c192 page64 n112" "block_n=112" "${c192[@]}"
-  run "u96 page64 new" "" "${u96[@]}"
-  run "u96 page64 n96" "block_n=96" "${u96[@]}"
+decide)
+  # Session 32's planner decisions (perf-notes "For the next session (after session 31)"), re-measured
+  # on one card in one call. (1) fa2 or fa3's gather for pages fa3 must gather, by head dim: run 33e had
+  # fa2 +21% at d64 and fa3 ahead from d80; d32/d48/d72 unmeasured. Prediction: fa2 ahead up to d64
+  # (and d72 within 5%), fa3 ahead from d80, on both shapes.
+  for d in 32 48 64 72 80; do
+    c=(-b 8 -s 1024 --seqlen-k 16384 --heads-q 32 --heads-kv 8 -d $d --causal --page-size 1)
+    run "d$d chunked page1 fa2" "" "${c[@]}" --variant fa2
+    run "d$d chunked page1 gather noinc" "gather_noinc=1" "${c[@]}" --variant fa3 --strict
+  done
+  for d in 64 72; do
+    run "d$d causal 4x4096 page1 fa2" "" "${d128[@]/128/$d}" --page-size 1 --variant fa2
+    run "d$d causal 4x4096 page1 gather noinc" "gather_noinc=1" "${d128[@]/128/$d}" --page-size 1 --variant fa3 --strict
+    run "d$d unmasked 4x4096 page3 fa2" "" -b 4 -s 4096 --heads-q 32 --heads-kv 8 -d $d --page-size 3 --variant fa2
+    run "d$d unmasked 4x4096 page3 gather noinc" "gather_noinc=1" -b 4 -s 4096 --heads-q 32 --heads-kv 8 -d $d \
+      --page-size 3 --variant fa3 --strict
+  done
+  stamp fa2-or-gather
+  # (2) the gather's noinc form as its default (run 33: +1% d64, +5-6% d128 on an H100).
+  for d in 96 128; do
+    run "d$d chunked page1 gather" "gather_noinc=0" "${d64[@]/64/$d}" --page-size 1 --variant fa3 --strict
+    run "d$d chunked page1 gather noinc" "gather_noinc=1" "${d64[@]/64/$d}" --page-size 1 --variant fa3 --strict
+  done
+  stamp noinc
+  # (3) whole-page key blocks by head dim, pages of 64 (run 33: d96 N64 -4.8% vs N96 unmasked; d80,
+  # d104 and d112 unmeasured on unmasked rows). Prediction: N96 ahead at d96/d104 (their old blocks
+  # land in 32-row boxes), N64 ahead at d80 (N112: 16-row boxes).
+  for dn in 80:112 96:96 104:96; do
+    d=${dn%:*} n=${dn#*:}
+    u=(-b 2 -s 4096 --heads-q 24 --heads-kv 8 -d $d --variant fa3 --strict --page-size 64)
+    run "u$d page64 whole N64" "" "${u[@]}"
+    run "u$d page64 N$n" "block_n=$n" "${u[@]}"
+    run "c$d page64 whole N64" "" "${u[@]}" --causal
+    run "c$d page64 N$n" "block_n=$n" "${u[@]}" --causal
+  done
+  run "u96 page128 whole N64" "" -b 2 -s 4096 --heads-q 24 --heads-kv 8 -d 96 --variant fa3 --strict --page-size 128
+  run "u96 page128 N96" "block_n=96" -b 2 -s 4096 --heads-q 24 --heads-kv 8 -d 96 --variant fa3 --strict --page-size 128
   stamp whole-page
-  timeout 100 python3 bench/sweep.py --lib build-device/libflashjit.so --dtypes bf16 --out /tmp/st.json \
-    bench/ab_lists/session30_stages.txt >>"$O/ab.txt" 2>&1
-  stamp stages-sweep
+  # (4) unmasked d128 16-key pages, three warpgroups (run 33 H100: +1.7%), twice each.
+  u128=(-b 4 -s 4096 --heads-q 16 -d 128 --variant fa3 --strict --page-size 16)
+  for rep in 1 2; do
+    run "u128 page16 default #$rep" "" "${u128[@]}"
+    run "u128 page16 3wg #$rep" "consumer_warpgroups=3" "${u128[@]}"
+  done
+  # (5) issue 3's row, d128 S4096 unmasked contiguous, three times (684 on the H200 in run 32b).
+  for rep in 1 2 3; do
+    run "d128 S4096 unmasked #$rep" "" -b 4 -s 4096 --heads-q 16 -d 128 --variant fa3 --strict
+  done
+  stamp issue3
   ;;
 ncu)
   for sp in 0 2; do

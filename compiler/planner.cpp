@@ -30,6 +30,13 @@ PlanChoice choose_prefill(const KernelSpec &spec, flashjit_backend backend, cons
   Plan plan;
   std::string fa3_reason;
   if (spec.arch.sm == 90 && spec.arch.arch_specific) {
+    if (std::string fa2_first = fa2_preferred_for_pages(spec, fa3_tuning); !fa2_first.empty()) {
+      if (plan_fa2(spec, &plan, nullptr, backend)) {
+        PlanChoice choice = planned(spec, plan, Variant::fa2, "");
+        choice.preference_reason = std::move(fa2_first);
+        return choice;
+      }
+    }
     if (plan_fa3_with(spec, fa3_tuning, &plan, &fa3_reason, backend))
       return planned(spec, plan, Variant::fa3, "");
   }
@@ -57,6 +64,7 @@ PlanChoice choose_decode(const KernelSpec &spec, flashjit_backend backend, const
   if (!fallback.ok)
     return failed(spec, "no decode kernel: " + decode_reason + "; " + fallback.error);
   fallback.preferred = Variant::decode_splitk;
+  fallback.preference_reason.clear(); // the prefill's choice among its variants, not the decode's
   fallback.fallback_reason = "decode_splitk cannot run this spec: " + decode_reason;
   return fallback;
 }

@@ -51,11 +51,13 @@ struct PlanChoice {
   Plan plan;
   Variant preferred = Variant::fa2; // what the planner wanted for this spec
   std::string fallback_reason;      // why `plan.variant` is not `preferred` (empty if it is)
+  std::string preference_reason;    // why `preferred` is not the op's first choice on this arch (empty if it is)
   bool ok = false;
   std::string error; // when !ok: no variant can run the spec
 };
 
-// Preferred variant per op and arch: prefill -> fa3 on sm90a, else fa2; decode -> decode_splitk.
+// Preferred variant per op and arch: prefill -> fa3 on sm90a (but fa2 where it was measured faster:
+// fa2_preferred_for_pages), else fa2; decode -> decode_splitk.
 // When the preferred variant's planner declines, the next one is tried and the reason recorded.
 // `forced` (if set) must run the spec, else the choice fails with that variant's reason. `backend`
 // renders the plan (see plan_fa2).

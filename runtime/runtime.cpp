@@ -281,6 +281,7 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
   e.variant = variant_name(choice.plan.variant);
   e.preferred_variant = variant_name(choice.preferred);
   e.fallback_reason = choice.fallback_reason;
+  e.preference_reason = choice.preference_reason;
   if (decode_without_workspace) {
     e.preferred_variant = variant_name(Variant::decode_splitk);
     e.fallback_reason = "no workspace: decode_splitk needs problem.workspace and flashjit_plan";
@@ -360,6 +361,8 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
        << "variant:  " << e.variant;
   if (!e.fallback_reason.empty())
     text << " (fallback from " << e.preferred_variant << ": " << e.fallback_reason << ")";
+  else if (!e.preference_reason.empty())
+    text << " (preferred: " << e.preference_reason << ")";
   else
     text << " (preferred)";
   text << "\nplan:     " << e.plan << "\nbackend:  " << e.backend << "\norigin:   " << e.origin;

@@ -236,6 +236,17 @@ constexpr int kMinPagedBoxRows = kTmaSwizzleAlign / kSwizzleBytes;
 // d128/d256 but only level with fa2 at d64 (one-key pages, chunked prefill: 111 against 107
 // TFLOP/s). FLASHJIT_FA3_TUNING=paged=0 keeps fa2 (an A/B).
 constexpr bool kPagedDefault = true;
+// The gather's copies arrive on their block's full barrier as they land (kGatherNoincArrive,
+// cp.async.mbarrier.arrive.noinc; FA-3's non-TMA paged path counts arrivals so) rather than each block
+// being published after the next is issued (wait_group, the proxy fence, an arrival). Default since
+// session 32: bit for bit the fenced gather on every GPU case (PrefillFa3PagedGpu), MEMBARs per kernel
+// 11 -> 1, and faster on run 33's H100 (bf16, one-key pages): d64 chunked prefill +1%, d80 +3%, d96
+// +6%, d128 +6%, d128 causal 4x4096 +4.9%.
+constexpr bool kGatherNoincDefault = true;
+// Pages fa3 must gather, at head dims up to this: fa2's paged stream runs them faster (run 33e, H100,
+// bf16 chunked prefill 8x1024 over 16384 keys, one-key pages: d64 fa2 136.6 against the gather's
+// 112.8 TFLOP/s; from d80 the gather leads, 118.6 against 105.9).
+constexpr int kMaxHeadDimFa2ForGatheredPages = 64;
 // Paged key blocks of whole pages: with pages of a multiple of kPagedWholeBlockKeys keys, the key block
 // is rounded down to a multiple of it, so each block lands as one or two 64-row boxes per panel
 // instead of 16-row ones (the boxes' count, not their bytes, is what paged blocks cost: run 31), and
@@ -401,6 +412,18 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, flashjit_backend 
 
 } // namespace
 
+std::string fa2_preferred_for_pages(const KernelSpec &spec, const Fa3Tuning *tuning) {
+  const Fa3Tuning untuned;
+  const Fa3Tuning &t = tuning ? *tuning : untuned;
+  const int max_dim = std::max(spec.head_dim_qk, spec.head_dim_v);
+  if (spec.page_size == 0 || t.paged == 1 || t.paged_gather == 1 || !pages_gathered(spec, t) ||
+      max_dim > kMaxHeadDimFa2ForGatheredPages)
+    return "";
+  return "page_size " + std::to_string(spec.page_size) + " is not a multiple of " + std::to_string(kMinPagedBoxRows) +
+         " keys, so fa3 would gather its rows by cp.async, and at head dims up to " +
+         std::to_string(kMaxHeadDimFa2ForGatheredPages) + " fa2's paged stream is faster (tuning paged=1 keeps fa3)";
+}
+
 bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not,
                     flashjit_backend backend) {
   auto refuse = [&](const std::string &reason) {
@@ -543,7 +566,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add("kTmaBoxRows", kRowsPerTmaBox);
   const bool paged_gather = pages_gathered(spec, tuning);
   plan->add_bool("kPagedGather", paged_gather);
-  plan->add_bool("kGatherNoincArrive", paged_gather && tuning.gather_noinc == 1);
+  plan->add_bool("kGatherNoincArrive",
+                 paged_gather && (tuning.gather_noinc >= 0 ? tuning.gather_noinc != 0 : kGatherNoincDefault));
   plan->add("kPagedBoxRows", spec.page_size != 0 && !paged_gather ? std::gcd(spec.page_size, block_n) : 0);
   plan->add("kSmemAlign", kTmaSwizzleAlign);
   plan->add("kSmemOffsetQ", offset_q);

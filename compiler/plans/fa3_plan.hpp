@@ -36,12 +36,19 @@ struct Fa3Tuning {
   int causal_sections = -1;   // -1: the planner's choice (0); causal walk: 0 by pairs, 1 one, 2 L2, 3 model
   int causal_section_pairs = 0; // 0: by causal_sections; else (batch, head) pairs per causal section (an A/B)
   int section_pairs = 0;        // 0: the planner's choice; else (batch, head) pairs per L2 section of an unmasked walk
-  int paged = -1;               // -1: the planner's choice (fa3 reads K/V through the block table); 0: fa2 for paged KV
+  int paged = -1;               // -1: the planner's choice (fa3 reads K/V through the block table, but for the pages
+                                // fa2_preferred_for_pages gives fa2); 0: fa2 for paged KV; 1: fa3 wherever it can run
   int paged_gather = -1;        // -1: cp.async gather where TMA boxes cannot tile the pages; 1 always, 0 never (an A/B)
   int stages = 0;               // 0: the planner's choice (2); 3 or 4: a deeper K/V ring (the key block shrinks to fit)
-  int gather_noinc = -1;        // -1: the planner's choice (0); 1: a gather's copies arrive on the full barrier as they
-                                // land (cp.async.mbarrier.arrive.noinc, as FA-3's paged path counts; an A/B)
+  int gather_noinc = -1;        // -1: the planner's choice (1); 1: a gather's copies arrive on the full barrier as they
+                                // land (cp.async.mbarrier.arrive.noinc, as FA-3's paged path counts); 0: each block
+                                // published after the next is issued (wait_group, the proxy fence, an arrival)
 };
+
+// Why fa2 is preferred to fa3 for a paged spec on sm_90a (measured faster there), or "" where fa3 is:
+// pages fa3 would gather, at head dims up to kMaxHeadDimFa2ForGatheredPages. `tuning` (may be null)
+// paged=1 or paged_gather=1 keeps fa3 (an A/B).
+std::string fa2_preferred_for_pages(const KernelSpec &spec, const Fa3Tuning *tuning);
 
 bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan, std::string *why_not,
                     flashjit_backend backend = FLASHJIT_BACKEND_AUTO);

@@ -45,6 +45,8 @@ struct Explanation {
   std::string variant;           // fa2 | fa3 | decode_splitk
   std::string preferred_variant; // what the planner wanted before any fallback
   std::string fallback_reason;   // empty when variant == preferred_variant
+  std::string preference_reason; // why the planner prefers preferred_variant to the arch's usual first choice
+                                 // (e.g. fa2 over fa3 on sm_90a where fa2 measured faster); empty if it does not
   std::string plan;              // tiles, stages, warps, grid
   std::string origin;            // memory | bundle | disk | jit | not loaded
   std::string backend;           // nvrtc | mlir

@@ -528,10 +528,11 @@ int shortest_loop_with(const std::string &sass, const std::string &opcode) {
   return shortest;
 }
 
-// Paged KV gathered (pages boxes cannot tile, or paged_gather=1): the producer warpgroup copies
-// the rows by cp.async (zero-filled past a sequence's end), prefetches the block's page numbers,
-// and publishes a block after the next is issued (wait_group 1, the proxy fence, an arrival), or
-// before a wait that would block (test_wait, then wait_group 0). Q
+// Paged KV gathered (pages boxes cannot tile, or paged_gather=1), in its fenced form (gather_noinc=0,
+// the default until session 32): the producer warpgroup copies the rows by cp.async (zero-filled past
+// a sequence's end), prefetches the block's page numbers, and publishes a block after the next is
+// issued (wait_group 1, the proxy fence, an arrival), or before a wait that would block (test_wait,
+// then wait_group 0). Q
 // still comes by TMA and O leaves by TMA; no K/V TMA, no V zeroing by st.shared. The consumers are
 // those of the unpaged varlen kernel (the same HGMMA count); the producer fits its registers.
 //
@@ -554,6 +555,7 @@ TEST(Fa3CompileFeatures, GatheredPagesCopyRowsByCpAsync) {
     Fa3Tuning paged;
     paged.paged = 1;
     paged.paged_gather = force ? 1 : -1;
+    paged.gather_noinc = 0;
     KernelSpec spec;
     const CompiledKernel kernel = compile_paged(c, paged, &spec);
     EXPECT_NE(kernel.name.find(".gather."), std::string::npos) << kernel.name;
@@ -579,28 +581,32 @@ TEST(Fa3CompileFeatures, GatheredPagesCopyRowsByCpAsync) {
   }
 }
 
-// The tuning `stages` (an A/B): with a ring of S slots the gather publishes a K or V block once
-// 2(S - 1) - 1 newer ones are issued (cp.async.wait_group 3 at three stages, 5 at four), and TMA
-// kernels take the deeper ring too; all without spills or serialized wgmmas.
+// The tuning `stages` (an A/B): with a ring of S slots the fenced gather publishes a K or V block once
+// 2(S - 1) - 1 newer ones are issued (cp.async.wait_group 3 at three stages, 5 at four), the default
+// gather's copies arrive as they land at any depth, and TMA kernels take the deeper ring too; all
+// without spills or serialized wgmmas.
 TEST(Fa3CompileFeatures, DeeperRingsKeepMoreGatheredCopiesInFlight) {
   const std::pair<PagedCase, int> gathered[] = {{{64, 64, FLASHJIT_BF16, true, false, false, 1}, 3},
                                                 {{64, 64, FLASHJIT_BF16, true, true, false, 1}, 4},
                                                 {{128, 128, FLASHJIT_FP16, false, false, false, 3}, 3}};
   for (const auto &[c, stages] : gathered) {
-    Fa3Tuning tuning;
-    tuning.stages = stages;
-    KernelSpec spec;
-    const CompiledKernel kernel = compile_paged(c, tuning, &spec);
-    EXPECT_NE(kernel.name.find(".gather."), std::string::npos) << kernel.name;
-    EXPECT_NE(kernel.name.find("s" + std::to_string(stages) + "."), std::string::npos) << kernel.name;
-    const std::string in_flight = "cp.async.wait_group " + std::to_string(2 * (stages - 1) - 1) + ";";
-    EXPECT_NE(kernel.ptx.find(in_flight), std::string::npos) << kernel.name << " lacks " << in_flight;
-    EXPECT_EQ(kernel.ptx.find("cp.async.wait_group 1;"), std::string::npos) << kernel.name;
-    std::string error;
-    const std::string sass = testing::dump_sass(kernel.cubin, &error);
-    ASSERT_TRUE(error.empty()) << error;
-    EXPECT_EQ(sass.find("LDL"), std::string::npos) << kernel.name << " reads local memory";
-    EXPECT_FALSE(wgmmas_serialized(sass)) << kernel.name << ": a wait after every HGMMA";
+    for (const int noinc : {0, 1}) {
+      Fa3Tuning tuning;
+      tuning.stages = stages;
+      tuning.gather_noinc = noinc;
+      KernelSpec spec;
+      const CompiledKernel kernel = compile_paged(c, tuning, &spec);
+      EXPECT_NE(kernel.name.find(noinc ? ".gather.noinc." : ".gather.al"), std::string::npos) << kernel.name;
+      EXPECT_NE(kernel.name.find("s" + std::to_string(stages) + "."), std::string::npos) << kernel.name;
+      const std::string in_flight = "cp.async.wait_group " + std::to_string(2 * (stages - 1) - 1) + ";";
+      EXPECT_EQ(kernel.ptx.find(in_flight) != std::string::npos, noinc == 0) << kernel.name << ": " << in_flight;
+      EXPECT_EQ(kernel.ptx.find("cp.async.wait_group 1;"), std::string::npos) << kernel.name;
+      std::string error;
+      const std::string sass = testing::dump_sass(kernel.cubin, &error);
+      ASSERT_TRUE(error.empty()) << error;
+      EXPECT_EQ(sass.find("LDL"), std::string::npos) << kernel.name << " reads local memory";
+      EXPECT_FALSE(wgmmas_serialized(sass)) << kernel.name << ": a wait after every HGMMA";
+    }
   }
   Fa3Tuning three;
   three.stages = 3;
@@ -614,21 +620,25 @@ TEST(Fa3CompileFeatures, DeeperRingsKeepMoreGatheredCopiesInFlight) {
   EXPECT_FALSE(wgmmas_serialized(sass)) << kernel.name << ": a wait after every HGMMA";
 }
 
-// The tuning `gather_noinc` (an A/B): each thread's copies of a block arrive on its full barrier as
-// they land (cp.async.mbarrier.arrive.noinc), FA-3's counting: no copy group is waited for but at the
-// walk's end, no proxy fence publishes a block (one MEMBAR is left: the epilogue's), and the pass
-// stays as short as the default's.
-TEST(Fa3CompileFeatures, GatherNoincArrivesAsCopiesLand) {
+// The gather by default (gather_noinc, since session 32): each thread's copies of a block arrive on its
+// full barrier as they land (cp.async.mbarrier.arrive.noinc), FA-3's counting: no copy group is waited
+// for but at the walk's end, no proxy fence publishes a block (one MEMBAR is left: the epilogue's), and
+// the pass stays as short as the fenced form's. (paged=1 keeps fa3 where fa2 is preferred: d64.)
+TEST(Fa3CompileFeatures, GatheredCopiesArriveAsTheyLand) {
   const std::pair<PagedCase, int> cases[] = {{{128, 128, FLASHJIT_BF16, true, false, false, 1}, 16},
-                                             {{64, 64, FLASHJIT_FP16, false, true, false, 3}, 21}};
+                                             {{64, 64, FLASHJIT_FP16, false, true, false, 3}, 21},
+                                             {{72, 72, FLASHJIT_BF16, true, true, false, 7}, 26}};
   for (const auto &[c, max_pass] : cases) {
     Fa3Tuning tuning;
-    tuning.gather_noinc = 1;
+    tuning.paged = 1;
     KernelSpec spec;
     const CompiledKernel kernel = compile_paged(c, tuning, &spec);
     EXPECT_NE(kernel.name.find(".gather.noinc."), std::string::npos) << kernel.name;
     EXPECT_NE(kernel.ptx.find("cp.async.mbarrier.arrive.noinc.shared::cta.b64"), std::string::npos) << kernel.name;
     EXPECT_NE(kernel.ptx.find("cp.async.wait_all"), std::string::npos) << kernel.name;
+    for (const char *instruction : {"cp.async.cg.shared.global", "prefetch.global.L1", "ld.global.nc",
+                                    "cp.async.bulk.tensor", "wgmma.mma_async", "setmaxnreg"})
+      EXPECT_NE(kernel.ptx.find(instruction), std::string::npos) << kernel.name << " lacks " << instruction;
     EXPECT_EQ(kernel.ptx.find("cp.async.wait_group"), std::string::npos) << kernel.name;
     EXPECT_EQ(kernel.ptx.find("mbarrier.test_wait"), std::string::npos)
         << kernel.name << ": no publication before a wait";

@@ -204,7 +204,8 @@ std::vector<PrefillCase> cases() {
       });
   // Pages 2 GiB apart (24 keys: three pages, 6 GiB a tensor, so that the shuffled table uses a page
   // past the first and several shards fit one GPU): page strides past 2^31 bytes take the 64-bit form of
-  // fa2's paged stream and of fa3's gather.
+  // fa2's paged stream (both runs: at d64 the planner prefers fa2 to fa3's gather since session 32;
+  // GatheredFarPagesGiveThePackedBits takes fa3's gather there).
   add("paged12_d64_causal_pages_2GiB_apart", dense(1, 24, 24, 4, 2, 64, 64, Dtype::bf16), [](CaseOptions &c) {
     c.page_size = 12;
     c.page_gap_bytes = size_t{1} << 31;
@@ -212,11 +213,14 @@ std::vector<PrefillCase> cases() {
   });
   // Pages 1 GiB apart (36 keys: three of four pages used, so at least one of pages 2 and 3, which lie past
   // 2^31 bytes): a page stride within 32 bits whose offsets are not, the 32-bit form's wide products.
-  add("paged12_d64_causal_pages_1GiB_apart", dense(1, 36, 36, 4, 2, 64, 64, Dtype::bf16), [](CaseOptions &c) {
-    c.page_size = 12;
-    c.page_gap_bytes = size_t{1} << 30;
-    c.problem.causal = true;
-  });
+  add(
+      "paged12_d64_causal_pages_1GiB_apart", dense(1, 36, 36, 4, 2, 64, 64, Dtype::bf16),
+      [](CaseOptions &c) {
+        c.page_size = 12;
+        c.page_gap_bytes = size_t{1} << 30;
+        c.problem.causal = true;
+      },
+      "prefill.fa2.");
   return all;
 }
 
@@ -614,7 +618,7 @@ TEST_F(PrefillFa3PagedGpu, GatheredPagesMatchTheReferenceAndTheUnpagedKernel) {
 
   // Deeper rings (the tuning `stages`, an A/B): 3 or 5 groups of copies in flight instead of 1, the
   // same bits as the two-stage kernel where the key block stays the same.
-  for (const char *stages : {"stages=3", "stages=4"}) {
+  for (const char *stages : {"paged=1,stages=3", "paged=1,stages=4"}) {
     const std::unique_ptr<Runtime> deep_runtime = strict_runtime_with_fa3_tuning(stages);
     for (const size_t i : {size_t{0}, size_t{1}, size_t{4}}) {
       const auto &[name, o] = cases[i];
@@ -663,14 +667,14 @@ TEST_F(PrefillFa3PagedGpu, GatheredFarPagesGiveThePackedBits) {
   }
 }
 
-// Copies that arrive on the full barrier as they land (the tuning `gather_noinc`: no wait, no proxy
-// fence in the producer), at two and three stages: against the reference, three times the same bits
-// (a block read before its copies landed would move between runs), and the bits of the fenced gather
-// of the same tuning otherwise.
+// Copies that arrive on the full barrier as they land (the gather's default since session 32, `.noinc`:
+// no wait, no proxy fence in the producer), at two and three stages: against the reference, three
+// times the same bits (a block read before its copies landed would move between runs), and the bits of
+// the fenced gather (gather_noinc=0) of the same tuning otherwise.
 TEST_F(PrefillFa3PagedGpu, GatherNoincGivesTheFencedBits) {
   const NamedCases cases = gathered_cases();
-  for (const auto &[noinc, fenced_tuning] :
-       {std::pair{"gather_noinc=1", "paged=1"}, std::pair{"gather_noinc=1,stages=3", "stages=3"}}) {
+  for (const auto &[noinc, fenced_tuning] : {std::pair{"paged=1", "paged=1,gather_noinc=0"},
+                                             std::pair{"paged=1,stages=3", "paged=1,stages=3,gather_noinc=0"}}) {
     const std::unique_ptr<Runtime> noinc_runtime = strict_runtime_with_fa3_tuning(noinc);
     const std::unique_ptr<Runtime> fenced_runtime = strict_runtime_with_fa3_tuning(fenced_tuning);
     for (const size_t i : {size_t{0}, size_t{1}, size_t{2}, size_t{4}}) {

@@ -626,28 +626,88 @@ TEST(Planner, Fa3StagesTuningDeepensTheRing) {
   EXPECT_EQ(tuning.stages, 4);
 }
 
-TEST(Planner, Fa3GatherNoincTuningAppliesToGatheredPagesOnly) {
-  Fa3Tuning tuning;
+// The gather's copies arrive on the full barrier as they land (kGatherNoincArrive) by default since
+// session 32; gather_noinc=0 keeps the fenced publication (an A/B). Pages in boxes have no gather.
+TEST(Planner, Fa3GatherNoincByDefaultOnGatheredPagesOnly) {
+  Fa3Tuning fenced_tuning;
   std::string why;
-  ASSERT_TRUE(parse_fa3_tuning("gather_noinc=1", &tuning, &why)) << why;
-  EXPECT_EQ(tuning.gather_noinc, 1);
+  ASSERT_TRUE(parse_fa3_tuning("gather_noinc=0", &fenced_tuning, &why)) << why;
+  EXPECT_EQ(fenced_tuning.gather_noinc, 0);
   for (const auto &[page_size, gathered] :
        {std::pair{1, true}, std::pair{12, true}, std::pair{16, false}, std::pair{0, false}}) {
     KernelSpec spec = prefill(128, true);
     spec.page_size = page_size;
     Plan plan;
-    ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &plan, &why)) << page_size << ": " << why;
+    ASSERT_TRUE(plan_fa3(spec, &plan, &why)) << page_size << ": " << why;
     const std::string name = kernel_name(spec, plan);
     EXPECT_EQ(plan.constant("kGatherNoincArrive"), gathered ? 1 : 0) << name;
-    EXPECT_EQ(name.find(".noinc.") != std::string::npos, gathered) << name;
+    EXPECT_EQ(name.find(".gather.noinc.") != std::string::npos, gathered) << name;
     Plan fenced;
-    ASSERT_TRUE(plan_fa3_tuned(spec, Fa3Tuning{}, &fenced, &why)) << why;
-    EXPECT_EQ(fenced.constant("kGatherNoincArrive"), 0) << kernel_name(spec, fenced);
+    ASSERT_TRUE(plan_fa3_tuned(spec, fenced_tuning, &fenced, &why)) << why;
+    const std::string fenced_name = kernel_name(spec, fenced);
+    EXPECT_EQ(fenced.constant("kGatherNoincArrive"), 0) << fenced_name;
+    EXPECT_EQ(fenced_name.find(".noinc."), std::string::npos) << fenced_name;
+    EXPECT_EQ(fenced_name.find(".gather.") != std::string::npos, gathered) << fenced_name;
   }
-  tuning.gather_noinc = 2;
+  Fa3Tuning bad;
+  bad.gather_noinc = 2;
   Plan plan;
-  EXPECT_FALSE(plan_fa3_tuned(prefill(128, true), tuning, &plan, &why));
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, true), bad, &plan, &why));
   EXPECT_NE(why.find("gather_noinc"), std::string::npos) << why;
+}
+
+// Pages fa3 would gather go to fa2 at head dims up to 64, where fa2's paged stream measured faster
+// (run 33e), as the planner's preference (not a fallback: strict mode takes it) with its reason; fa3
+// keeps them from d72, keeps pages in boxes at every head dim, and keeps everything with the tuning
+// paged=1 or paged_gather=1; a forced fa3 still runs them.
+TEST(Planner, Fa2PreferredForGatheredPagesAtSmallHeadDims) {
+  struct Case {
+    int d_qk, d_v, page_size;
+    bool fa2;
+  };
+  for (const Case &c : {Case{64, 64, 1, true}, Case{32, 32, 3, true}, Case{48, 64, 12, true}, Case{64, 64, 7, true},
+                        Case{72, 72, 1, false}, Case{64, 128, 1, false}, Case{128, 128, 1, false},
+                        Case{64, 64, 16, false}, Case{64, 64, 8, false}, Case{64, 64, 0, false}}) {
+    for (const bool causal : {false, true}) {
+      KernelSpec spec = prefill(c.d_qk, causal);
+      spec.head_dim_v = c.d_v;
+      spec.page_size = c.page_size;
+      const PlanChoice choice = choose_plan(spec);
+      ASSERT_TRUE(choice.ok) << choice.error;
+      const std::string name = kernel_name(spec, choice.plan);
+      EXPECT_EQ(choice.plan.variant, c.fa2 ? Variant::fa2 : Variant::fa3) << name;
+      EXPECT_EQ(choice.preferred, choice.plan.variant) << name;
+      EXPECT_TRUE(choice.fallback_reason.empty()) << name << ": " << choice.fallback_reason;
+      EXPECT_EQ(choice.preference_reason.empty(), !c.fa2) << name << ": " << choice.preference_reason;
+      if (c.fa2) {
+        EXPECT_NE(choice.preference_reason.find("page_size " + std::to_string(c.page_size)), std::string::npos)
+            << choice.preference_reason;
+        EXPECT_NE(choice.preference_reason.find("fa2's paged stream is faster"), std::string::npos)
+            << choice.preference_reason;
+        for (const char *keep_fa3 : {"paged=1", "paged_gather=1"}) {
+          Fa3Tuning tuning;
+          std::string why;
+          ASSERT_TRUE(parse_fa3_tuning(keep_fa3, &tuning, &why)) << why;
+          const PlanChoice tuned = choose_plan(spec, std::nullopt, FLASHJIT_BACKEND_AUTO, &tuning);
+          ASSERT_TRUE(tuned.ok) << tuned.error;
+          EXPECT_EQ(tuned.plan.variant, Variant::fa3) << keep_fa3 << " " << name;
+          EXPECT_NE(kernel_name(spec, tuned.plan).find(".gather.noinc."), std::string::npos) << keep_fa3;
+        }
+        const PlanChoice forced = choose_plan(spec, Variant::fa3);
+        ASSERT_TRUE(forced.ok) << forced.error;
+        EXPECT_EQ(forced.plan.variant, Variant::fa3) << name;
+      }
+    }
+  }
+  // The MLIR backend renders no paged fa3 kernel: fa2 without a preference to explain where fa3 would
+  // box the pages (a fallback), with one where it would gather them.
+  KernelSpec spec = prefill(64, true);
+  spec.page_size = 1;
+  EXPECT_FALSE(choose_plan(spec, std::nullopt, FLASHJIT_BACKEND_MLIR).preference_reason.empty());
+  spec.page_size = 16;
+  const PlanChoice boxed_mlir = choose_plan(spec, std::nullopt, FLASHJIT_BACKEND_MLIR);
+  EXPECT_TRUE(boxed_mlir.preference_reason.empty());
+  EXPECT_NE(boxed_mlir.fallback_reason.find("template form only"), std::string::npos) << boxed_mlir.fallback_reason;
 }
 
 TEST(Fa3Tuning, ParsesTheOverrideAndNamesWhatItCannotParse) {

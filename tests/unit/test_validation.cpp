@@ -359,8 +359,9 @@ TEST(ValidationCApi, ExplainSaysWhenOIsRescaledLazily) {
   EXPECT_EQ(e.plan.find("lazy"), std::string::npos) << e.kernel << ": " << e.plan;
 }
 
-// Paged prefill on sm_90a: fa3 by default, and explain says how it reads the pages; with
-// FLASHJIT_FA3_TUNING=paged=0, fa2 with the reason.
+// Paged prefill on sm_90a: fa3 by default (fa2 where it is faster: pages fa3 would gather, at d64),
+// and explain says how it reads the pages or why fa2 is preferred; with FLASHJIT_FA3_TUNING=paged=0,
+// fa2 with the fallback's reason.
 TEST(ValidationCApi, ExplainSaysHowPagedPrefillReadsThePages) {
   static int32_t table[64];
   AttentionProblem p = good_problem();
@@ -399,6 +400,17 @@ TEST(ValidationCApi, ExplainSaysHowPagedPrefillReadsThePages) {
   EXPECT_NE(e.kernel.find(".gather."), std::string::npos) << e.kernel;
   EXPECT_NE(e.plan.find("gathered through the block table by the producer warpgroup's cp.async"), std::string::npos)
       << e.plan;
+  EXPECT_NE(e.plan.find("arriving on the block's barrier as they land"), std::string::npos) << e.plan;
+  EXPECT_TRUE(e.preference_reason.empty()) << e.preference_reason;
+  // At d64 fa2's paged stream reads such pages faster: fa2 is preferred (not a fallback), and says why.
+  p.head_dim_qk = p.head_dim_v = 64;
+  ASSERT_TRUE(paged_runtime.explain(p, &e).ok());
+  EXPECT_EQ(e.variant, "fa2") << e.kernel;
+  EXPECT_EQ(e.preferred_variant, "fa2") << e.kernel;
+  EXPECT_TRUE(e.fallback_reason.empty()) << e.fallback_reason;
+  EXPECT_NE(e.preference_reason.find("fa2's paged stream is faster"), std::string::npos) << e.preference_reason;
+  EXPECT_NE(e.text.find("variant:  fa2 (preferred: page_size 1 is not a multiple of 8 keys"), std::string::npos)
+      << e.text;
 }
 
 // explain names the short-sequence tiles: the short key block of an unmasked d128 problem whose keys
