@@ -240,8 +240,8 @@ constexpr bool kPagedDefault = true;
 // cp.async.mbarrier.arrive.noinc; FA-3's non-TMA paged path counts arrivals so) rather than each block
 // being published after the next is issued (wait_group, the proxy fence, an arrival). Default since
 // session 32: bit for bit the fenced gather on every GPU case (PrefillFa3PagedGpu), MEMBARs per kernel
-// 11 -> 1, and faster on run 33's H100 (bf16, one-key pages): d64 chunked prefill +1%, d80 +3%, d96
-// +6%, d128 +6%, d128 causal 4x4096 +4.9%.
+// 11 -> 1, and as fast or faster on run 33's H100 (bf16, one-key pages, chunked prefill): d64 -0.4..+1%,
+// d80 +3.3%, d96 +5.6%, d128 +5.8%; d128 causal 4x4096 +4.9%; 16-key pages gathered +6.3%.
 constexpr bool kGatherNoincDefault = true;
 // Pages fa3 must gather, at head dims up to this: fa2's paged stream runs them faster (run 33e, H100,
 // bf16 chunked prefill 8x1024 over 16384 keys, one-key pages: d64 fa2 136.6 against the gather's
