@@ -254,8 +254,15 @@ constexpr int kMaxHeadDimFa2ForGatheredPages = 64;
 // Measured on the H200 (run 32a, bf16, pages of 64 keys, default tile -> whole pages): d128 causal
 // 4x4096 558 -> 628..632 (two warpgroups N128; three N64 589 in run 31c), d256 unmasked 588 -> 697
 // (N80 -> N64), d256 causal 554 -> 608, d80 causal chunked 271 -> 283; d128 unmasked pages of 128
-// 657 -> 674 (N160 -> N128, run 31c +2.6%). d96/d104..d120/d192 by extension (unmeasured).
+// 657 -> 674 (N160 -> N128, run 31c +2.6%). Run 33 (H100): d192 N112 -> N64 +8.1% unmasked, +7.3%
+// causal; but d96 N96 -> N64 -4.8% unmasked. N96 already lands in 32-row boxes (3 a panel, not 7 as
+// N112 and N80 do) and rounding it to 64 drops a third of its keys: a default block whose boxes are
+// kPagedWholeBlockTallBoxRows or taller keeps its size unless whole pages keep at least
+// kPagedWholeBlockKeptNum / kPagedWholeBlockKeptDen of its keys (N160 -> N128 does). So d96 and d104
+// keep N96; d112/d120 and d128 (N128), d80, d192 and d256 (N64) take whole pages.
 constexpr int kPagedWholeBlockKeys = 64;
+constexpr int kPagedWholeBlockTallBoxRows = 32;
+constexpr int kPagedWholeBlockKeptNum = 3, kPagedWholeBlockKeptDen = 4;
 // Named barriers: 0 is __syncthreads; then one pingpong barrier and one epilogue barrier per
 // consumer warpgroup.
 constexpr int kBarrierPingpong = 1;
@@ -396,7 +403,13 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, flashjit_backend 
   int block_n = std::min({n_by_smem, n_by_regs, small_dim ? kMaxBlockNSmallDim : kMaxBlockN});
   if (t.masked)
     block_n = std::min(block_n, kMaxBlockNMasked);
-  block_n = round_down(block_n, whole_pages && block_n >= kPagedWholeBlockKeys ? kPagedWholeBlockKeys : kBlockNGranule);
+  const int whole_pages_n = round_down(block_n, kPagedWholeBlockKeys);
+  block_n = round_down(block_n, kBlockNGranule);
+  const bool tall_boxes_already =
+      spec.page_size != 0 && std::gcd(block_n, spec.page_size) >= kPagedWholeBlockTallBoxRows;
+  const bool keeps_most_keys = whole_pages_n * kPagedWholeBlockKeptDen >= block_n * kPagedWholeBlockKeptNum;
+  if (whole_pages && whole_pages_n >= kPagedWholeBlockKeys && (!tall_boxes_already || keeps_most_keys))
+    block_n = whole_pages_n;
   // A tuned block wins over the spec's short-key block (A/B runs tune specs of any key length).
   const int chosen_n = tuning.block_n > 0 ? tuning.block_n : spec.key_block;
   if (chosen_n > 0) {
