@@ -19,8 +19,8 @@ export LD_LIBRARY_PATH=$PWD/build-device FLASHJIT_CACHE_DIR=/tmp/fjc FLASHJIT_BU
 cli=build-device/flashjit
 t0=$(date +%s)
 stamp() { echo "$1 $(($(date +%s) - t0)) s" >>"$O/times.txt"; }
-# A build-device/ from before session 31 knows neither the tuning nor the tests: stop, don't time it.
-if ! grep -q gather_noinc build-device/libflashjit.so ||
+# A build-device/ from before session 32 has other defaults: stop, don't time it.
+if ! grep -q "fa2's paged stream is faster" build-device/libflashjit.so ||
   ! build-device/tests/flashjit_gpu_tests --gtest_list_tests | grep -q GatherNoincGivesTheFencedBits; then
   echo "stale build-device/: run scripts/pack-device.sh first" >>"$O/times.txt"
   exit 1
@@ -73,18 +73,18 @@ decide)
     run "d$d chunked page1 gather noinc" "gather_noinc=1" "${d64[@]/64/$d}" --page-size 1 --variant fa3 --strict
   done
   stamp noinc
-  # (3) whole-page key blocks by head dim, pages of 64 (run 33: d96 N64 -4.8% vs N96 unmasked; d80,
-  # d104 and d112 unmeasured on unmasked rows). Prediction: N96 ahead at d96/d104 (their old blocks
-  # land in 32-row boxes), N64 ahead at d80 (N112: 16-row boxes).
+  # (3) whole-page key blocks by head dim, pages of 64 (run 33: d96 N64 -4.8% vs N96 unmasked; d80
+  # and d104 unmeasured on unmasked rows). Prediction: N96 ahead at d96/d104 (their blocks land in
+  # 32-row boxes; the planner keeps N96 there since session 32), N64 ahead at d80 (N112: 16-row boxes).
   for dn in 80:112 96:96 104:96; do
     d=${dn%:*} n=${dn#*:}
     u=(-b 2 -s 4096 --heads-q 24 --heads-kv 8 -d $d --variant fa3 --strict --page-size 64)
-    run "u$d page64 whole N64" "" "${u[@]}"
+    run "u$d page64 whole N64" "block_n=64" "${u[@]}"
     run "u$d page64 N$n" "block_n=$n" "${u[@]}"
-    run "c$d page64 whole N64" "" "${u[@]}" --causal
+    run "c$d page64 whole N64" "block_n=64" "${u[@]}" --causal
     run "c$d page64 N$n" "block_n=$n" "${u[@]}" --causal
   done
-  run "u96 page128 whole N64" "" -b 2 -s 4096 --heads-q 24 --heads-kv 8 -d 96 --variant fa3 --strict --page-size 128
+  run "u96 page128 whole N64" "block_n=64" -b 2 -s 4096 --heads-q 24 --heads-kv 8 -d 96 --variant fa3 --strict --page-size 128
   run "u96 page128 N96" "block_n=96" -b 2 -s 4096 --heads-q 24 --heads-kv 8 -d 96 --variant fa3 --strict --page-size 128
   stamp whole-page
   # (4) unmasked d128 16-key pages, three warpgroups (run 33 H100: +1.7%), twice each.
