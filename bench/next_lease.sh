@@ -7,6 +7,8 @@
 #         page (run 33).
 #  decide ~300 s: session 32's planner decisions: fa2 or fa3's gather by head dim, the gather's noinc
 #         form, whole-page key blocks by head dim, three warpgroups on 16-key pages, issue 3's d128 row.
+#  rows   ~400 s: issue 3's open prefill rows (d128 S4096, causal d64/d192 S1024, d128 S1024) and the
+#         decode rows beside cuDNN (bench/compare.py), and the host-side costs (flashjit_host_bench).
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
 #         against the default 8, then the stall-by-SASS-line table (NCU_SOURCE=1).
 # Files under $OUT (at most 8 come back): times.txt, ab.txt, gpu-check.txt and gpu-check's own
@@ -98,6 +100,19 @@ decide)
     run "d128 S4096 unmasked #$rep" "" -b 4 -s 4096 --heads-q 16 -d 128 --variant fa3 --strict
   done
   stamp issue3
+  ;;
+rows)
+  # Issue 3's open rows and issue 4's decode rows beside cuDNN (bench/compare.py, the TARGETS method),
+  # and the host-side costs (flashjit_host_bench: the hot path was last timed in run 24).
+  timeout 150 build-device/flashjit_host_bench --benchmark_out="$O/host.json" --benchmark_out_format=json 2>&1 |
+    grep -E "forward|launch|resolve|decode" >"$O/host.txt"
+  stamp host
+  timeout 250 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/rows.json" --ops prefill \
+    --prefill-rows d128s4096,d64s1024c,d192s1024c,d128s1024 2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/rows.txt"
+  stamp prefill-rows
+  timeout 150 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/decode.json" --ops decode \
+    2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/decode.txt"
+  stamp decode-rows
   ;;
 ncu)
   for sp in 0 2; do
