@@ -52,6 +52,10 @@ tests)
   stamp gather
   ;;
 decide)
+  # First the GPU tests whose expectations session 32 changed (the paged and gather tests), then the A/Bs.
+  timeout 230 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=200 --no-parity \
+    --gtest-filter='*Paged*:*paged*:*Gather*:*gather*:*Stages*' >"$O/gpu-check.txt" 2>&1
+  stamp paged-tests
   # Session 32's planner decisions (perf-notes "For the next session (after session 31)"), re-measured
   # on one card in one call. (1) fa2 or fa3's gather for pages fa3 must gather, by head dim: run 33e had
   # fa2 +21% at d64 and fa3 ahead from d80; d32/d48/d72 unmeasured. Prediction: fa2 ahead up to d64
