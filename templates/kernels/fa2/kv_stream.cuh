@@ -94,8 +94,7 @@ template <int Chunks, int SmemStride> struct KvStream {
         const void *src = tensor_base;
         if (valid) {
           const i32 page = ld_global_nc_s32(pages + (i32)(key / kPageRows));
-          const u8 *row = advance_bytes(from, page, page_bytes);
-          src = kPageRows > 1 ? advance_bytes(row, (i32)(key % kPageRows), row_bytes) : row;
+          src = advance_to_paged_row<kPageRows>(from, page, key, page_bytes, row_bytes);
         }
         cp_async_cg_16(to + i * kPassSmemBytes, src, valid ? kCpAsyncBytes : 0);
       }

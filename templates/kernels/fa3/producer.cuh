@@ -177,9 +177,7 @@ template <class C> struct Producer {
       // lets the compiler step the table's address from pass to pass.
       const u32 slot = static_cast<u32>(key);
       const i32 page = in_sequence ? ld_global_nc_s32(pages + static_cast<i32>(slot / C::kPageSize)) : 0;
-      const u8 *src = advance_bytes(head, page, page_bytes);
-      if constexpr (C::kPageSize > 1)
-        src = advance_bytes(src, static_cast<i32>(slot % C::kPageSize), row_bytes);
+      const u8 *src = advance_to_paged_row<C::kPageSize>(head, page, slot, page_bytes, row_bytes);
       for (int panel = 0; panel < panels; ++panel) {
         const bool copy = in_sequence && panel * C::kPanelCols + chunk * kElemsPerChunk < dim;
         cp_async_cg_16(dst_chunk + panel * C::kSmemPanelBytesKV, src + panel * C::kPanelCols * kElemBytes,
