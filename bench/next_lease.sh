@@ -5,7 +5,7 @@
 # well under the 600 s a call may take:
 #  tests  ~450 s: the whole GPU suite with the MLIR parity check, then the gather's A/Bs at one key a
 #         page (run 33).
-#  decide ~300 s: session 32's planner decisions: fa2 or fa3's gather by head dim, the gather's noinc
+#  decide ~400 s: the paged GPU tests, then session 32's planner decisions: fa2 or fa3's gather by head dim, the gather's noinc
 #         form, whole-page key blocks by head dim, three warpgroups on 16-key pages, issue 3's d128 row.
 #  rows   ~400 s: issue 3's open prefill rows (d128 S4096, causal d64/d192 S1024, d128 S1024) and the
 #         decode rows beside cuDNN (bench/compare.py), and the host-side costs (flashjit_host_bench).
@@ -53,54 +53,47 @@ tests)
   ;;
 decide)
   # First the GPU tests whose expectations session 32 changed (the paged and gather tests), then the A/Bs.
-  timeout 230 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=200 --no-parity \
+  timeout 220 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=190 --no-parity \
     --gtest-filter='*Paged*:*paged*:*Gather*:*gather*:*Stages*' >"$O/gpu-check.txt" 2>&1
   stamp paged-tests
-  # Session 32's planner decisions (perf-notes "For the next session (after session 31)"), re-measured
-  # on one card in one call. (1) fa2 or fa3's gather for pages fa3 must gather, by head dim: run 33e had
-  # fa2 +21% at d64 and fa3 ahead from d80; d32/d48/d72 unmeasured. Prediction: fa2 ahead up to d64
-  # (and d72 within 5%), fa3 ahead from d80, on both shapes.
-  for d in 32 48 64 72 80; do
+  # Session 32's planner decisions (perf-notes "Session 32"), each A/B within this one call.
+  # (1) fa2 or fa3's gather for pages fa3 must gather, by head dim (run 33e, H100: fa2 +21% at d64, fa3
+  # ahead from d80). Prediction: fa2 ahead up to d64, d72 within 5%, the gather ahead from d80.
+  for d in 48 64 72 80; do
     c=(-b 8 -s 1024 --seqlen-k 16384 --heads-q 32 --heads-kv 8 -d $d --causal --page-size 1)
     run "d$d chunked page1 fa2" "" "${c[@]}" --variant fa2
     run "d$d chunked page1 gather noinc" "gather_noinc=1" "${c[@]}" --variant fa3 --strict
   done
   for d in 64 72; do
-    run "d$d causal 4x4096 page1 fa2" "" "${d128[@]/128/$d}" --page-size 1 --variant fa2
-    run "d$d causal 4x4096 page1 gather noinc" "gather_noinc=1" "${d128[@]/128/$d}" --page-size 1 --variant fa3 --strict
-    run "d$d unmasked 4x4096 page3 fa2" "" -b 4 -s 4096 --heads-q 32 --heads-kv 8 -d $d --page-size 3 --variant fa2
-    run "d$d unmasked 4x4096 page3 gather noinc" "gather_noinc=1" -b 4 -s 4096 --heads-q 32 --heads-kv 8 -d $d \
-      --page-size 3 --variant fa3 --strict
+    c=(-b 4 -s 4096 --heads-q 32 --heads-kv 8 -d $d --causal --page-size 1)
+    run "d$d causal 4x4096 page1 fa2" "" "${c[@]}" --variant fa2
+    run "d$d causal 4x4096 page1 gather noinc" "gather_noinc=1" "${c[@]}" --variant fa3 --strict
   done
   stamp fa2-or-gather
-  # (2) the gather's noinc form as its default (run 33: +1% d64, +5-6% d128 on an H100).
-  for d in 96 128; do
-    run "d$d chunked page1 gather" "gather_noinc=0" "${d64[@]/64/$d}" --page-size 1 --variant fa3 --strict
-    run "d$d chunked page1 gather noinc" "gather_noinc=1" "${d64[@]/64/$d}" --page-size 1 --variant fa3 --strict
-  done
+  # (2) the gather's noinc form, now its default (run 33, H100: +5.8% at d128 chunked).
+  c=(-b 8 -s 1024 --seqlen-k 16384 --heads-q 32 --heads-kv 8 -d 128 --causal --page-size 1 --variant fa3 --strict)
+  run "d128 chunked page1 gather fenced" "gather_noinc=0" "${c[@]}"
+  run "d128 chunked page1 gather noinc" "gather_noinc=1" "${c[@]}"
   stamp noinc
-  # (3) whole-page key blocks by head dim, pages of 64 (run 33: d96 N64 -4.8% vs N96 unmasked; d80
-  # and d104 unmeasured on unmasked rows). Prediction: N96 ahead at d96/d104 (their blocks land in
-  # 32-row boxes; the planner keeps N96 there since session 32), N64 ahead at d80 (N112: 16-row boxes).
-  for dn in 80:112 96:96 104:96; do
+  # (3) whole-page key blocks, pages of 64 (run 33, H100: d96 N64 -4.8% against N96 unmasked).
+  # Prediction: N96 ahead at d96/d104 unmasked by 2-5%, within 2% causal; N64 ahead at d80.
+  for dn in 96:96 104:96 80:112; do
     d=${dn%:*} n=${dn#*:}
     u=(-b 2 -s 4096 --heads-q 24 --heads-kv 8 -d $d --variant fa3 --strict --page-size 64)
     run "u$d page64 whole N64" "block_n=64" "${u[@]}"
     run "u$d page64 N$n" "block_n=$n" "${u[@]}"
-    run "c$d page64 whole N64" "block_n=64" "${u[@]}" --causal
-    run "c$d page64 N$n" "block_n=$n" "${u[@]}" --causal
+    if [ "$d" != 80 ]; then
+      run "c$d page64 whole N64" "block_n=64" "${u[@]}" --causal
+      run "c$d page64 N$n" "block_n=$n" "${u[@]}" --causal
+    fi
   done
-  run "u96 page128 whole N64" "block_n=64" -b 2 -s 4096 --heads-q 24 --heads-kv 8 -d 96 --variant fa3 --strict --page-size 128
-  run "u96 page128 N96" "block_n=96" -b 2 -s 4096 --heads-q 24 --heads-kv 8 -d 96 --variant fa3 --strict --page-size 128
   stamp whole-page
-  # (4) unmasked d128 16-key pages, three warpgroups (run 33 H100: +1.7%), twice each.
+  # (4) unmasked d128 16-key pages with three warpgroups (run 33, H100: +1.7%).
   u128=(-b 4 -s 4096 --heads-q 16 -d 128 --variant fa3 --strict --page-size 16)
+  run "u128 page16 default" "" "${u128[@]}"
+  run "u128 page16 3wg" "consumer_warpgroups=3" "${u128[@]}"
+  # (5) issue 3's row, d128 S4096 unmasked contiguous, twice (684 on the H200 in run 32b).
   for rep in 1 2; do
-    run "u128 page16 default #$rep" "" "${u128[@]}"
-    run "u128 page16 3wg #$rep" "consumer_warpgroups=3" "${u128[@]}"
-  done
-  # (5) issue 3's row, d128 S4096 unmasked contiguous, three times (684 on the H200 in run 32b).
-  for rep in 1 2 3; do
     run "d128 S4096 unmasked #$rep" "" -b 4 -s 4096 --heads-q 16 -d 128 --variant fa3 --strict
   done
   stamp issue3
