@@ -443,7 +443,8 @@ Status KernelStore::get(const KernelSpec &spec, CUcontext context, std::shared_p
     log(LogLevel::info, "fallback: " + record->name + " runs instead of " + variant_name(record->choice.preferred) +
                             " because " + record->choice.fallback_reason);
   else if (!record->choice.preference_reason.empty())
-    log(LogLevel::info, "choice: " + record->name + " is preferred because of " + record->choice.preference_reason);
+    log(LogLevel::info, "choice: " + record->name + " (" + variant_name(record->choice.preferred) +
+                            " preferred: " + record->choice.preference_reason + ")");
   slot->record = record;
   slot->built.store(true, std::memory_order_release);
   *out = record;

@@ -285,6 +285,7 @@ Status Runtime::explain(const AttentionProblem &problem, Explanation *out) {
   if (decode_without_workspace) {
     e.preferred_variant = variant_name(Variant::decode_splitk);
     e.fallback_reason = "no workspace: decode_splitk needs problem.workspace and flashjit_plan";
+    e.preference_reason.clear(); // the prefill's choice among its variants, not the decode's
   }
   std::ostringstream plan;
   plan << "block " << choice.plan.block_m << "x" << choice.plan.block_n << ", stages " << choice.plan.stages

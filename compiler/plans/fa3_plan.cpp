@@ -234,7 +234,8 @@ constexpr int kMinPagedBoxRows = kTmaSwizzleAlign / kSwizzleBytes;
 // equal to the unpaged varlen kernel) and compute-sanitizer. The boxes run 2.1-3.1x fa2's paged
 // kernel (d64, d128, d256; 6-19% below contiguous K/V at 16-64-key pages), the gather 1.9-2.5x at
 // d128/d256 but only level with fa2 at d64 (one-key pages, chunked prefill: 111 against 107
-// TFLOP/s). FLASHJIT_FA3_TUNING=paged=0 keeps fa2 (an A/B).
+// TFLOP/s; since session 32 fa2 is preferred there, kMaxHeadDimFa2ForGatheredPages).
+// FLASHJIT_FA3_TUNING=paged=0 keeps fa2 (an A/B).
 constexpr bool kPagedDefault = true;
 // The gather's copies arrive on their block's full barrier as they land (kGatherNoincArrive,
 // cp.async.mbarrier.arrive.noinc; FA-3's non-TMA paged path counts arrivals so) rather than each block
