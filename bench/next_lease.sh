@@ -7,6 +7,7 @@
 #         page (run 33).
 #  decide ~400 s: the paged GPU tests, then session 32's planner decisions: fa2 or fa3's gather by head dim, the gather's noinc
 #         form, whole-page key blocks by head dim, three warpgroups on 16-key pages, issue 3's d128 row.
+#  brief  ~200 s: the fa3 paged GPU tests and the far-page cases, then one A/B per decision.
 #  rows   ~400 s: issue 3's open prefill rows (d128 S4096, causal d64/d192 S1024, d128 S1024) and the
 #         decode rows beside cuDNN (bench/compare.py), and the host-side costs (flashjit_host_bench).
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
@@ -97,6 +98,23 @@ decide)
     run "d128 S4096 unmasked #$rep" "" -b 4 -s 4096 --heads-q 16 -d 128 --variant fa3 --strict
   done
   stamp issue3
+  ;;
+brief)
+  # What little device time is left: the fa3 paged tests and the d64 far-page cases under the new
+  # defaults, then one A/B per decision.
+  timeout 150 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=140 --no-parity \
+    --gtest-filter='PrefillFa3PagedGpu.*:*pages_1GiB*:*pages_2GiB*' >"$O/gpu-check.txt" 2>&1
+  stamp paged-tests
+  for d in 64 72; do
+    c=(-b 8 -s 1024 --seqlen-k 16384 --heads-q 32 --heads-kv 8 -d $d --causal --page-size 1)
+    run "d$d chunked page1 fa2" "" "${c[@]}" --variant fa2
+    run "d$d chunked page1 gather noinc" "" "${c[@]}" --variant fa3 --strict
+  done
+  u=(-b 2 -s 4096 --heads-q 24 --heads-kv 8 -d 96 --variant fa3 --strict --page-size 64)
+  run "u96 page64 whole N64" "block_n=64" "${u[@]}"
+  run "u96 page64 N96" "block_n=96" "${u[@]}"
+  run "d128 S4096 unmasked" "" -b 4 -s 4096 --heads-q 16 -d 128 --variant fa3 --strict
+  stamp ab
   ;;
 rows)
   # Issue 3's open rows and issue 4's decode rows beside cuDNN (bench/compare.py, the TARGETS method),
