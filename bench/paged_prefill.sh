@@ -3,7 +3,7 @@
 # contiguous K/V (the planner's), fa3 through the block table with pages of 8, 16 and 64 keys in TMA
 # boxes (FLASHJIT_FA3_TUNING=paged=1, strict: fa3 or an error), gathered by cp.async with pages of 1
 # key and (paged_gather=1) of 16, and fa2 through the block table with pages of 16 and 1 (the
-# default for paged prefill until the paged fa3 kernel is checked). One log line per run in
+# planner's choice for pages fa3 would gather at head dims up to 64). One log line per run in
 # RESULTS_DIR/paged-prefill.txt.
 #   bench/paged_prefill.sh RESULTS_DIR      (uses $FLASHJIT_BUILD_DIR, default build-device)
 set -uo pipefail
