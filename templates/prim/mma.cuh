@@ -10,6 +10,11 @@
 
 namespace fj {
 
+// The m16n8k16 shape: rows of A and C, columns of B and C, and the reduction.
+constexpr int kMmaM = 16;
+constexpr int kMmaN = 8;
+constexpr int kMmaK = 16;
+
 // mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 d, a, b, c — in place: acc += A * B.
 __device__ __forceinline__ void mma_m16n8k16_f16_f32(float (&acc)[4], const u32 (&a)[4], const u32 (&b)[2]) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "

@@ -1,9 +1,11 @@
 // Compile-time shape of the split-K decode kernel (kernels/decode_splitk.cuh): `Cfg`, the rendered
-// KernelConfig every part reads; the mma.sync m16n8k16 and 16-byte copy shapes; Traits, the tiling
+// KernelConfig every part reads; the 16-byte copy shape (the MMA's is prim/mma.cuh's); Traits, the tiling
 // the plan implies, with the static_asserts that check the plan's layout; and TmaTile, the swizzled
 // layout of K/V tiles loaded by TMA (kTmaKv). The other parts build on these.
 #pragma once
 
+#include "prim/cp_async.cuh"
+#include "prim/mma.cuh"
 #include "prim/types.cuh"
 #include "prim/warp.cuh"
 
@@ -11,12 +13,9 @@ namespace fj::decode {
 
 using Cfg = KernelConfig;
 
-// Shape of mma.sync m16n8k16 and of one 16-byte copy of 16-bit elements.
-constexpr int kMmaM = 16;
-constexpr int kMmaN = 8;
-constexpr int kMmaK = 16;
+// One 16-byte copy of 16-bit elements (the MMA's m16n8k16 shape is prim/mma.cuh's).
 constexpr int kElemBytes = 2;
-constexpr int kChunkElems = 16 / kElemBytes;
+constexpr int kChunkElems = kCpAsyncBytes / kElemBytes;
 // Rows of a C fragment a thread owns per m tile: g and g + 8.
 constexpr int kRowsPerThreadTile = 2;
 constexpr int kHalfTile = 8;

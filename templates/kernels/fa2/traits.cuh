@@ -1,21 +1,19 @@
 // Compile-time shape of the FlashAttention-2 prefill kernel (kernels/fa2_prefill.cuh): `Cfg`, the
-// rendered KernelConfig every part reads; the mma.sync m16n8k16 and 16-byte chunk shapes; the
+// rendered KernelConfig every part reads; the 16-byte chunk shape (the MMA's is prim/mma.cuh's); the
 // fragment counts and schedule constants the plan implies (kSubBlocks, kMBlocks, kFoldScale, kRing,
 // kPrologueBlocks, kGroupsInFlight), with the static_asserts that check the plan's layout; and
 // kPageRows. The other parts build on these.
 #pragma once
 
 #include "prim/cp_async.cuh"
+#include "prim/mma.cuh"
 #include "prim/warp.cuh"
 
 namespace fj::fa2 {
 
 using Cfg = KernelConfig;
 
-// The m16n8k16 MMA shape and how a 16-bit row splits into 16-byte chunks.
-constexpr int kMmaM = 16;
-constexpr int kMmaN = 8;
-constexpr int kMmaK = 16;
+// How a 16-bit row splits into 16-byte chunks, and ldmatrix's half of an MMA's reduction.
 constexpr int kHalfMmaK = kMmaK / 2; // ldmatrix matrices are 8 columns wide
 constexpr int kElemBytes = 2;
 constexpr int kChunkElems = kCpAsyncBytes / kElemBytes;
