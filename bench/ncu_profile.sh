@@ -36,6 +36,9 @@ problem() {
   fa3_d128_s1024) echo "fj $cli bench -b 16 -s 1024 --heads-q 16 -d 128 -n 8" ;;
   fa3_d128_s1024_causal) echo "fj $cli bench -b 16 -s 1024 --heads-q 16 -d 128 -n 8 --causal" ;;
   fa3_d256_s1024_causal) echo "fj $cli bench -b 16 -s 1024 --heads-q 8 -d 256 -n 8 --causal" ;;
+  # Issue 3's two rows still below cuDNN (compare.py's shapes: 11 heads at d192, 32 at d64).
+  fa3_d192_s1024_causal) echo "fj $cli bench -b 16 -s 1024 --heads-q 11 -d 192 -n 8 --causal" ;;
+  fa3_d64_s1024_causal) echo "fj $cli bench -b 16 -s 1024 --heads-q 32 -d 64 -n 8 --causal" ;;
   # The odd-multiple-of-8 loss with two pingpong warpgroups (perf-notes, session 23): d104 forced onto
   # the two-warpgroup kernel against d112's, same shape rule (20 and 18 heads).
   fa3_d104_two_warpgroups) echo "fj env FLASHJIT_FA3_TUNING=consumer_warpgroups=2 $cli bench -b 4 -s 4096 --heads-q 20 -d 104 -n 8" ;;
@@ -47,6 +50,8 @@ problem() {
   cudnn_fa_d128_s1024) echo "sdpa python3 bench/sdpa_launch.py --backend cudnn --prefill d128s1024" ;;
   cudnn_fa_d128_s1024_causal) echo "sdpa python3 bench/sdpa_launch.py --backend cudnn --prefill d128s1024c" ;;
   cudnn_fa_d256_s1024_causal) echo "sdpa python3 bench/sdpa_launch.py --backend cudnn --prefill d256s1024c" ;;
+  cudnn_fa_d192_s1024_causal) echo "sdpa python3 bench/sdpa_launch.py --backend cudnn --prefill d192s1024c" ;;
+  cudnn_fa_d64_s1024_causal) echo "sdpa python3 bench/sdpa_launch.py --backend cudnn --prefill d64s1024c" ;;
   cudnn_decode_64x4096) echo "sdpa python3 bench/sdpa_launch.py --backend cudnn --decode 64x4096" ;;
   cudnn_decode_1x32768) echo "sdpa python3 bench/sdpa_launch.py --backend cudnn --decode 1x32768" ;;
   *) echo "unknown profile name $1" >&2; return 1 ;;

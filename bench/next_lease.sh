@@ -10,6 +10,9 @@
 #  brief  ~200 s: the fa3 paged GPU tests and the far-page cases, then one A/B per decision.
 #  rows   ~400 s: issue 3's open prefill rows (d128 S4096, causal d64/d192 S1024, d128 S1024) and the
 #         decode rows beside cuDNN (bench/compare.py), and the host-side costs (flashjit_host_bench).
+#  sanitize      gpu-check's compute-sanitizer problems (memcheck, racecheck), no tests.
+#  ncu-short     Nsight Compute of the causal S1024 rows at d192 and d64, ours and cuDNN's kernels.
+#  short-causal  one tuning knob at a time on the causal S1024 rows at d192 and d64.
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
 #         against the default 8, then the stall-by-SASS-line table (NCU_SOURCE=1).
 # Files under $OUT (at most 8 come back): times.txt, ab.txt, gpu-check.txt and gpu-check's own
@@ -128,6 +131,31 @@ rows)
   timeout 150 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/decode.json" --ops decode \
     2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/decode.txt"
   stamp decode-rows
+  ;;
+sanitize)
+  # compute-sanitizer memcheck and racecheck on gpu-check's problems (the gather's noinc form, the
+  # default since session 32, among them), no tests.
+  timeout 560 bash scripts/gpu-check.sh "$O" --no-tests --no-parity --sanitize >"$O/gpu-check.txt" 2>&1
+  stamp sanitize
+  ;;
+ncu-short)
+  # Issue 3's causal S1024 rows below cuDNN (d192, d64): our kernel beside cuDNN's, Nsight Compute.
+  timeout 500 bash bench/ncu_profile.sh "$O" fa3_d192_s1024_causal,cudnn_fa_d192_s1024_causal,fa3_d64_s1024_causal,cudnn_fa_d64_s1024_causal >"$O/ncu-summary.txt" 2>&1
+  stamp ncu-short
+  ;;
+short-causal)
+  # Issue 3's causal S1024 rows (compare.py's shapes), one knob at a time against the planner's kernel.
+  c192=(-b 16 -s 1024 --heads-q 11 -d 192 --causal --variant fa3 --strict)
+  c64=(-b 16 -s 1024 --heads-q 32 -d 64 --causal --variant fa3 --strict)
+  for t in "" lazy_rescale=1 separate_o=1 rescale_before_pv=1 cross_tile_overlap=1 q_in_registers=0 \
+    block_n=112 block_n=80 consumer_warpgroups=3 row_max_partials=2 exp2_poly_every=0 causal_sections=1 ""; do
+    run "d192 S1024 causal" "$t" "${c192[@]}"
+  done
+  for t in "" lazy_rescale=1 separate_o=1 rescale_before_pv=1 cross_tile_overlap=1 q_in_registers=0 \
+    block_n=112 consumer_warpgroups=3 row_max_partials=2 exp2_poly_every=0 ""; do
+    run "d64 S1024 causal" "$t" "${c64[@]}"
+  done
+  stamp short-causal
   ;;
 ncu)
   for sp in 0 2; do
