@@ -12,6 +12,7 @@
 #         decode rows beside cuDNN (bench/compare.py), and the host-side costs (flashjit_host_bench).
 #  sanitize      gpu-check's compute-sanitizer problems (memcheck, racecheck), no tests.
 #  ncu-short     Nsight Compute of the causal S1024 rows at d192 and d64, ours and cuDNN's kernels.
+#  dynamic       session 33's dynamic tiles: their GPU test, then drawn against the snake (causal rows).
 #  short-causal  one tuning knob at a time on the causal S1024 rows at d192 and d64.
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
 #         against the default 8, then the stall-by-SASS-line table (NCU_SOURCE=1).
@@ -25,9 +26,9 @@ export LD_LIBRARY_PATH=$PWD/build-device FLASHJIT_CACHE_DIR=/tmp/fjc FLASHJIT_BU
 cli=build-device/flashjit
 t0=$(date +%s)
 stamp() { echo "$1 $(($(date +%s) - t0)) s" >>"$O/times.txt"; }
-# A build-device/ from before session 32 has other defaults: stop, don't time it.
+# A build-device/ from before session 33 lacks its dynamic tiles: stop, don't time it.
 if ! grep -q "fa2's paged stream is faster" build-device/libflashjit.so ||
-  ! build-device/tests/flashjit_gpu_tests --gtest_list_tests | grep -q GatherNoincGivesTheFencedBits; then
+  ! build-device/tests/flashjit_gpu_tests --gtest_list_tests | grep -q DrawnTilesMatchTheReferenceAndTheSnake; then
   echo "stale build-device/: run scripts/pack-device.sh first" >>"$O/times.txt"
   exit 1
 fi
@@ -142,6 +143,27 @@ ncu-short)
   # Issue 3's causal S1024 rows below cuDNN (d192, d64): our kernel beside cuDNN's, Nsight Compute.
   timeout 500 bash bench/ncu_profile.sh "$O" fa3_d192_s1024_causal,cudnn_fa_d192_s1024_causal,fa3_d64_s1024_causal,cudnn_fa_d64_s1024_causal >"$O/ncu-summary.txt" 2>&1
   stamp ncu-short
+  ;;
+dynamic)
+  # Session 33's dynamic tiles: their GPU test (and the tail split's and the varlen cases, which share
+  # the workspace code), then drawn tiles against the snake on the causal rows, alternated, twice.
+  timeout 200 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=180 --no-parity \
+    --gtest-filter='PrefillDynamicTilesGpu.*:PrefillTailSplitGpu.*:*varlen*' >"$O/gpu-check.txt" 2>&1
+  stamp dynamic-tests
+  for row in "192 11 1024 16" "64 32 1024 16" "128 16 1024 16" "128 16 4096 4" "192 11 4096 4"; do
+    read -r d h s b <<<"$row"
+    c=(-b "$b" -s "$s" --heads-q "$h" -d "$d" --causal --variant fa3 --strict)
+    for rep in 1 2; do
+      run "d$d S$s causal snake #$rep" "" "${c[@]}"
+      run "d$d S$s causal drawn #$rep" "dynamic_tiles=1" "${c[@]}"
+    done
+    if [ "$s" = 1024 ]; then
+      for pairs in 4 8 17 33; do
+        run "d$d S$s causal drawn, sections of $pairs" "dynamic_tiles=1,causal_section_pairs=$pairs" "${c[@]}"
+      done
+    fi
+  done
+  stamp dynamic-ab
   ;;
 short-causal)
   # Issue 3's causal S1024 rows (compare.py's shapes), one knob at a time against the planner's kernel.

@@ -64,6 +64,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 splitting the last waves' tiles by keys (NVRTC builds only).
   if (plan.constant("kTailSplit", 0) != 0)
     name += ".ts";
+  // fa3 whose tiles are drawn from a counter as CTAs finish (NVRTC builds only).
+  if (plan.constant("kDynamicTiles", 0) != 0)
+    name += ".dt";
   // fa3 with a tile's first key block in the key loop (NVRTC builds only).
   if (plan.constant("kFirstBlockInLoop", 0) != 0)
     name += ".fl";

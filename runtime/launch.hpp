@@ -33,11 +33,13 @@ struct Fa3Launch {
   fj_fa3_params params;
   Dim3 grid, block, cluster;
   int smem_bytes = 0;
-  // Tail split: the bytes of arrival counters at params.tail_counters, which must be zero when the
-  // kernel starts (it leaves them zero; Runtime zeroes them once per workspace). 0: no split this
-  // launch; tail_unused then says whether one was planned and had no workspace.
-  size_t tail_counter_bytes = 0;
+  // Tail split: the bytes of arrival counters at params.tail_counters; dynamic tiles: the counter at
+  // params.tile_counter. They must be zero when the kernel starts (it leaves them zero; Runtime zeroes
+  // them once per workspace). 0: none this launch; tail_unused / dynamic_unused then say whether the
+  // plan wanted them and had no workspace.
+  size_t counter_bytes = 0;
   bool tail_unused = false;
+  bool dynamic_unused = false;
 };
 Status fa3_launch(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
                   Fa3Launch *out);

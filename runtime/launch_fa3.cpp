@@ -38,14 +38,16 @@ bool same_inputs(const EncodedParams &e, const KernelRecord &kernel, const Launc
 
 // Tail split: its counters and partial states live in the caller's workspace (flashjit_workspace_size
 // says how much); without one every tile is walked whole, as the plan's kernel does when the tail
-// has nothing to even out.
-Status attach_tail_workspace(const KernelRecord &kernel, const NormalizedProblem &problem, int walkers,
-                             Fa3Launch *out) {
-  const Fa3TailLayout layout = fa3_tail_layout(kernel.choice.plan, walkers);
+// has nothing to even out. Dynamic tiles: their counter lives there; without one the kernel hands
+// out the snake's tiles.
+Status attach_workspace(const KernelRecord &kernel, const NormalizedProblem &problem, int walkers, Fa3Launch *out) {
+  const Fa3WorkspaceLayout layout = fa3_workspace_layout(kernel.choice.plan, walkers);
+  const bool dynamic = kernel.choice.plan.constant("kDynamicTiles", 0) != 0;
   char *workspace = static_cast<char *>(problem.p.workspace);
   if (!workspace) {
     out->params.tail_units = 0;
-    out->tail_unused = true;
+    out->params.tile_counter = nullptr;
+    (dynamic ? out->dynamic_unused : out->tail_unused) = true;
     return Status::success();
   }
   if (reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlignment != 0)
@@ -54,7 +56,11 @@ Status attach_tail_workspace(const KernelRecord &kernel, const NormalizedProblem
     return Status::error(FLASHJIT_INVALID_ARGUMENT,
                          "workspace_bytes = " + std::to_string(problem.p.workspace_bytes) + ": " + kernel.name +
                              " needs " + std::to_string(layout.total_bytes) + " (flashjit_workspace_size)");
-  out->tail_counter_bytes = layout.counter_bytes;
+  out->counter_bytes = layout.counter_bytes;
+  if (dynamic) {
+    out->params.tile_counter = reinterpret_cast<fj_i32 *>(workspace);
+    return Status::success();
+  }
   out->params.tail_counters = reinterpret_cast<fj_i32 *>(workspace);
   out->params.tail_partials = reinterpret_cast<float *>(workspace + layout.partials_offset);
   return Status::success();
@@ -106,8 +112,8 @@ Status fa3_launch(const KernelRecord &kernel, const NormalizedProblem &problem, 
     hit = &e;
   }
   out->params = hit->params; // the launch copies its arguments; the cache entry stays intact
-  if (out->params.tail_units > 0)
-    if (Status s = attach_tail_workspace(kernel, problem, hit->grid / std::max(plan.cluster_m, 1), out); !s)
+  if (out->params.tail_units > 0 || plan.constant("kDynamicTiles", 0) != 0)
+    if (Status s = attach_workspace(kernel, problem, hit->grid / std::max(plan.cluster_m, 1), out); !s)
       return s;
   out->grid = Dim3{static_cast<unsigned>(hit->grid)};
   out->block = Dim3{static_cast<unsigned>(plan.threads)};

@@ -78,20 +78,20 @@ struct Runtime::Impl {
     return store.get(spec, context, record);
   }
 
-  // The fa3 tail split's arrival counters must be zero when its kernel starts; each launch leaves
-  // them so. Zeroed (on `stream`) the first time a workspace carries them, or whatever the ledger
-  // knew when `rezero` (flashjit_plan: the memory may be new or written since). *zeroed says
-  // whether a memset was issued.
-  Status zero_tail_counters(const Fa3Launch &launch, const void *workspace, CUstream stream, bool rezero,
-                            bool *zeroed) {
+  // The fa3 tail split's arrival counters (or the dynamic tiles' counter), at the workspace's start,
+  // must be zero when its kernel starts; each launch leaves them so. Zeroed (on `stream`) the first
+  // time a workspace carries them, or whatever the ledger knew when `rezero` (flashjit_plan: the
+  // memory may be new or written since). *zeroed says whether a memset was issued.
+  Status zero_workspace_counters(const Fa3Launch &launch, const void *workspace, CUstream stream, bool rezero,
+                                 bool *zeroed) {
     *zeroed = false;
-    if (launch.tail_counter_bytes == 0 || workspaces.tail_counters_zero(workspace, launch.tail_counter_bytes, rezero))
+    if (launch.counter_bytes == 0 || workspaces.tail_counters_zero(workspace, launch.counter_bytes, rezero))
       return Status::success();
-    if (CUresult r = driver::api()->cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(launch.params.tail_counters), 0,
-                                                     launch.tail_counter_bytes / sizeof(fj_i32), stream);
+    if (CUresult r = driver::api()->cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(workspace), 0,
+                                                     launch.counter_bytes / sizeof(fj_i32), stream);
         r != CUDA_SUCCESS) {
       workspaces.forget(workspace);
-      return driver::driver_error("zeroing the tail split's counters", r);
+      return driver::driver_error("zeroing the fa3 kernel's workspace counters", r);
     }
     *zeroed = true;
     return Status::success();
@@ -104,17 +104,21 @@ struct Runtime::Impl {
     if (Status s = fa3_launch(record, problem, context, &launch); !s)
       return s;
     bool zeroed = false;
-    if (Status s = zero_tail_counters(launch, problem.p.workspace, stream, false, &zeroed); !s)
+    if (Status s = zero_workspace_counters(launch, problem.p.workspace, stream, false, &zeroed); !s)
       return s;
     if (launch.tail_unused && !tail_without_workspace_logged.exchange(true))
       log(LogLevel::info, record.name + ": no workspace, so the last waves run whole tiles instead of the tail "
                                         "split (flashjit_workspace_size says how much it needs)");
+    if (launch.dynamic_unused && !dynamic_without_workspace_logged.exchange(true))
+      log(LogLevel::info, record.name + ": no workspace, so the tiles are walked in the snake's fixed order instead "
+                                        "of drawn from a counter (flashjit_workspace_size says how much it needs)");
     return launch_fa3(record, launch, stream);
   }
 
   KernelStore store;
   std::atomic<bool> decode_fallback_logged{false};
   std::atomic<bool> tail_without_workspace_logged{false};
+  std::atomic<bool> dynamic_without_workspace_logged{false};
   WorkspaceLedger workspaces; // decode schedules and tail counters, by workspace pointer
 };
 
@@ -166,10 +170,10 @@ Status Runtime::workspace_size(const AttentionProblem &problem, size_t *bytes) {
     return s;
   *bytes = 0;
   if (record->choice.plan.variant == Variant::fa3) {
-    // The tail split's counters and partial states (none without kTailSplit), for as many walkers
-    // as the grid can have.
-    *bytes =
-        fa3_tail_layout(record->choice.plan, launch.sm_count / std::max(record->choice.plan.cluster_m, 1)).total_bytes;
+    // The tail split's counters and partial states, or the dynamic tiles' counter (none without
+    // kTailSplit or kDynamicTiles), for as many walkers as the grid can have.
+    *bytes = fa3_workspace_layout(record->choice.plan, launch.sm_count / std::max(record->choice.plan.cluster_m, 1))
+                 .total_bytes;
     return Status::success();
   }
   if (record->choice.plan.variant != Variant::decode_splitk)
@@ -195,12 +199,13 @@ Status Runtime::plan(const AttentionProblem &problem) {
   if (Status s = impl_->resolve(problem, &normalized, &record, &launch); !s)
     return s;
   if (record->choice.plan.variant == Variant::fa3) {
-    // The tail split's counters, zeroed here for every forward that follows on this workspace.
+    // The tail split's (or the dynamic tiles') counters, zeroed here for every forward that follows
+    // on this workspace.
     Fa3Launch fa3;
     if (Status s = fa3_launch(*record, normalized, launch, &fa3); !s)
       return s;
     bool zeroed = false;
-    if (Status s = impl_->zero_tail_counters(fa3, problem.workspace, nullptr, true, &zeroed); !s)
+    if (Status s = impl_->zero_workspace_counters(fa3, problem.workspace, nullptr, true, &zeroed); !s)
       return s;
     if (CUresult r = zeroed ? driver::api()->cuStreamSynchronize(nullptr) : CUDA_SUCCESS; r != CUDA_SUCCESS)
       return driver::driver_error("cuStreamSynchronize after zeroing the tail split's counters", r);

@@ -93,13 +93,13 @@ double fa3_causal_walk_balance(const Plan &plan, const fj_fa3_params &params, in
 // fa3_fill_schedule; the workspace pointers are the launch's.
 void fa3_fill_tail(const Plan &plan, int walkers, fj_fa3_params *params);
 
-// Where the tail split's counters and partial states lie in the caller's workspace, for `walkers`
-// walkers (total_bytes 0: the plan has no split).
-struct Fa3TailLayout {
+// Where the tail split's counters and partial states, or the dynamic tiles' counter, lie in the
+// caller's workspace, for `walkers` walkers (total_bytes 0: the plan needs no workspace).
+struct Fa3WorkspaceLayout {
   size_t counter_bytes = 0;   // at offset 0; zero when a launch starts, and left so by it
   size_t partials_offset = 0; // 256-byte aligned
   size_t total_bytes = 0;
 };
-Fa3TailLayout fa3_tail_layout(const Plan &plan, int walkers);
+Fa3WorkspaceLayout fa3_workspace_layout(const Plan &plan, int walkers);
 
 } // namespace flashjit

@@ -26,4 +26,6 @@ typedef struct fj_fa3_params {
   fj_i32 tail_blocks_per_unit;
   float *tail_partials;  // [walker boundary][side][CTA of the pair][kTailSlotFloats]: partial O, LSE
   fj_i32 *tail_counters; // [walker boundary][CTA of the pair]: pieces written (zero at launch, left zero)
+  // kDynamicTiles: tiles drawn past the first wave (zero at launch, left zero); null: the snake's tiles.
+  fj_i32 *tile_counter;
 } fj_fa3_params;

@@ -138,6 +138,7 @@ Status read_config(const KernelSpec &spec, const Plan &plan, Config *c) {
   };
   for (const TemplateOnly &t : {TemplateOnly{"kCrossTileOverlap", "cross-tile overlap", "one tile at a time"},
                                 TemplateOnly{"kTailSplit", "tail split", "whole tiles"},
+                                TemplateOnly{"kDynamicTiles", "dynamic-tiles", "the snake's static walk"},
                                 TemplateOnly{"kFirstBlockInLoop", "first-block-in-loop", "a prologue block"},
                                 TemplateOnly{"kProgrammaticLaunch", "programmatic-launch", "an ordinary launch"},
                                 TemplateOnly{"kLazyRescale", "lazy-rescale", "eager rescaling"}})

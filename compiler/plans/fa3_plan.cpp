@@ -55,6 +55,14 @@ constexpr int kMbarrierBytes = 8;      // mbarriers at the end of smem, in kerne
 constexpr int kFixedBarriers = 3;      // Q full, Q empty, paged V landed
 constexpr int kBarriersPerStage = 4;   // K full, K empty, V full, V empty
 constexpr int kBarrierRegionGranule = 128;
+// kDynamicTiles: the producer hands tiles to the consumers through a ring of this many slots, each a
+// full and an empty mbarrier and a 4-byte index (kernels/fa3/smem.cuh); two let it publish the next
+// tile while the consumers still read the last. Tiles drawn from a counter (scheduler.cuh's
+// TileFeed): an A/B against the snake (session 33), off by default.
+constexpr int kTileSlots = 2;
+constexpr int kTileSlotBarriers = 2;
+constexpr int kTileIndexBytes = 4;
+constexpr bool kDynamicTilesDefault = false;
 constexpr int kKStep = 16;         // wgmma K for 16-bit inputs
 constexpr int kBlockNGranule = 16; // PV reduces over kBlockN in k-steps of 16
 constexpr int kMaxBlockN = 192;
@@ -275,9 +283,10 @@ int round_down(int value, int multiple) {
   return value / multiple * multiple;
 }
 
-// Bytes of the mbarrier region of a ring of `stages` slots.
-int barrier_bytes(int stages) {
-  return round_up(kMbarrierBytes * (kFixedBarriers + kBarriersPerStage * stages), kBarrierRegionGranule);
+// Bytes of the mbarrier region of a ring of `stages` slots (and the tile ring of kDynamicTiles).
+int barrier_bytes(int stages, bool dynamic_tiles) {
+  const int tile_ring = dynamic_tiles ? kTileSlots * (kTileSlotBarriers * kMbarrierBytes + kTileIndexBytes) : 0;
+  return round_up(kMbarrierBytes * (kFixedBarriers + kBarriersPerStage * stages) + tile_ring, kBarrierRegionGranule);
 }
 
 // The warpgroup count, O staging and key block of a spec: the part of the plan that the per-call
@@ -396,7 +405,9 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, flashjit_backend 
   t.qo_bytes = t.separate_o ? round_up(t.q_bytes, kTmaSwizzleAlign) + t.o_bytes : std::max(t.q_bytes, t.o_bytes);
   const int kv_bytes_per_row = t.stages * (t.qk_smem_cols + t.v_smem_cols) * kElemBytes;
   t.smem_limit = max_shared_bytes_per_block(spec.arch);
-  const int n_by_smem = (t.smem_limit - kTmaSwizzleAlign - barrier_bytes(t.stages) - t.qo_bytes) / kv_bytes_per_row;
+  const int n_by_smem =
+      (t.smem_limit - kTmaSwizzleAlign - barrier_bytes(t.stages, tuning.dynamic_tiles > 0) - t.qo_bytes) /
+      kv_bytes_per_row;
   // S: n/2, P: n/4 registers per thread.
   constexpr int kAccRegsNumer = 4, kAccRegsDenom = 3;
   const int reg_overhead = three_wgs ? kConsumerRegOverhead3 : kConsumerRegOverhead2;
@@ -511,6 +522,16 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   if (tuning.q_in_registers > 0 && cross_tile_overlap)
     return refuse("fa3: q_in_registers loads Q per tile (no cross_tile_overlap)");
   const bool q_in_registers = tuning.q_in_registers > 0;
+  // Dynamic tiles (kDynamicTiles): one producing thread draws the tiles and hands them to the
+  // consumers, so single CTAs with TMA K/V walking whole tiles one at a time. Template form only.
+  const bool dynamic_tiles = tuning.dynamic_tiles >= 0 ? tuning.dynamic_tiles != 0 : kDynamicTilesDefault;
+  if (dynamic_tiles && backend == FLASHJIT_BACKEND_MLIR)
+    return refuse("fa3: dynamic_tiles has a template form only (NVRTC)");
+  if (dynamic_tiles && (cluster_m != 1 || tail_split || cross_tile_overlap))
+    return refuse("fa3: dynamic_tiles hands out whole tiles to single CTAs (no cluster_m 2, tail_split or "
+                  "cross_tile_overlap)");
+  if (dynamic_tiles && spec.page_size != 0)
+    return refuse("fa3: dynamic_tiles is built for contiguous K/V (its producer is one thread)");
   if (tuning.causal_sections > kCausalSectionsMax)
     return refuse("fa3: causal_sections must be 0, 1, 2 or 3");
   if (tuning.causal_section_pairs < 0)
@@ -539,7 +560,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   const int offset_v = offset_k + stages * k_stage_bytes;
   const int offset_barriers = offset_v + stages * v_stage_bytes;
   // The dynamic smem base is only 16-byte aligned: the kernel rounds it up to 1024.
-  const int smem_bytes = offset_barriers + barrier_bytes(stages) + kTmaSwizzleAlign;
+  const int smem_bytes = offset_barriers + barrier_bytes(stages, dynamic_tiles) + kTmaSwizzleAlign;
   if (smem_bytes > smem_limit)
     return refuse("fa3: shared memory plan exceeds the device limit");
 
@@ -625,6 +646,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add("kRowMaxPartials", row_max_partials);
   plan->add_bool("kCrossTileOverlap", cross_tile_overlap);
   plan->add_bool("kTailSplit", tail_split);
+  plan->add_bool("kDynamicTiles", dynamic_tiles);
+  plan->add("kTileSlots", dynamic_tiles ? kTileSlots : 0);
   const bool first_block_in_loop = tuning.first_block_in_loop >= 0
                                        ? tuning.first_block_in_loop != 0
                                        : kFirstBlockInLoopWithoutPingpong && !plan->pingpong && !cross_tile_overlap &&
@@ -689,6 +712,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"paged_gather", &Fa3Tuning::paged_gather},
       {"stages", &Fa3Tuning::stages},
       {"gather_noinc", &Fa3Tuning::gather_noinc},
+      {"dynamic_tiles", &Fa3Tuning::dynamic_tiles},
   };
   size_t begin = 0;
   while (begin <= text.size()) {

@@ -48,6 +48,10 @@ extern "C" __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     }
     if constexpr (Producer<C>::kPagedBoxes)
       mbarrier_init(smem.v_landed(), 1);
+    for (int slot = 0; slot < C::kTileSlots; ++slot) { // kDynamicTiles: the producer fills, every consumer reads
+      mbarrier_init(smem.tile_full(slot), 1);
+      mbarrier_init(smem.tile_empty(slot), C::kConsumerWarpgroups * kWarpgroupThreads);
+    }
     fence_mbarrier_init();
     tma_prefetch_descriptor(&params.tma_q);
     if constexpr (!Producer<C>::kGather) { // a gather has no K/V maps

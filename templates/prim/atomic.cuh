@@ -21,6 +21,13 @@ __device__ __forceinline__ i32 atom_add_acq_rel_gpu_s32(i32 *address, i32 value)
   return old;
 }
 
+// atom.relaxed.gpu.global.add.s32 d, [a], b — a counter with no data behind it (d: the value before).
+__device__ __forceinline__ i32 atom_add_relaxed_gpu_s32(i32 *address, i32 value) {
+  i32 old;
+  asm volatile("atom.relaxed.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(address), "r"(value) : "memory");
+  return old;
+}
+
 // st.relaxed.gpu.global.s32 [a], b
 __device__ __forceinline__ void st_relaxed_gpu_s32(i32 *address, i32 value) {
   asm volatile("st.relaxed.gpu.global.s32 [%0], %1;" ::"l"(address), "r"(value) : "memory");

@@ -299,6 +299,34 @@ TEST(Fa3CompileFeatures, TailSplitArrivesAndMergesThroughL2) {
   }
 }
 
+// Dynamic tiles (a tuning, kDynamicTiles): the producer draws tiles from a relaxed grid-scope
+// counter (and the last draw stores it back to zero) and hands them over through shared memory;
+// the consumers' key loop is the snake kernel's (no spills, no serialized wgmma, no descriptor moved
+// out of uniform registers), at the causal rows it was built for and an unmasked single-CTA walk.
+TEST(Fa3CompileFeatures, DynamicTilesDrawFromACounter) {
+  Fa3Tuning drawn;
+  drawn.dynamic_tiles = 1;
+  Fa3Tuning unmasked = drawn;
+  unmasked.cluster_m = 1;
+  unmasked.tail_split = 0;
+  const std::pair<int, bool> cases[] = {{192, true}, {64, true}, {80, true}, {128, false}};
+  for (const auto &[d, causal] : cases) {
+    const CompiledKernel kernel =
+        compile_tuned(testing::prefill_spec(Arch{90, true}, d, d, FLASHJIT_BF16, causal), causal ? drawn : unmasked);
+    ASSERT_FALSE(kernel.cubin.empty());
+    EXPECT_NE(kernel.name.find(".dt"), std::string::npos) << kernel.name;
+    for (const char *instruction : {"atom.relaxed.gpu.global.add.s32", "st.relaxed.gpu.global.s32", "st.shared.b32",
+                                    "ld.shared.b32", "wgmma.mma_async", "cp.async.bulk.tensor", "setmaxnreg"})
+      EXPECT_NE(kernel.ptx.find(instruction), std::string::npos) << kernel.name << " lacks " << instruction;
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name;
+    std::string error;
+    const std::string sass = testing::dump_sass(kernel.cubin, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    EXPECT_FALSE(wgmmas_serialized(sass)) << kernel.name << ": a wait after every HGMMA";
+    EXPECT_EQ(r2ur_descriptors_inside_gemm_groups(sass), 0) << kernel.name;
+  }
+}
+
 // Q in registers (a tuning, kQInRegisters): the QK wgmmas take Q's A fragments from registers
 // (RS), loaded once per tile with ldmatrix; only K comes from shared memory. At d128 with the 128-key
 // block it compiles clean (session 12); N160 spills and serializes, which is why it stays a tuning.

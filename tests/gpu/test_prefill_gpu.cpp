@@ -313,6 +313,64 @@ TEST_F(PrefillTailSplitGpu, CutTilesMergeToTheReference) {
   }
 }
 
+class PrefillDynamicTilesGpu : public GpuTest {};
+
+// Tiles drawn from a counter as CTAs finish (FLASHJIT_FA3_TUNING=dynamic_tiles=1, `.dt`, an A/B): every
+// element against the float64 reference, bit for bit the snake's kernel of the same tile (which CTA
+// computes a tile must not move it), three forwards on one workspace with O poisoned before each (the
+// last walker to draw sets the counter back to zero; a counter left past the end would leave the
+// tiles after the first wave as NaN), and without a workspace (the snake's tiles through the same
+// ring). More tiles than the 132 walkers in most cases, so tiles are drawn: causal d192 (the row it
+// was built for), causal d64 with seqlen_q < seqlen_k and GQA 6, causal d80 on three warpgroups,
+// causal rows that see no key (seqlen_q > seqlen_k), varlen with a length-1 sequence, and an unmasked
+// d128 walk (single CTAs, no tail split).
+TEST_F(PrefillDynamicTilesGpu, DrawnTilesMatchTheReferenceAndTheSnake) {
+  struct Case {
+    std::string name;
+    CaseOptions options;
+    const char *snake_tuning; // the same tile walked by the snake
+    const char *drawn_tuning;
+  };
+  auto causal = [](CaseOptions c) {
+    c.problem.causal = true;
+    return c;
+  };
+  std::vector<Case> cases = {
+      {"d192_causal", causal(dense(3, 1000, 1000, 11, 11, 192, 192, ref::Dtype::bf16)), "", "dynamic_tiles=1"},
+      {"d64_causal_sq_lt_sk_gqa6", causal(dense(4, 700, 1300, 12, 2, 64, 64, ref::Dtype::fp16)), "", "dynamic_tiles=1"},
+      {"d80_causal_3wg", causal(dense(2, 1500, 1500, 16, 16, 80, 80, ref::Dtype::bf16)), "", "dynamic_tiles=1"},
+      {"d128_causal_sq_gt_sk_masked_rows", causal(dense(2, 1300, 1000, 40, 8, 128, 128, ref::Dtype::fp16)), "",
+       "dynamic_tiles=1"},
+      {"d128_causal_varlen_len1", causal(varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::bf16)),
+       "", "dynamic_tiles=1"},
+      {"d128_unmasked", dense(2, 1000, 1300, 40, 8, 128, 128, ref::Dtype::bf16), "cluster_m=1,tail_split=0",
+       "cluster_m=1,tail_split=0,dynamic_tiles=1"},
+  };
+  for (Case &c : cases) {
+    const std::unique_ptr<Runtime> snake_runtime = strict_runtime_with_fa3_tuning(c.snake_tuning);
+    const std::unique_ptr<Runtime> drawn_runtime = strict_runtime_with_fa3_tuning(c.drawn_tuning);
+    CaseOptions &o = c.options;
+    o.seed = 71;
+    o.with_workspace = true;
+    o.forwards = 3;
+    const harness::CaseResult drawn = harness::run_case(*drawn_runtime, o);
+    std::cout << "dynamic_tiles_" << c.name << ": " << drawn.summary() << "\n";
+    EXPECT_TRUE(drawn.pass()) << c.name << ": " << drawn.summary();
+    EXPECT_NE(drawn.kernel.find(".dt"), std::string::npos) << drawn.kernel;
+    o.forwards = 1;
+    const harness::CaseResult snake = harness::run_case(*snake_runtime, o);
+    std::string drawn_as_snake = drawn.kernel;
+    if (const size_t at = drawn_as_snake.find(".dt"); at != std::string::npos)
+      drawn_as_snake.erase(at, 3);
+    EXPECT_EQ(snake.kernel, drawn_as_snake) << "the same kernel but for the walk";
+    EXPECT_EQ(drawn.o_values, snake.o_values) << c.name << ": drawn tiles differ from the snake's";
+    o.with_workspace = false;
+    const harness::CaseResult ring = harness::run_case(*drawn_runtime, o);
+    EXPECT_TRUE(ring.pass()) << c.name << " without a workspace: " << ring.summary();
+    EXPECT_EQ(ring.o_values, snake.o_values) << c.name << ": the snake through the ring differs";
+  }
+}
+
 class PrefillQInRegistersGpu : public GpuTest {};
 
 // Q's A fragments in registers (FLASHJIT_FA3_TUNING=q_in_registers=1 with the 128-key block, the

@@ -71,6 +71,8 @@ struct CaseOptions {
   bool with_workspace = false;    // allocate flashjit_workspace_size bytes and plan (split-K decode, fa3 tail split)
   size_t workspace_shortfall = 0; // tests: allocate this many bytes less than asked for
   bool graph_capture = false;     // prepare, capture forward() into a CUDA graph on a new stream, replay it
+  int forwards = 1;       // forward() calls on the same workspace, with O and LSE poisoned again before each: the
+                          // last is checked (a kernel must leave its workspace counters as it found them)
   bool fa3_model = false; // an fa3 kernel (no softcap): also check the CPU model of its arithmetic (fa3_numerics)
   uint64_t seed = 1;
   // Overwrites (parts of) the random inputs before they are rounded to the dtype and uploaded, for a

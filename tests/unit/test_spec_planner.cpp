@@ -805,6 +805,51 @@ TEST(Fa3Tuning, CrossTileOverlapIsATuningWhereOHasItsOwnRegion) {
   EXPECT_EQ(plan.constant("kCrossTileOverlap"), 0);
 }
 
+// Dynamic tiles (kDynamicTiles): an A/B, off by default; NVRTC only; single CTAs with TMA K/V walking
+// whole tiles one at a time (no CTA pairs, tail split, cross-tile walk or paged K/V); the tile ring's
+// barriers and indices in the barrier region.
+TEST(Fa3Tuning, DynamicTilesIsATuningForSingleCtas) {
+  Plan plan;
+  std::string why;
+  for (bool causal : {false, true}) {
+    ASSERT_TRUE(plan_fa3(prefill(192, causal), &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kDynamicTiles"), 0);
+    EXPECT_EQ(plan.constant("kTileSlots"), 0);
+  }
+  Fa3Tuning on;
+  on.dynamic_tiles = 1;
+  Plan snake;
+  ASSERT_TRUE(plan_fa3(prefill(192, true), &snake, &why)) << why;
+  ASSERT_TRUE(plan_fa3_tuned(prefill(192, true), on, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kDynamicTiles"), 1);
+  EXPECT_EQ(plan.constant("kTileSlots"), 2);
+  EXPECT_NE(kernel_name(prefill(192, true), plan).find(".dt"), std::string::npos);
+  EXPECT_EQ(plan.block_n, snake.block_n) << "the ring fits the barrier region's slack at two stages";
+  EXPECT_GE(plan.smem_bytes, snake.smem_bytes);
+  EXPECT_FALSE(plan_fa3_tuned(prefill(192, true), on, &plan, &why, FLASHJIT_BACKEND_MLIR));
+  EXPECT_NE(why.find("dynamic_tiles"), std::string::npos) << why;
+  // Unmasked d128 plans CTA pairs and the tail split by default: both must be turned off first.
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), on, &plan, &why));
+  EXPECT_NE(why.find("dynamic_tiles"), std::string::npos) << why;
+  Fa3Tuning single = on;
+  single.cluster_m = 1;
+  single.tail_split = 0;
+  EXPECT_TRUE(plan_fa3_tuned(prefill(128, false), single, &plan, &why)) << why;
+  Fa3Tuning crossing = on;
+  crossing.cross_tile_overlap = 1;
+  crossing.separate_o = 1;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(192, true), crossing, &plan, &why));
+  KernelSpec paged = prefill(128, true);
+  paged.page_size = 16;
+  Fa3Tuning paged_on = on;
+  paged_on.paged = 1;
+  EXPECT_FALSE(plan_fa3_tuned(paged, paged_on, &plan, &why));
+  EXPECT_NE(why.find("contiguous"), std::string::npos) << why;
+  Fa3Tuning parsed;
+  ASSERT_TRUE(parse_fa3_tuning("dynamic_tiles=1", &parsed, &why)) << why;
+  EXPECT_EQ(parsed.dynamic_tiles, 1);
+}
+
 // The tail split: for tiles of equal cost only (no causal, window or varlen), NVRTC only, not with
 // the cross-tile walk; on by default where sessions 10 and 14 measured it worth its compile time
 // (three consumer warpgroups: d <= 96; two up to d128 with the default key block), a tuning elsewhere.

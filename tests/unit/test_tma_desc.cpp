@@ -699,11 +699,39 @@ TEST(Fa3Schedule, TailSplitCutsTheLastWavesEvenlyByKeys) {
   fa3_fill_schedule(spec, plan, 132, 50 * 1024 * 1024, &params);
   EXPECT_EQ(params.tail_units, 0);
   // The workspace: a counter and two slots per walker and CTA of a pair.
-  const Fa3TailLayout layout = fa3_tail_layout(plan, 66);
+  const Fa3WorkspaceLayout layout = fa3_workspace_layout(plan, 66);
   EXPECT_EQ(layout.counter_bytes, 66u * 2 * 4);
   EXPECT_EQ(layout.partials_offset % 256, 0u);
   EXPECT_EQ(layout.total_bytes, layout.partials_offset + 66u * 2 * 2 * plan.constant("kTailSlotFloats") * 4);
-  EXPECT_EQ(fa3_tail_layout(fa3_plan(fa3_spec(256, 256)), 66).total_bytes, 0u) << "no split, no workspace";
+  EXPECT_EQ(fa3_workspace_layout(fa3_plan(fa3_spec(256, 256)), 66).total_bytes, 0u) << "no split, no workspace";
+}
+
+// Dynamic tiles: one counter at the workspace's start, causal walks in sections of one pair (drawing
+// evens the load, so the sections follow L2 alone), the unmasked walk's sections unchanged.
+TEST(Fa3Schedule, DynamicTilesTakeACounterAndOnePairSections) {
+  Fa3Tuning tuning;
+  tuning.dynamic_tiles = 1;
+  Plan drawn, snake;
+  std::string why;
+  const KernelSpec causal = fa3_spec(192, 192, true);
+  ASSERT_TRUE(plan_fa3_tuned(causal, tuning, &drawn, &why)) << why;
+  ASSERT_TRUE(plan_fa3(causal, &snake, &why)) << why;
+  ASSERT_EQ(drawn.constant("kDynamicTiles"), 1);
+  const Fa3WorkspaceLayout layout = fa3_workspace_layout(drawn, 132);
+  EXPECT_EQ(layout.counter_bytes, sizeof(fj_i32));
+  EXPECT_EQ(layout.total_bytes, sizeof(fj_i32));
+  fj_fa3_params params;
+  std::memset(&params, 0, sizeof params);
+  params.base = batch_params(16, 1024, 1024, 11, 11, 192, 192); // compare.py's d192 S1024 row
+  EXPECT_EQ(fa3_fill_schedule(causal, drawn, 132, 50 * 1024 * 1024, &params), 132);
+  EXPECT_EQ(params.heads_per_section, 1);
+  EXPECT_EQ(params.num_tiles, 16 * 11 * 8);
+  fa3_fill_schedule(causal, snake, 132, 50 * 1024 * 1024, &params);
+  EXPECT_GT(params.heads_per_section, 1) << "the snake's sections are sized for its balance";
+  tuning.causal_section_pairs = 8; // an A/B's forced size wins
+  ASSERT_TRUE(plan_fa3_tuned(causal, tuning, &drawn, &why)) << why;
+  fa3_fill_schedule(causal, drawn, 132, 50 * 1024 * 1024, &params);
+  EXPECT_EQ(params.heads_per_section, 8);
 }
 
 // The shapes of the GPU test PrefillTailSplitGpu (tests/gpu/test_prefill_gpu.cpp) do cut tiles:

@@ -357,13 +357,18 @@ template <class C> struct Consumer {
     tile_parity ^= 1;
   }
 
-  // One tile at a time (the walk before kCrossTileOverlap): whole units wave by wave, then
-  // (kTailSplit) this walker's share of the tail, piece by piece.
+  // One tile at a time (the walk before kCrossTileOverlap): the tiles the producer hands out
+  // (kDynamicTiles), or whole units wave by wave, then (kTailSplit) this walker's share of the
+  // tail, piece by piece.
   __device__ __forceinline__ void run_tiles(const Logits &lg, float (&s)[C::kBlockN / 2], u32 (&frag)[C::kBlockN / 4],
                                             float (&o)[C::kHeadDimV / 2]) const {
     int block_index = 0;
     u32 tile_parity = 0;
-    if constexpr (C::kTailSplit) {
+    if constexpr (C::kDynamicTiles) {
+      const TileFeed<C> feed{params, smem};
+      for (int k = 0, index = feed.receive(0); index < params.num_tiles; index = feed.receive(++k))
+        run_tile(decode_tile<C>(params, index), lg, s, frag, o, block_index, tile_parity);
+    } else if constexpr (C::kTailSplit) {
       const int items = walk_items<C>(params);
       for (int k = 0; k < items; ++k) {
         Tile t;

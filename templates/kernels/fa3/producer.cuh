@@ -68,6 +68,8 @@ template <class C> struct Producer {
   static_assert(!kPagedBoxes || C::kPagedBoxRows * C::kSwizzleBytes % C::kSmemAlign == 0,
                 "paged KV boxes: boxes start on a swizzle atom");
   static_assert(!kGather || C::kStages >= 2, "gather: a slot's release never waits for the latest block");
+  static_assert(!C::kDynamicTiles || (kThreads == 1 && C::kClusterM == 1 && !C::kTailSplit),
+                "dynamic tiles: one producing thread draws and publishes them, for single CTAs walking whole tiles");
   // Gather: groups a publish leaves in flight. The ring holds kStages - 1 blocks past the one the
   // consumers read, two groups (K, V) each; the newest of those may still be copying.
   static constexpr int kGatherGroupsInFlight = 2 * (C::kStages - 1) - 1;
@@ -341,7 +343,18 @@ template <class C> struct Producer {
   __device__ void run() {
     int block_index = 0; // KV blocks issued by this CTA so far (ring position)
     u32 tile_parity = 0; // flips per tile that loads Q
-    if constexpr (C::kTailSplit) {
+    if constexpr (C::kDynamicTiles) {
+      const TileFeed<C> feed{params, smem};
+      for (int k = 0, index = feed.first();; ++k) {
+        const bool last = index >= params.num_tiles;
+        const int next = last ? index : feed.after(k); // drawn before this tile's loads, used after them
+        feed.publish(k, last ? params.num_tiles : index);
+        if (last)
+          break;
+        load_tile(decode_tile<C>(params, index), block_index, tile_parity);
+        index = next;
+      }
+    } else if constexpr (C::kTailSplit) {
       const int items = walk_items<C>(params);
       for (int k = 0; k < items; ++k) {
         Tile t;

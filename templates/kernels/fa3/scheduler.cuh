@@ -9,8 +9,12 @@
 // (heaviest: sees the most keys) to the first.
 #pragma once
 
+#include "kernels/fa3/smem.cuh"
 #include "params_fa3.h"
+#include "prim/atomic.cuh"
 #include "prim/cluster.cuh"
+#include "prim/mbarrier.cuh"
+#include "prim/st_shared.cuh"
 #include "prim/types.cuh"
 
 namespace fj::fa3 {
@@ -42,6 +46,51 @@ template <class C> __device__ __forceinline__ int snake_tile(int wave) {
   const int lane_in_wave = (wave & 1) ? walkers<C>() - 1 - walker : walker;
   return wave * walkers<C>() + lane_in_wave;
 }
+
+// kDynamicTiles: tiles handed out as CTAs finish, not by the snake. Walker w starts on tile w; its
+// producer takes each further tile from a counter in the workspace (walkers + the counter's old
+// value), one tile ahead of its loads, and hands every tile to its consumers through a ring of
+// kTileSlots indices in shared memory (a full and an empty mbarrier per slot); an index past the
+// last tile ends both walks. So a walker that drew light tiles takes more of them, whatever the
+// order: a causal walk can keep its L2 sections small (few pairs' K/V live at once) without the
+// snake's imbalance. Counting: the walkers whose first tile exists each draw until they get an
+// index past the end, so the counter's draws number num_tiles in all, whatever the grid; the one
+// that draws num_tiles - 1 is the last and sets it back to zero for the next launch. Without a
+// counter (no workspace) the producer hands out the snake's tiles through the same ring.
+template <class C> struct TileFeed {
+  const fj_fa3_params &params;
+  const Smem<C> &smem;
+
+  // Producer: the walk's first tile.
+  __device__ __forceinline__ int first() const { return walker_index<C>(); }
+
+  // Producer: the tile after the k-th one (k counted from 0), num_tiles when the walk is over.
+  __device__ __forceinline__ int after(int k) const {
+    if (params.tile_counter == nullptr)
+      return (k + 1) * walkers<C>() < params.num_tiles ? min(snake_tile<C>(k + 1), params.num_tiles) : params.num_tiles;
+    const int drawn = atom_add_relaxed_gpu_s32(params.tile_counter, 1);
+    if (drawn == params.num_tiles - 1)
+      st_relaxed_gpu_s32(params.tile_counter, 0);
+    return min(walkers<C>() + drawn, params.num_tiles);
+  }
+
+  // Producer: the k-th tile goes to the consumers once they have read the slot's previous index.
+  __device__ __forceinline__ void publish(int k, int index) const {
+    const int slot = k % C::kTileSlots;
+    mbarrier_wait_parity(smem.tile_empty(slot), static_cast<u32>(((k / C::kTileSlots) & 1) ^ 1));
+    st_shared_b32(smem.tile_index(slot), static_cast<u32>(index));
+    mbarrier_arrive(smem.tile_full(slot));
+  }
+
+  // Consumers (every thread): the k-th tile's index; the slot is free again once all have read it.
+  __device__ __forceinline__ int receive(int k) const {
+    const int slot = k % C::kTileSlots;
+    mbarrier_wait_parity(smem.tile_full(slot), static_cast<u32>((k / C::kTileSlots) & 1));
+    const int index = static_cast<int>(ld_shared_b32(smem.tile_index(slot)));
+    mbarrier_arrive(smem.tile_empty(slot));
+    return index;
+  }
+};
 
 // Units walked whole, wave by wave: all of them, or (kTailSplit) those before the tail.
 template <class C> __device__ __forceinline__ int whole_units(const fj_fa3_params &params) {

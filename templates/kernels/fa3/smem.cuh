@@ -8,7 +8,9 @@ namespace fj::fa3 {
 
 template <class C> struct Smem {
   // mbarriers, 8 bytes each, at kSmemOffsetBarriers: Q full/empty, then per stage K full, K
-  // empty, V full, V empty; then (paged KV) the producer's own barrier for a V block it completes.
+  // empty, V full, V empty; then (paged KV) the producer's own barrier for a V block it completes;
+  // then (kDynamicTiles) a full and an empty barrier per slot of the tile ring and the slots' tile
+  // indices, 4 bytes each.
   static constexpr u32 kBarrierBytes = 8;
   static constexpr u32 kQFull = 0;
   static constexpr u32 kQEmpty = 1;
@@ -17,7 +19,13 @@ template <class C> struct Smem {
   static constexpr u32 kVFull = kKEmpty + C::kStages;
   static constexpr u32 kVEmpty = kVFull + C::kStages;
   static constexpr u32 kVLanded = kVEmpty + C::kStages;
-  static_assert(C::kSmemOffsetBarriers + (kVLanded + 1) * kBarrierBytes + C::kSmemAlign <= C::kSmemBytes,
+  static constexpr u32 kTileFull = kVLanded + 1;
+  static constexpr u32 kTileEmpty = kTileFull + C::kTileSlots;
+  static constexpr u32 kTileIndexBytes = 4;
+  static constexpr u32 kTileIndices = kTileEmpty + C::kTileSlots; // in barrier units; the indices follow
+  static_assert(C::kSmemOffsetBarriers + kTileIndices * kBarrierBytes +
+                        (C::kDynamicTiles ? C::kTileSlots * kTileIndexBytes : 0) + C::kSmemAlign <=
+                    C::kSmemBytes,
                 "the barriers fit their region");
 
   u32 base; // aligned to C::kSmemAlign
@@ -32,6 +40,9 @@ template <class C> struct Smem {
   __device__ __forceinline__ u32 v_full(int stage) const { return barrier(kVFull + stage); }
   __device__ __forceinline__ u32 v_empty(int stage) const { return barrier(kVEmpty + stage); }
   __device__ __forceinline__ u32 v_landed() const { return barrier(kVLanded); }
+  __device__ __forceinline__ u32 tile_full(int slot) const { return barrier(kTileFull + slot); }
+  __device__ __forceinline__ u32 tile_empty(int slot) const { return barrier(kTileEmpty + slot); }
+  __device__ __forceinline__ u32 tile_index(int slot) const { return barrier(kTileIndices) + slot * kTileIndexBytes; }
 
   // Q and O: panel-major, kBlockM rows. O either has its own region (kSeparateO) or reuses Q's
   // panels once the tile's last QK has run (kSmemOffsetO == kSmemOffsetQ).
