@@ -208,7 +208,7 @@ Status Runtime::plan(const AttentionProblem &problem) {
     if (Status s = impl_->zero_workspace_counters(fa3, problem.workspace, nullptr, true, &zeroed); !s)
       return s;
     if (CUresult r = zeroed ? driver::api()->cuStreamSynchronize(nullptr) : CUDA_SUCCESS; r != CUDA_SUCCESS)
-      return driver::driver_error("cuStreamSynchronize after zeroing the tail split's counters", r);
+      return driver::driver_error("cuStreamSynchronize after zeroing the fa3 kernel's workspace counters", r);
     return Status::success();
   }
   if (record->choice.plan.variant != Variant::decode_splitk)

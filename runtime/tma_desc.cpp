@@ -29,8 +29,8 @@ constexpr double kL2SectionShare = 0.6;
 // least this many tiles of each (batch, head) pair, else L2 sections. Measured (run 28d): 8-16 pairs
 // on 132 walkers (S16384) run 1.14-1.6x faster in one section, 64 (d128 S4096) 2% slower.
 constexpr int kCausalOneSectionTilesPerPair = 4;
-// Causal walks of drawn tiles (kDynamicTiles): sections of one pair, its m-blocks heaviest first, as
-// FA-3's dynamic scheduler walks. Drawing evens the walkers' loads whatever the order, so the
+// Causal walks of drawn tiles (kDynamicTiles): sections of one pair, its m-blocks heaviest first.
+// Drawing evens the walkers' loads whatever the order, so the
 // sections need not be whole waves: the tiles in flight cover about walkers / m_blocks pairs, whose
 // K/V alone are live in L2 (17 pairs, 13 MB at d192 S1024, against the snake's 44). Unmeasured
 // (session 33's prediction in docs/perf-notes.md).
