@@ -24,6 +24,7 @@ struct EncodedParams {
   fj_attention_params base{};
   fj_fa3_params params{};
   int grid = 0;
+  bool dynamic_tiles = false; // kDynamicTiles: the launch attaches the workspace's counter
 };
 constexpr size_t kEncodedCacheEntries = 4;
 thread_local std::array<EncodedParams, kEncodedCacheEntries> encoded_cache;
@@ -40,9 +41,9 @@ bool same_inputs(const EncodedParams &e, const KernelRecord &kernel, const Launc
 // says how much); without one every tile is walked whole, as the plan's kernel does when the tail
 // has nothing to even out. Dynamic tiles: their counter lives there; without one the kernel hands
 // out the snake's tiles.
-Status attach_workspace(const KernelRecord &kernel, const NormalizedProblem &problem, int walkers, Fa3Launch *out) {
+Status attach_workspace(const KernelRecord &kernel, const NormalizedProblem &problem, int walkers, bool dynamic,
+                        Fa3Launch *out) {
   const Fa3WorkspaceLayout layout = fa3_workspace_layout(kernel.choice.plan, walkers);
-  const bool dynamic = kernel.choice.plan.constant("kDynamicTiles", 0) != 0;
   char *workspace = static_cast<char *>(problem.p.workspace);
   if (!workspace) {
     out->params.tail_units = 0;
@@ -102,6 +103,7 @@ Status fa3_launch(const KernelRecord &kernel, const NormalizedProblem &problem, 
         resident_clusters = 0;
       }
     e.grid = fa3_fill_schedule(spec, plan, ctx.sm_count, ctx.l2_bytes, &e.params, resident_clusters);
+    e.dynamic_tiles = plan.constant("kDynamicTiles", 0) != 0;
     e.kernel = &kernel;
     e.kernel_key = kernel.key;
     e.sm_count = ctx.sm_count;
@@ -112,8 +114,9 @@ Status fa3_launch(const KernelRecord &kernel, const NormalizedProblem &problem, 
     hit = &e;
   }
   out->params = hit->params; // the launch copies its arguments; the cache entry stays intact
-  if (out->params.tail_units > 0 || plan.constant("kDynamicTiles", 0) != 0)
-    if (Status s = attach_workspace(kernel, problem, hit->grid / std::max(plan.cluster_m, 1), out); !s)
+  if (out->params.tail_units > 0 || hit->dynamic_tiles)
+    if (Status s = attach_workspace(kernel, problem, hit->grid / std::max(plan.cluster_m, 1), hit->dynamic_tiles, out);
+        !s)
       return s;
   out->grid = Dim3{static_cast<unsigned>(hit->grid)};
   out->block = Dim3{static_cast<unsigned>(plan.threads)};
