@@ -13,6 +13,8 @@
 #  sanitize      gpu-check's compute-sanitizer problems (memcheck, racecheck), no tests.
 #  ncu-short     Nsight Compute of the causal S1024 rows at d192 and d64, ours and cuDNN's kernels.
 #  dynamic       session 33's dynamic tiles: their GPU test, then drawn against the snake (causal rows).
+#  drawn  ~450 s: session 34's default (drawn causal tiles): sanitizers, then the whole GPU suite + parity.
+#  causal-rows ~200 s: issue 3's causal rows (and d128 S4096) beside cuDNN.
 #  short-causal  one tuning knob at a time on the causal S1024 rows at d192 and d64.
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
 #         against the default 8, then the stall-by-SASS-line table (NCU_SOURCE=1).
@@ -26,8 +28,8 @@ export LD_LIBRARY_PATH=$PWD/build-device FLASHJIT_CACHE_DIR=/tmp/fjc FLASHJIT_BU
 cli=build-device/flashjit
 t0=$(date +%s)
 stamp() { echo "$1 $(($(date +%s) - t0)) s" >>"$O/times.txt"; }
-# A build-device/ from before session 33 lacks its dynamic tiles: stop, don't time it.
-if ! grep -q "fa2's paged stream is faster" build-device/libflashjit.so ||
+# A build-device/ from before session 34 lacks its drawn causal default: stop, don't time it.
+if ! grep -q "kDrawnSectionPairs" build-device/libflashjit.so ||
   ! build-device/tests/flashjit_gpu_tests --gtest_list_tests | grep -q DrawnTilesMatchTheReferenceAndTheSnake; then
   echo "stale build-device/: run scripts/pack-device.sh first" >>"$O/times.txt"
   exit 1
@@ -164,6 +166,22 @@ dynamic)
     fi
   done
   stamp dynamic-ab
+  ;;
+drawn)
+  # Session 34's default (drawn tiles for causal walks): compute-sanitizer on gpu-check's problems (a
+  # drawn d192 causal one among them), then the whole GPU suite with the MLIR parity check.
+  timeout 120 bash scripts/gpu-check.sh /tmp/san --no-tests --no-parity --sanitize >"$O/sanitize.txt" 2>&1
+  grep -E "^---|SUMMARY" /tmp/san/sanitizer.txt >>"$O/sanitize.txt"
+  stamp sanitize
+  timeout 390 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=300 >"$O/gpu-check.txt" 2>&1
+  stamp tests
+  ;;
+causal-rows)
+  # Issue 3's causal rows beside cuDNN (bench/compare.py), every one the drawn tiles now walk.
+  timeout 400 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/rows.json" --ops prefill \
+    --prefill-rows d64s1024c,d192s1024c,d256s1024c,d64s16384c,d80s16384c,d128s16384c,d256s16384c,d128s4096 \
+    2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/rows.txt"
+  stamp causal-rows
   ;;
 short-causal)
   # Issue 3's causal S1024 rows (compare.py's shapes), one knob at a time against the planner's kernel.

@@ -29,12 +29,6 @@ constexpr double kL2SectionShare = 0.6;
 // least this many tiles of each (batch, head) pair, else L2 sections. Measured (run 28d): 8-16 pairs
 // on 132 walkers (S16384) run 1.14-1.6x faster in one section, 64 (d128 S4096) 2% slower.
 constexpr int kCausalOneSectionTilesPerPair = 4;
-// Causal walks of drawn tiles (kDynamicTiles): sections of one pair, its m-blocks heaviest first.
-// Drawing evens the walkers' loads whatever the order, so the
-// sections need not be whole waves: the tiles in flight cover about walkers / m_blocks pairs, whose
-// K/V alone are live in L2 (17 pairs, 13 MB at d192 S1024, against the snake's 44). Unmeasured
-// (session 33's prediction in docs/perf-notes.md).
-constexpr int kDynamicCausalSectionPairs = 1;
 // Where no L2 section of a whole number of waves fits, the section the model of the walk prefers
 // (fa3_causal_walk_balance) if it is this even, else one section. Measured (run 29b, bf16, one section
 // -> the model's section): d192 S2048 486 -> 572 (22 pairs, 0.970 in the model), d256 S2048 509 -> 608
@@ -260,7 +254,7 @@ ModelSection causal_section_by_model(const Plan &plan, int walkers, int fits, co
 // on a launch-cache miss, which an engine takes layer after layer (new tensors, same shape), so each
 // thread keeps its last few answers by shape.
 struct CausalSectionKey {
-  int64_t rule, forced, dynamic;
+  int64_t rule, forced, drawn;
   int walkers, fits, power_of_two, pairs, m_blocks, block_m, block_n, seqlen_q, seqlen_k;
   bool operator==(const CausalSectionKey &) const = default;
 };
@@ -273,8 +267,8 @@ int causal_section(const Plan &plan, int walkers, int fits, int power_of_two, co
   const int pairs = p.batch * p.heads_q, m_blocks = p.num_m_blocks;
   const int64_t rule = plan.constant("kCausalSections", 0);
   const int64_t forced = plan.constant("kCausalSectionPairs", 0); // Fa3Tuning::causal_section_pairs
-  const int64_t dynamic = plan.constant("kDynamicTiles", 0);
-  const CausalSectionKey key{rule,  forced,   dynamic,      walkers,      fits,       power_of_two,
+  const int64_t drawn = plan.constant("kDrawnSectionPairs", 0);   // walks of drawn tiles (kDynamicTiles)
+  const CausalSectionKey key{rule,  forced,   drawn,        walkers,      fits,       power_of_two,
                              pairs, m_blocks, plan.block_m, plan.block_n, p.seqlen_q, p.seqlen_k};
   for (const auto &[k, section] : causal_section_memo)
     if (section > 0 && k == key)
@@ -283,8 +277,8 @@ int causal_section(const Plan &plan, int walkers, int fits, int power_of_two, co
   int section = power_of_two;
   if (forced > 0)
     section = static_cast<int>(std::min<int64_t>(forced, pairs));
-  else if (dynamic != 0)
-    section = kDynamicCausalSectionPairs;
+  else if (drawn > 0)
+    section = static_cast<int>(std::min<int64_t>(drawn, pairs));
   else if (rule == 1 || ((rule == 0 || rule == 3) && one_section_by_pairs))
     section = pairs;
   else if (rule == 3 && power_of_two < pairs)

@@ -94,6 +94,11 @@ if [ "$sanitize" = 1 ] && command -v compute-sanitizer >/dev/null; then
       --heads-q 4 --heads-kv 2 --head-dim 128 2>&1
   done >> "$results/sanitizer.txt"
   for tool in memcheck racecheck; do
+    echo "--- $tool (fa3 drawn tiles: d192 causal, 288 tiles drawn by 132 walkers from the workspace's counter)"
+    sanitizer --tool "$tool" "$build_dir/flashjit" check --batch 2 --seqlen-q 700 --seqlen-k 900 \
+      --heads-q 24 --heads-kv 4 --head-dim 192 --causal 2>&1
+  done >> "$results/sanitizer.txt"
+  for tool in memcheck racecheck; do
     echo "--- $tool (fa3 tail split: d128, 160 units on 66 walkers, cut tiles merged through the workspace)"
     sanitizer --tool "$tool" "$build_dir/flashjit" check --batch 1 --seqlen-q 1000 --seqlen-k 2600 \
       --heads-q 40 --heads-kv 8 --head-dim 128 2>&1

@@ -80,7 +80,8 @@ bool ProblemOptions::to_case(harness::CaseOptions *out, std::string *error) cons
   c.seed = seed;
   // Every problem gets the workspace its kernel asks for, as an engine would give it: the planned
   // split-K decode's, the fa3 tail split's (fixed-length non-causal problems without a window or
-  // pages, where the planner splits the last waves, or FLASHJIT_FA3_TUNING=tail_split=1), none for the rest.
+  // pages, where the planner splits the last waves, or FLASHJIT_FA3_TUNING=tail_split=1), the counter
+  // of fa3's drawn tiles (causal problems), none for the rest.
   c.with_workspace = !varlen;
   *out = c;
   return true;

@@ -57,12 +57,23 @@ constexpr int kBarriersPerStage = 4;   // K full, K empty, V full, V empty
 constexpr int kBarrierRegionGranule = 128;
 // kDynamicTiles: the producer hands tiles to the consumers through a ring of this many slots, each a
 // full and an empty mbarrier and a 4-byte index (kernels/fa3/smem.cuh); two let it publish the next
-// tile while the consumers still read the last. Tiles drawn from a counter (scheduler.cuh's
-// TileFeed): an A/B against the snake (session 33), off by default.
+// tile while the consumers still read the last. Tiles drawn from a counter (scheduler.cuh's TileFeed).
 constexpr int kTileSlots = 2;
 constexpr int kTileSlotBarriers = 2;
 constexpr int kTileIndexBytes = 4;
-constexpr bool kDynamicTilesDefault = false;
+// Causal walks draw their tiles by default (run 35b-c, H100, bf16, against the snake in one lease):
+// d192 S1024 +11%, d192 S4096 +7.5%, d256 S1024 +3.3%, d128 S4096 +3%, d64 S1024 +1.7%. The short
+// causal tile (kShortKeyBlock) from d72 to this head dim keeps the snake, which led by 0.8-1.0% at
+// d96 and d128 S1024 (its walks are short, so the draw's hand-off costs more than the order gains).
+constexpr int kMaxHeadDimSnakeShortCausal = 128;
+// A causal walk of drawn tiles runs in L2 sections of this many (batch, head) pairs, each's m-blocks
+// heaviest first (kDrawnSectionPairs, runtime/tma_desc.cpp); drawing evens the walkers' loads whatever
+// the order, so the section serves L2 alone. Run 35b-c (H100, bf16; 1, 2, 4, 8, 16, 32, 64 pairs and
+// one section): 16 led at d192 S1024 (433 TFLOP/s against 425 for 8, 421 for 32, 416 for 1 and 259 for
+// one section), d192 S4096, d96 and d256 S1024 and tied 32 at d128 S1024 and S4096; at head dims up to
+// kSmallHeadDim 32 led (d64 S1024: 326 against 323 for 16).
+constexpr int kDrawnSectionPairs = 16;
+constexpr int kDrawnSectionPairsSmallDim = 32;
 constexpr int kKStep = 16;         // wgmma K for 16-bit inputs
 constexpr int kBlockNGranule = 16; // PV reduces over kBlockN in k-steps of 16
 constexpr int kMaxBlockN = 192;
@@ -524,7 +535,12 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   const bool q_in_registers = tuning.q_in_registers > 0;
   // Dynamic tiles (kDynamicTiles): one producing thread draws the tiles and hands them to the
   // consumers, so single CTAs with TMA K/V walking whole tiles one at a time. Template form only.
-  const bool dynamic_tiles = tuning.dynamic_tiles >= 0 ? tuning.dynamic_tiles != 0 : kDynamicTilesDefault;
+  const bool snake_short_causal =
+      spec.key_block == kShortKeyBlock && !small_dim && max_dim <= kMaxHeadDimSnakeShortCausal;
+  const bool dynamic_by_default = spec.causal && !spec.local && spec.page_size == 0 && !snake_short_causal &&
+                                  cluster_m == 1 && !tail_split && !cross_tile_overlap &&
+                                  backend != FLASHJIT_BACKEND_MLIR;
+  const bool dynamic_tiles = tuning.dynamic_tiles >= 0 ? tuning.dynamic_tiles != 0 : dynamic_by_default;
   if (dynamic_tiles && backend == FLASHJIT_BACKEND_MLIR)
     return refuse("fa3: dynamic_tiles has a template form only (NVRTC)");
   if (dynamic_tiles && (cluster_m != 1 || tail_split || cross_tile_overlap))
@@ -668,6 +684,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     plan->add("kCausalSections", tuning.causal_sections >= 0 ? tuning.causal_sections : kCausalSectionsByPairs);
     if (tuning.causal_section_pairs > 0)
       plan->add("kCausalSectionPairs", tuning.causal_section_pairs);
+    if (dynamic_tiles)
+      plan->add("kDrawnSectionPairs", small_dim ? kDrawnSectionPairsSmallDim : kDrawnSectionPairs);
   }
   if (tuning.section_pairs > 0)
     plan->add("kSectionPairs", tuning.section_pairs);

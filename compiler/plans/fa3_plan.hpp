@@ -43,8 +43,9 @@ struct Fa3Tuning {
   int gather_noinc = -1;        // -1: the planner's choice (1); 1: a gather's copies arrive on the full barrier as they
                                 // land (cp.async.mbarrier.arrive.noinc, as FA-3's paged path counts); 0: each block
                                 // published after the next is issued (wait_group, the proxy fence, an arrival)
-  int dynamic_tiles = -1;       // -1: the planner's choice (0); 1: tiles drawn from a counter in the workspace as
-                                // CTAs finish (kDynamicTiles; causal walks in sections of kDynamicCausalSectionPairs)
+  int dynamic_tiles = -1;       // -1: the planner's choice (causal walks of contiguous K/V, except the short causal
+                                // tile at d72-d128); 1: tiles drawn from a counter in the workspace as CTAs finish
+                                // (kDynamicTiles; causal walks in L2 sections of kDrawnSectionPairs)
 };
 
 // Why fa2 is preferred to fa3 for a paged spec on sm_90a (measured faster there), or "" where fa3 is:

@@ -808,18 +808,42 @@ TEST(Fa3Tuning, CrossTileOverlapIsATuningWhereOHasItsOwnRegion) {
 // Dynamic tiles (kDynamicTiles): an A/B, off by default; NVRTC only; single CTAs with TMA K/V walking
 // whole tiles one at a time (no CTA pairs, tail split, cross-tile walk or paged K/V); the tile ring's
 // barriers and indices in the barrier region.
-TEST(Fa3Tuning, DynamicTilesIsATuningForSingleCtas) {
+// Drawn tiles: the planner's choice for causal walks of contiguous K/V with the NVRTC backend (not a
+// window, not the short causal tile from d72 to d128, run 35b-c); a tuning elsewhere.
+TEST(Fa3Tuning, DynamicTilesForCausalWalksAndATuningForSingleCtas) {
   Plan plan;
   std::string why;
-  for (bool causal : {false, true}) {
-    ASSERT_TRUE(plan_fa3(prefill(192, causal), &plan, &why)) << why;
-    EXPECT_EQ(plan.constant("kDynamicTiles"), 0);
-    EXPECT_EQ(plan.constant("kTileSlots"), 0);
+  ASSERT_TRUE(plan_fa3(prefill(192, false), &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kDynamicTiles"), 0);
+  EXPECT_EQ(plan.constant("kTileSlots"), 0);
+  for (int d : {64, 128, 192, 256}) {
+    ASSERT_TRUE(plan_fa3(prefill(d, true), &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kDynamicTiles"), 1) << "d" << d;
+    EXPECT_NE(kernel_name(prefill(d, true), plan).find(".dt"), std::string::npos);
   }
+  for (int d : {64, 96, 128, 192}) {
+    KernelSpec short_causal = prefill(d, true);
+    short_causal.key_block = fa3_short_key_block(short_causal, FLASHJIT_BACKEND_NVRTC);
+    ASSERT_GT(short_causal.key_block, 0) << "d" << d;
+    ASSERT_TRUE(plan_fa3(short_causal, &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kDynamicTiles"), d == 64 || d > 128 ? 1 : 0) << "d" << d << ", the short causal tile";
+  }
+  KernelSpec window = prefill(128, true);
+  window.local = true;
+  window.causal = false;
+  ASSERT_TRUE(plan_fa3(window, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kDynamicTiles"), 0) << "windows keep the snake (not measured)";
+  ASSERT_TRUE(plan_fa3(prefill(128, true), &plan, &why, FLASHJIT_BACKEND_MLIR)) << why;
+  EXPECT_EQ(plan.constant("kDynamicTiles"), 0) << "the MLIR backend has no drawn form";
+  Fa3Tuning off;
+  off.dynamic_tiles = 0;
+  ASSERT_TRUE(plan_fa3_tuned(prefill(192, true), off, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kDynamicTiles"), 0);
+  EXPECT_EQ(kernel_name(prefill(192, true), plan).find(".dt"), std::string::npos);
   Fa3Tuning on;
   on.dynamic_tiles = 1;
   Plan snake;
-  ASSERT_TRUE(plan_fa3(prefill(192, true), &snake, &why)) << why;
+  ASSERT_TRUE(plan_fa3_tuned(prefill(192, true), off, &snake, &why)) << why;
   ASSERT_TRUE(plan_fa3_tuned(prefill(192, true), on, &plan, &why)) << why;
   EXPECT_EQ(plan.constant("kDynamicTiles"), 1);
   EXPECT_EQ(plan.constant("kTileSlots"), 2);

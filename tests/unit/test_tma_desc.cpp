@@ -39,6 +39,20 @@ Plan fa3_plan(const KernelSpec &spec) {
   return plan;
 }
 
+// The planner's tile walked in the snake's fixed order: causal plans draw their tiles by default
+// (kDynamicTiles), and the snake's section rules below are for the fixed order.
+Fa3Tuning snake_tuning() {
+  Fa3Tuning tuning;
+  tuning.dynamic_tiles = 0;
+  return tuning;
+}
+Plan fa3_snake_plan(const KernelSpec &spec) {
+  Plan plan;
+  std::string why;
+  EXPECT_TRUE(plan_fa3_tuned(spec, snake_tuning(), &plan, &why)) << why;
+  return plan;
+}
+
 // Contiguous [batch, tokens, heads, dim] operands at 16-byte aligned fake addresses.
 fj_attention_params batch_params(int batch, int sq, int sk, int hq, int hkv, int dqk, int dv) {
   fj_attention_params p;
@@ -397,11 +411,14 @@ TEST(Fa3Schedule, TilesSectionsAndGrid) {
   // 4096 x 256 x 2 B = 2 MiB per head: a power-of-two section within 60% of L2.
   EXPECT_EQ(params.heads_per_section, 8);
   const KernelSpec causal = fa3_spec(128, 128, true);
-  fa3_fill_schedule(causal, fa3_plan(causal), 132, 50 * 1024 * 1024, &params);
+  fa3_fill_schedule(causal, fa3_snake_plan(causal), 132, 50 * 1024 * 1024, &params);
   EXPECT_EQ(params.heads_per_section, 14); // causal, 64 pairs: L2 sections, the model's (CausalSectionsByRule)
+  fa3_fill_schedule(causal, fa3_plan(causal), 132, 50 * 1024 * 1024, &params);
+  EXPECT_EQ(params.heads_per_section, 16) << "drawn tiles (the default): sections of 16 pairs";
   params.base = batch_params(1, 100, 100, 1, 1, 128, 128);
   EXPECT_EQ(fa3_fill_schedule(spec, plan, 132, 50 * 1024 * 1024, &params), 2) << "one pair";
   EXPECT_EQ(fa3_fill_schedule(causal, fa3_plan(causal), 132, 50 * 1024 * 1024, &params), 1);
+  EXPECT_EQ(params.heads_per_section, 1) << "no more pairs than there are";
 }
 
 // Causal walk orders (kCausalSections, FLASHJIT_FA3_TUNING=causal_sections): 0 (the default) one
@@ -412,7 +429,7 @@ TEST(Fa3Schedule, TilesSectionsAndGrid) {
 TEST(Fa3Schedule, CausalSectionsByRule) {
   const KernelSpec causal = fa3_spec(128, 128, true);
   EXPECT_EQ(fa3_plan(fa3_spec(128, 128)).constant("kCausalSections", -1), -1);
-  EXPECT_EQ(fa3_plan(causal).constant("kCausalSections", -1), 0);
+  EXPECT_EQ(fa3_snake_plan(causal).constant("kCausalSections", -1), 0);
   struct Case {
     int rule, batch, seqlen, heads;
     int heads_per_section;
@@ -427,7 +444,7 @@ TEST(Fa3Schedule, CausalSectionsByRule) {
        {Case{0, 16, 1024, 16, 33}, Case{1, 16, 1024, 16, 256}, Case{2, 16, 1024, 16, 44}, Case{0, 1, 16384, 16, 16},
         Case{1, 1, 16384, 16, 16}, Case{2, 1, 16384, 16, 2}, Case{0, 1, 16384, 33, 33}, Case{0, 1, 16384, 34, 34},
         Case{0, 4, 4096, 16, 14}, Case{2, 4, 4096, 16, 12}, Case{1, 4, 4096, 16, 64}, Case{0, 2, 1024, 16, 32}}) {
-    Fa3Tuning tuning;
+    Fa3Tuning tuning = snake_tuning();
     tuning.causal_sections = c.rule;
     Plan plan;
     std::string why;
@@ -504,7 +521,7 @@ TEST(Fa3Schedule, CausalSectionsEvenTheWalkersLoads) {
   for (const Shape &c : {Shape{128, 16, 32}, Shape{64, 32, 64}, Shape{256, 8, 16}}) {
     KernelSpec spec = fa3_spec(c.d, c.d, true);
     spec.key_block = fa3_key_block_for(spec, 1024, 1024);
-    const Plan plan = fa3_plan(spec);
+    const Plan plan = fa3_snake_plan(spec);
     fj_fa3_params params;
     std::memset(&params, 0, sizeof params);
     params.base = batch_params(16, 1024, 1024, c.heads, c.heads, c.d, c.d);
@@ -517,7 +534,7 @@ TEST(Fa3Schedule, CausalSectionsEvenTheWalkersLoads) {
     params.heads_per_section = c.power_of_two_section;
     EXPECT_LT(fa3_causal_walk_balance(plan, params, walkers), 0.9) << "d" << c.d << ": the model must tell them apart";
     // causal_sections=3 (a tuning): the size the model prefers, no worse in the model than whole waves.
-    Fa3Tuning by_model;
+    Fa3Tuning by_model = snake_tuning();
     by_model.causal_sections = 3;
     Plan model_plan;
     std::string why;
@@ -545,7 +562,7 @@ TEST(Fa3Schedule, CausalWalksWithoutAWholeWaveInL2TakeTheModelsSection) {
     const int batch = 16384 / c.seqlen;
     const std::string where = "d" + std::to_string(c.d) + " S" + std::to_string(c.seqlen) + " rule " +
                               std::to_string(c.rule) + " forced " + std::to_string(c.section_pairs);
-    Fa3Tuning tuning;
+    Fa3Tuning tuning = snake_tuning();
     tuning.causal_sections = c.rule;
     tuning.causal_section_pairs = c.section_pairs;
     Plan plan;
@@ -574,7 +591,7 @@ TEST(Fa3Schedule, CausalWalksWithoutAWholeWaveInL2TakeTheModelsSection) {
   }
   // The model's answer does not depend on what this thread asked before (its memo).
   const KernelSpec spec = fa3_spec(192, 192, true);
-  const Plan plan = fa3_plan(spec);
+  const Plan plan = fa3_snake_plan(spec);
   int first = 0;
   for (int round = 0; round < 12; ++round) {
     fj_fa3_params params;
@@ -706,30 +723,39 @@ TEST(Fa3Schedule, TailSplitCutsTheLastWavesEvenlyByKeys) {
   EXPECT_EQ(fa3_workspace_layout(fa3_plan(fa3_spec(256, 256)), 66).total_bytes, 0u) << "no split, no workspace";
 }
 
-// Dynamic tiles: one counter at the workspace's start, causal walks in sections of one pair (drawing
-// evens the load, so the sections follow L2 alone), the unmasked walk's sections unchanged.
-TEST(Fa3Schedule, DynamicTilesTakeACounterAndOnePairSections) {
-  Fa3Tuning tuning;
-  tuning.dynamic_tiles = 1;
+// Dynamic tiles (the default for causal walks): one counter at the workspace's start, causal walks in
+// L2 sections of 16 pairs, 32 up to d64 (drawing evens the load, so the sections follow L2 alone).
+TEST(Fa3Schedule, DrawnTilesTakeACounterAndSectionsOfSixteenPairs) {
   Plan drawn, snake;
   std::string why;
   const KernelSpec causal = fa3_spec(192, 192, true);
-  ASSERT_TRUE(plan_fa3_tuned(causal, tuning, &drawn, &why)) << why;
-  ASSERT_TRUE(plan_fa3(causal, &snake, &why)) << why;
+  ASSERT_TRUE(plan_fa3(causal, &drawn, &why)) << why;
+  ASSERT_TRUE(plan_fa3_tuned(causal, snake_tuning(), &snake, &why)) << why;
   ASSERT_EQ(drawn.constant("kDynamicTiles"), 1);
+  EXPECT_EQ(drawn.constant("kDrawnSectionPairs"), 16);
+  EXPECT_EQ(snake.constant("kDrawnSectionPairs", 0), 0);
   const Fa3WorkspaceLayout layout = fa3_workspace_layout(drawn, 132);
   EXPECT_EQ(layout.counter_bytes, sizeof(fj_i32));
   EXPECT_EQ(layout.total_bytes, sizeof(fj_i32));
+  EXPECT_EQ(fa3_workspace_layout(snake, 132).total_bytes, 0u) << "the snake needs no workspace";
   fj_fa3_params params;
   std::memset(&params, 0, sizeof params);
   params.base = batch_params(16, 1024, 1024, 11, 11, 192, 192); // compare.py's d192 S1024 row
   EXPECT_EQ(fa3_fill_schedule(causal, drawn, 132, 50 * 1024 * 1024, &params), 132);
-  EXPECT_EQ(params.heads_per_section, 1);
+  EXPECT_EQ(params.heads_per_section, 16);
   EXPECT_EQ(params.num_tiles, 16 * 11 * 8);
   fa3_fill_schedule(causal, snake, 132, 50 * 1024 * 1024, &params);
-  EXPECT_GT(params.heads_per_section, 1) << "the snake's sections are sized for its balance";
-  tuning.causal_section_pairs = 8; // an A/B's forced size wins
-  ASSERT_TRUE(plan_fa3_tuned(causal, tuning, &drawn, &why)) << why;
+  EXPECT_NE(params.heads_per_section, 16) << "the snake's sections are sized for its balance";
+  const KernelSpec small = fa3_spec(64, 64, true);
+  ASSERT_TRUE(plan_fa3(small, &drawn, &why)) << why;
+  params.base = batch_params(16, 1024, 1024, 32, 32, 64, 64); // compare.py's d64 S1024 row
+  fa3_fill_schedule(small, drawn, 132, 50 * 1024 * 1024, &params);
+  EXPECT_EQ(params.heads_per_section, 32);
+  Fa3Tuning forced;
+  forced.causal_section_pairs = 8; // an A/B's forced size wins
+  ASSERT_TRUE(plan_fa3_tuned(causal, forced, &drawn, &why)) << why;
+  ASSERT_EQ(drawn.constant("kDynamicTiles"), 1);
+  params.base = batch_params(16, 1024, 1024, 11, 11, 192, 192);
   fa3_fill_schedule(causal, drawn, 132, 50 * 1024 * 1024, &params);
   EXPECT_EQ(params.heads_per_section, 8);
 }
