@@ -15,6 +15,7 @@
 #  dynamic       session 33's dynamic tiles: their GPU test, then drawn against the snake (causal rows).
 #  drawn  ~450 s: session 34's default (drawn causal tiles): sanitizers, then the whole GPU suite + parity.
 #  causal-rows ~200 s: issue 3's causal rows (and d128 S4096) beside cuDNN.
+#  drawn-brief ~450 s: sanitizers, the suite without decode's tests and parity, three causal rows.
 #  short-causal  one tuning knob at a time on the causal S1024 rows at d192 and d64.
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
 #         against the default 8, then the stall-by-SASS-line table (NCU_SOURCE=1).
@@ -175,6 +176,20 @@ drawn)
   stamp sanitize
   timeout 390 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=300 >"$O/gpu-check.txt" 2>&1
   stamp tests
+  ;;
+drawn-brief)
+  # All of the above that fits one call: the sanitizers, the GPU suite but decode's (untouched by the
+  # drawn default) without the parity check, then the causal rows.
+  timeout 100 bash scripts/gpu-check.sh /tmp/san --no-tests --no-parity --sanitize >"$O/sanitize.txt" 2>&1
+  grep -E "^---|SUMMARY" /tmp/san/sanitizer.txt >>"$O/sanitize.txt"
+  stamp sanitize
+  timeout 230 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=200 --no-parity \
+    --gtest-filter='-Decode*' >"$O/gpu-check.txt" 2>&1
+  stamp tests
+  timeout 120 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/rows.json" --ops prefill \
+    --prefill-rows d192s1024c,d64s1024c,d128s16384c \
+    2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/rows.txt"
+  stamp causal-rows
   ;;
 causal-rows)
   # Issue 3's causal rows beside cuDNN (bench/compare.py), every one the drawn tiles now walk.

@@ -21,6 +21,7 @@ struct EncodedParams {
   const KernelRecord *kernel = nullptr;
   std::string kernel_key;
   int sm_count = 0, l2_bytes = 0, total_k = 0, num_pages = 0;
+  bool workspace_given = false; // a drawn walk without its counter takes the snake's sections
   fj_attention_params base{};
   fj_fa3_params params{};
   int grid = 0;
@@ -31,10 +32,10 @@ thread_local std::array<EncodedParams, kEncodedCacheEntries> encoded_cache;
 thread_local size_t encoded_cache_next = 0;
 
 bool same_inputs(const EncodedParams &e, const KernelRecord &kernel, const LaunchContext &ctx, int total_k,
-                 int num_pages, const fj_attention_params &base) {
+                 int num_pages, bool workspace_given, const fj_attention_params &base) {
   return e.kernel == &kernel && e.kernel_key == kernel.key && e.sm_count == ctx.sm_count &&
          e.l2_bytes == ctx.l2_bytes && e.total_k == total_k && e.num_pages == num_pages &&
-         std::memcmp(&e.base, &base, sizeof(base)) == 0;
+         e.workspace_given == workspace_given && std::memcmp(&e.base, &base, sizeof(base)) == 0;
 }
 
 // Tail split: its counters and partial states live in the caller's workspace (flashjit_workspace_size
@@ -77,9 +78,10 @@ Status fa3_launch(const KernelRecord &kernel, const NormalizedProblem &problem, 
   base = make_attention_params(problem);
   const int total_k = problem.varlen ? problem.p.total_k : problem.p.batch * problem.p.seqlen_k;
   const int num_pages = problem.paged ? problem.p.num_pages : 0;
+  const bool workspace_given = problem.p.workspace != nullptr;
   const EncodedParams *hit = nullptr;
   for (const EncodedParams &e : encoded_cache)
-    if (same_inputs(e, kernel, ctx, total_k, num_pages, base))
+    if (same_inputs(e, kernel, ctx, total_k, num_pages, workspace_given, base))
       hit = &e;
   if (!hit) {
     EncodedParams &e = encoded_cache[encoded_cache_next++ % kEncodedCacheEntries];
@@ -102,14 +104,16 @@ Status fa3_launch(const KernelRecord &kernel, const NormalizedProblem &problem, 
             kernel.name + ": grid sized by the SM count, the cluster occupancy query failed: " + s.message);
         resident_clusters = 0;
       }
-    e.grid = fa3_fill_schedule(spec, plan, ctx.sm_count, ctx.l2_bytes, &e.params, resident_clusters);
     e.dynamic_tiles = plan.constant("kDynamicTiles", 0) != 0;
+    e.grid = fa3_fill_schedule(spec, plan, ctx.sm_count, ctx.l2_bytes, &e.params, resident_clusters,
+                               e.dynamic_tiles && workspace_given);
     e.kernel = &kernel;
     e.kernel_key = kernel.key;
     e.sm_count = ctx.sm_count;
     e.l2_bytes = ctx.l2_bytes;
     e.total_k = total_k;
     e.num_pages = num_pages;
+    e.workspace_given = workspace_given;
     e.base = base;
     hit = &e;
   }

@@ -262,12 +262,13 @@ constexpr size_t kCausalSectionMemo = 8;
 thread_local std::array<std::pair<CausalSectionKey, int>, kCausalSectionMemo> causal_section_memo{};
 thread_local size_t causal_section_memo_next = 0;
 
-int causal_section(const Plan &plan, int walkers, int fits, int power_of_two, const fj_fa3_params &params) {
+int causal_section(const Plan &plan, int walkers, int fits, int power_of_two, bool tiles_drawn,
+                   const fj_fa3_params &params) {
   const fj_attention_params &p = params.base;
   const int pairs = p.batch * p.heads_q, m_blocks = p.num_m_blocks;
   const int64_t rule = plan.constant("kCausalSections", 0);
-  const int64_t forced = plan.constant("kCausalSectionPairs", 0); // Fa3Tuning::causal_section_pairs
-  const int64_t drawn = plan.constant("kDrawnSectionPairs", 0);   // walks of drawn tiles (kDynamicTiles)
+  const int64_t forced = plan.constant("kCausalSectionPairs", 0);                 // Fa3Tuning::causal_section_pairs
+  const int64_t drawn = tiles_drawn ? plan.constant("kDrawnSectionPairs", 0) : 0; // kDynamicTiles' walks
   const CausalSectionKey key{rule,  forced,   drawn,        walkers,      fits,       power_of_two,
                              pairs, m_blocks, plan.block_m, plan.block_n, p.seqlen_q, p.seqlen_k};
   for (const auto &[k, section] : causal_section_memo)
@@ -346,7 +347,7 @@ double fa3_causal_walk_balance(const Plan &plan, const fj_fa3_params &params, in
 }
 
 int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int l2_bytes, fj_fa3_params *params,
-                      int resident_clusters) {
+                      int resident_clusters, bool tiles_drawn) {
   fj_attention_params &p = params->base;
   const int m_blocks = (p.seqlen_q + plan.block_m - 1) / plan.block_m; // varlen: seqlen_q is the max
   const int pairs = p.batch * p.heads_q;
@@ -370,7 +371,8 @@ int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int
   // heaviest-first (m-block descending) and CTAs of a pair walk the same KV blocks in near lock-step,
   // which keeps them in L2 anyway (kCausalSections, compiler/plans/fa3_plan.cpp).
   if (spec.causal)
-    section = causal_section(plan, walkers, l2_section_pairs(pairs, pair_bytes, l2_bytes), section, *params);
+    section =
+        causal_section(plan, walkers, l2_section_pairs(pairs, pair_bytes, l2_bytes), section, tiles_drawn, *params);
   params->heads_per_section = std::max(section, 1);
   fa3_fill_tail(plan, walkers, params);
   return cluster * walkers;

@@ -76,9 +76,11 @@ bool decode_encode_tensor_maps(const KernelSpec &spec, const Plan &plan, int num
 // heads_per_section; returns the persistent grid size in CTAs: plan.cluster_m * min(walkers, units),
 // at least one cluster, where walkers = SM count / plan.cluster_m, or `resident_clusters` when that is
 // positive and smaller (clusters the device can hold at once; a grid beyond it would run a second,
-// serial wave). `l2_bytes` is the device's L2 size.
+// serial wave). `l2_bytes` is the device's L2 size. `tiles_drawn` false: a plan that draws its tiles
+// (kDynamicTiles) launched without the workspace for its counter, which walks the snake's order and so
+// takes the snake's causal sections.
 int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int l2_bytes, fj_fa3_params *params,
-                      int resident_clusters = 0);
+                      int resident_clusters = 0, bool tiles_drawn = true);
 
 // A model of a causal walk's load balance over `walkers` walkers (templates/kernels/fa3/scheduler.cuh:
 // the snake over sections of params->heads_per_section pairs, heaviest m-blocks first), each tile

@@ -745,7 +745,10 @@ TEST(Fa3Schedule, DrawnTilesTakeACounterAndSectionsOfSixteenPairs) {
   EXPECT_EQ(params.heads_per_section, 16);
   EXPECT_EQ(params.num_tiles, 16 * 11 * 8);
   fa3_fill_schedule(causal, snake, 132, 50 * 1024 * 1024, &params);
-  EXPECT_NE(params.heads_per_section, 16) << "the snake's sections are sized for its balance";
+  const int snake_section = params.heads_per_section;
+  EXPECT_NE(snake_section, 16) << "the snake's sections are sized for its balance";
+  fa3_fill_schedule(causal, drawn, 132, 50 * 1024 * 1024, &params, 0, false);
+  EXPECT_EQ(params.heads_per_section, snake_section) << "without its counter a drawn walk is the snake's";
   const KernelSpec small = fa3_spec(64, 64, true);
   ASSERT_TRUE(plan_fa3(small, &drawn, &why)) << why;
   params.base = batch_params(16, 1024, 1024, 32, 32, 64, 64); // compare.py's d64 S1024 row
