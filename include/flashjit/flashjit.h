@@ -113,10 +113,11 @@ typedef struct flashjit_problem {
   int32_t page_size;
   int32_t max_pages_per_seq;
   int32_t num_pages;
-  /* Scratch for split-K decode partials, or for the fa3 prefill's tail split (device memory,
-   * 256-byte aligned); see flashjit_workspace_size, which reports 0 where the problem's kernel needs
-   * none, and flashjit_plan. May be null: decode then runs the prefill kernel, and the fa3 prefill
-   * walks its last waves in whole tiles (both logged). */
+  /* Scratch for split-K decode partials, or for the fa3 prefill's tail split or tile counter
+   * (device memory, 256-byte aligned); see flashjit_workspace_size, which reports 0 where the
+   * problem's kernel needs none, and flashjit_plan. May be null: decode then runs the prefill kernel,
+   * and the fa3 prefill walks its last waves in whole tiles or its causal tiles in a fixed order
+   * (all logged). */
   void *workspace;
   size_t workspace_bytes;
   uint64_t flags; /* reserved, 0 */
@@ -163,7 +164,9 @@ flashjit_status flashjit_explain(flashjit_runtime runtime, const flashjit_proble
  * Its arrival counters must start at zero; each launch leaves them at zero. forward zeroes them the
  * first time it sees a workspace pointer; call flashjit_plan (which zeroes them again and
  * synchronizes) after allocating new memory at an old address or writing the workspace yourself.
- * A decode plan and a prefill's tail split write over each other: plan the decode again after a
+ * Causal prefill on sm_90a (fa3, contiguous K/V, most head dims): each CTA draws its next tile from a
+ * counter at the workspace's start (4 bytes), zeroed and left at zero in the same way.
+ * A decode plan and a prefill's counters write over each other: plan the decode again after a
  * prefill used its workspace (forward says so otherwise).
  *
  * A problem with 1..16 query tokens per sequence (batch mode) runs the split-K decode kernel, which
