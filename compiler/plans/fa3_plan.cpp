@@ -416,6 +416,8 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, flashjit_backend 
   t.qo_bytes = t.separate_o ? round_up(t.q_bytes, kTmaSwizzleAlign) + t.o_bytes : std::max(t.q_bytes, t.o_bytes);
   const int kv_bytes_per_row = t.stages * (t.qk_smem_cols + t.v_smem_cols) * kElemBytes;
   t.smem_limit = max_shared_bytes_per_block(spec.arch);
+  // The tile ring of drawn tiles is counted where a tuning asks for it; the default's ring fits in the
+  // barrier region's slack of every tile the snake would take (Fa3Tuning.DrawnTilesKeepTheSnakesTile).
   const int n_by_smem =
       (t.smem_limit - kTmaSwizzleAlign - barrier_bytes(t.stages, tuning.dynamic_tiles > 0) - t.qo_bytes) /
       kv_bytes_per_row;

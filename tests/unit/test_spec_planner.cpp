@@ -808,6 +808,43 @@ TEST(Fa3Tuning, CrossTileOverlapIsATuningWhereOHasItsOwnRegion) {
 // Dynamic tiles (kDynamicTiles): an A/B, off by default; NVRTC only; single CTAs with TMA K/V walking
 // whole tiles one at a time (no CTA pairs, tail split, cross-tile walk or paged K/V); the tile ring's
 // barriers and indices in the barrier region.
+// The drawn default costs no plan its tile: wherever the snake's plan of a causal spec exists (every
+// head dim pair, the short key blocks, varlen, deeper rings), the default plan exists with the same
+// key block and ring, its tile ring fitting in the barrier region's slack.
+TEST(Fa3Tuning, DrawnTilesKeepTheSnakesTile) {
+  int drawn_plans = 0;
+  for (int dqk = 32; dqk <= 256; dqk += 8)
+    for (int dv : {dqk, 128, 64})
+      for (bool varlen : {false, true})
+        for (int stages : {0, 3, 4})
+          for (bool short_block : {false, true}) {
+            KernelSpec spec = prefill(dqk, true);
+            spec.head_dim_v = dv;
+            spec.varlen = varlen;
+            if (short_block) {
+              spec.key_block = fa3_short_key_block(spec, FLASHJIT_BACKEND_NVRTC);
+              if (spec.key_block == 0)
+                continue;
+            }
+            Fa3Tuning snake_tuning, default_tuning;
+            snake_tuning.dynamic_tiles = 0;
+            snake_tuning.stages = default_tuning.stages = stages;
+            Plan snake, drawn;
+            std::string why;
+            if (!plan_fa3_tuned(spec, snake_tuning, &snake, &why))
+              continue;
+            const std::string where = "d" + std::to_string(dqk) + "/" + std::to_string(dv) + (varlen ? " varlen" : "") +
+                                      " stages " + std::to_string(stages) + " key block " +
+                                      std::to_string(spec.key_block);
+            ASSERT_TRUE(plan_fa3_tuned(spec, default_tuning, &drawn, &why)) << where << ": " << why;
+            EXPECT_EQ(drawn.block_n, snake.block_n) << where;
+            EXPECT_EQ(drawn.block_m, snake.block_m) << where;
+            EXPECT_EQ(drawn.constant("kStages"), snake.constant("kStages")) << where;
+            drawn_plans += drawn.constant("kDynamicTiles") != 0;
+          }
+  EXPECT_GT(drawn_plans, 0);
+}
+
 // Drawn tiles: the planner's choice for causal walks of contiguous K/V with the NVRTC backend (not a
 // window, not the short causal tile from d72 to d128, run 35b-c); a tuning elsewhere.
 TEST(Fa3Tuning, DynamicTilesForCausalWalksAndATuningForSingleCtas) {
