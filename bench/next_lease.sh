@@ -14,7 +14,7 @@
 #  ncu-short     Nsight Compute of the causal S1024 rows at d192 and d64, ours and cuDNN's kernels.
 #  dynamic       session 33's dynamic tiles: their GPU test, then drawn against the snake (causal rows).
 #  drawn  ~450 s: session 34's default (drawn causal tiles): sanitizers, then the whole GPU suite + parity.
-#  causal-rows ~200 s: issue 3's causal rows (and d128 S4096) beside cuDNN.
+#  causal-rows ~90 s: issue 3's causal rows (and d128 S4096) beside cuDNN, then the snake exception's A/B.
 #  drawn-brief ~450 s: sanitizers, the suite without decode's tests and parity, three causal rows.
 #  short-causal  one tuning knob at a time on the causal S1024 rows at d192 and d64.
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
@@ -197,6 +197,16 @@ causal-rows)
     --prefill-rows d64s1024c,d192s1024c,d256s1024c,d64s16384c,d80s16384c,d128s16384c,d256s16384c,d128s4096 \
     2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/rows.txt"
   stamp causal-rows
+  # The short causal tile's snake exception (d72-d128, the H100's 0.8-1.0%), drawn against the snake.
+  for row in "80 26 1024 16" "96 21 1024 16" "128 16 1024 16"; do
+    read -r d h s b <<<"$row"
+    c=(-b "$b" -s "$s" --heads-q "$h" -d "$d" --causal --variant fa3 --strict)
+    for rep in 1 2; do
+      run "d$d S$s causal snake #$rep" "dynamic_tiles=0" "${c[@]}"
+      run "d$d S$s causal drawn #$rep" "dynamic_tiles=1" "${c[@]}"
+    done
+  done
+  stamp snake-exception
   ;;
 short-causal)
   # Issue 3's causal S1024 rows (compare.py's shapes), one knob at a time against the planner's kernel.
