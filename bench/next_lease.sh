@@ -42,6 +42,24 @@ run() { # label tuning args...
   line=$(FLASHJIT_FA3_TUNING="$tuning" timeout 25 $cli bench -n 40 "$@" 2>&1 | grep -E "^(kernel|median)" | tr '\n' ' ')
   echo "$label [$tuning]: ${line:-failed}" >>"$O/ab.txt"
 }
+# One causal row ("d heads seqlen batch"), the snake (dynamic_tiles=0) and drawn tiles alternated,
+# twice; leaves the row's bench arguments in the array named by $2 for further runs.
+snake_against_drawn() {
+  local d h s b
+  read -r d h s b <<<"$1"
+  local -n args=$2
+  args=(-b "$b" -s "$s" --heads-q "$h" -d "$d" --causal --variant fa3 --strict)
+  for rep in 1 2; do
+    run "d$d S$s causal snake #$rep" "dynamic_tiles=0" "${args[@]}"
+    run "d$d S$s causal drawn #$rep" "dynamic_tiles=1" "${args[@]}"
+  done
+}
+# compute-sanitizer on gpu-check's problems, no tests; the summary lines into $O/sanitize.txt.
+sanitize_summary() { # timeout in seconds
+  timeout "$1" bash scripts/gpu-check.sh /tmp/san --no-tests --no-parity --sanitize >"$O/sanitize.txt" 2>&1
+  grep -E "^---|SUMMARY" /tmp/san/sanitizer.txt >>"$O/sanitize.txt"
+  stamp sanitize
+}
 d64=(-b 8 -s 1024 --seqlen-k 16384 --heads-q 32 --heads-kv 8 -d 64 --causal)
 d128=(-b 4 -s 4096 --heads-q 32 --heads-kv 8 -d 128 --causal)
 case $mode in
@@ -154,12 +172,8 @@ dynamic)
     --gtest-filter='PrefillDynamicTilesGpu.*:PrefillTailSplitGpu.*' >"$O/gpu-check.txt" 2>&1
   stamp dynamic-tests
   for row in "192 11 1024 16" "64 32 1024 16" "128 16 4096 4"; do
-    read -r d h s b <<<"$row"
-    c=(-b "$b" -s "$s" --heads-q "$h" -d "$d" --causal --variant fa3 --strict)
-    for rep in 1 2; do
-      run "d$d S$s causal snake #$rep" "" "${c[@]}"
-      run "d$d S$s causal drawn #$rep" "dynamic_tiles=1" "${c[@]}"
-    done
+    snake_against_drawn "$row" c
+    read -r d _ s _ <<<"$row"
     if [ "$s" = 1024 ]; then
       for pairs in 8 17; do
         run "d$d S$s causal drawn, sections of $pairs" "dynamic_tiles=1,causal_section_pairs=$pairs" "${c[@]}"
@@ -171,18 +185,14 @@ dynamic)
 drawn)
   # Session 34's default (drawn tiles for causal walks): compute-sanitizer on gpu-check's problems (a
   # drawn d192 causal one among them), then the whole GPU suite with the MLIR parity check.
-  timeout 120 bash scripts/gpu-check.sh /tmp/san --no-tests --no-parity --sanitize >"$O/sanitize.txt" 2>&1
-  grep -E "^---|SUMMARY" /tmp/san/sanitizer.txt >>"$O/sanitize.txt"
-  stamp sanitize
+  sanitize_summary 120
   timeout 390 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=300 >"$O/gpu-check.txt" 2>&1
   stamp tests
   ;;
 drawn-brief)
   # All of the above that fits one call: the sanitizers, the GPU suite but decode's (untouched by the
   # drawn default) without the parity check, then the causal rows.
-  timeout 100 bash scripts/gpu-check.sh /tmp/san --no-tests --no-parity --sanitize >"$O/sanitize.txt" 2>&1
-  grep -E "^---|SUMMARY" /tmp/san/sanitizer.txt >>"$O/sanitize.txt"
-  stamp sanitize
+  sanitize_summary 100
   timeout 230 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=200 --no-parity \
     --gtest-filter='-Decode*' >"$O/gpu-check.txt" 2>&1
   stamp tests
@@ -199,12 +209,7 @@ causal-rows)
   stamp causal-rows
   # The short causal tile's snake exception (d72-d128, the H100's 0.8-1.0%), drawn against the snake.
   for row in "80 26 1024 16" "96 21 1024 16" "128 16 1024 16"; do
-    read -r d h s b <<<"$row"
-    c=(-b "$b" -s "$s" --heads-q "$h" -d "$d" --causal --variant fa3 --strict)
-    for rep in 1 2; do
-      run "d$d S$s causal snake #$rep" "dynamic_tiles=0" "${c[@]}"
-      run "d$d S$s causal drawn #$rep" "dynamic_tiles=1" "${c[@]}"
-    done
+    snake_against_drawn "$row" c
   done
   stamp snake-exception
   ;;
