@@ -10,7 +10,7 @@ namespace {
 constexpr int64_t kDefaultFa2RowsPerWarp = 16; // one m16 MMA row block per warp
 } // namespace
 
-int64_t Plan::constant(const std::string &name, int64_t fallback) const {
+int64_t Plan::constant(std::string_view name, int64_t fallback) const {
   for (const PlanConstant &c : constants)
     if (c.name == name)
       return c.value;

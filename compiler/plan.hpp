@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -36,7 +37,9 @@ struct Plan {
 
   void add(std::string name, int64_t value) { constants.push_back({std::move(name), value, false}); }
   void add_bool(std::string name, bool value) { constants.push_back({std::move(name), value ? 1 : 0, true}); }
-  int64_t constant(const std::string &name, int64_t fallback = -1) const;
+  // A string_view: launches look constants up per call, and a literal made into a std::string
+  // past the small-string size allocates.
+  int64_t constant(std::string_view name, int64_t fallback = -1) const;
   bool operator==(const Plan &) const = default;
 };
 

@@ -40,6 +40,7 @@ struct Fa3Launch {
   size_t counter_bytes = 0;
   bool tail_unused = false;
   bool dynamic_unused = false;
+  bool programmatic = false; // kProgrammaticLaunch: launched with programmatic stream serialization
 };
 Status fa3_launch(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,
                   Fa3Launch *out);

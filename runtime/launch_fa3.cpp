@@ -26,6 +26,7 @@ struct EncodedParams {
   fj_fa3_params params{};
   int grid = 0;
   bool dynamic_tiles = false; // kDynamicTiles: the launch attaches the workspace's counter
+  bool programmatic = false;  // kProgrammaticLaunch (looked up here, not per launch)
 };
 constexpr size_t kEncodedCacheEntries = 4;
 thread_local std::array<EncodedParams, kEncodedCacheEntries> encoded_cache;
@@ -105,6 +106,7 @@ Status fa3_launch(const KernelRecord &kernel, const NormalizedProblem &problem, 
         resident_clusters = 0;
       }
     e.dynamic_tiles = plan.constant("kDynamicTiles", 0) != 0;
+    e.programmatic = plan.constant("kProgrammaticLaunch", 0) != 0;
     e.grid = fa3_fill_schedule(spec, plan, ctx.sm_count, ctx.l2_bytes, &e.params, resident_clusters,
                                e.dynamic_tiles && workspace_given);
     e.kernel = &kernel;
@@ -126,13 +128,14 @@ Status fa3_launch(const KernelRecord &kernel, const NormalizedProblem &problem, 
   out->block = Dim3{static_cast<unsigned>(plan.threads)};
   out->cluster = Dim3{static_cast<unsigned>(plan.cluster_m)};
   out->smem_bytes = plan.smem_bytes;
+  out->programmatic = hit->programmatic;
   return Status::success();
 }
 
 Status launch_fa3(const KernelRecord &kernel, Fa3Launch &launch, CUstream stream) {
   void *args[] = {&launch.params};
   return kernel.kernel.launch(launch.grid, launch.block, launch.smem_bytes, stream, args, launch.cluster,
-                              kernel.choice.plan.constant("kProgrammaticLaunch", 0) != 0);
+                              launch.programmatic);
 }
 
 Status launch_fa3(const KernelRecord &kernel, const NormalizedProblem &problem, const LaunchContext &ctx,

@@ -134,7 +134,10 @@ Status validate_problem(const flashjit_problem *problem, NormalizedProblem *out)
   if (problem->struct_size < sizeof(flashjit_problem))
     return invalid("problem.struct_size = " + std::to_string(problem->struct_size) + ": expected " +
                    std::to_string(sizeof(flashjit_problem)) + " (initialise with flashjit_problem_init)");
-  NormalizedProblem n;
+  // Normalized in place, one copy of the problem's bytes (every forward comes through here; a
+  // local copy handed back at the end cost two more passes). Every other field of *out is set below
+  // on the way to success.
+  NormalizedProblem &n = *out;
   n.p = *problem;
   flashjit_problem &p = n.p;
   if (p.dtype != FLASHJIT_FP16 && p.dtype != FLASHJIT_BF16)
@@ -263,7 +266,6 @@ Status validate_problem(const flashjit_problem *problem, NormalizedProblem *out)
     vector_aligned = vector_aligned && strides_vector_aligned(*s);
   n.align_bytes = vector_aligned ? kVectorBytes : kElementBytes;
   n.empty = (n.varlen ? p.total_q : p.seqlen_q) == 0;
-  *out = n;
   return Status::success();
 }
 

@@ -26,7 +26,8 @@ inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 49;
 // stay within kMaxTensorBytes of their pointer; computed without overflow.
 bool fits_in_device_memory(int64_t count, int64_t stride, int64_t block, int element_bytes);
 
-// Checks every field; on failure the message names the parameter and what was expected.
+// Checks every field; on failure the message names the parameter and what was expected, and *out
+// holds a partly normalized problem that must not be used.
 Status validate_problem(const flashjit_problem *problem, NormalizedProblem *out);
 
 // Longest query length the decode kernel serves (speculative-decoding verification uses 2-8).
