@@ -17,6 +17,7 @@
 #  causal-rows ~90 s: issue 3's causal rows (and d128 S4096) beside cuDNN, then the snake exception's A/B.
 #  drawn-brief ~450 s: sanitizers, the suite without decode's tests and parity, three causal rows.
 #  short-causal  one tuning knob at a time on the causal S1024 rows at d192 and d64.
+#  knobs36 ~120 s: the knobs run 35f left out, on the drawn causal S1024 kernels at d64 and d192.
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
 #         against the default 8, then the stall-by-SASS-line table (NCU_SOURCE=1).
 # Files under $OUT (at most 8 come back): times.txt, ab.txt, gpu-check.txt and gpu-check's own
@@ -226,6 +227,21 @@ short-causal)
     run "d64 S1024 causal" "$t" "${c64[@]}"
   done
   stamp short-causal
+  ;;
+knobs36)
+  # Session 35: the knobs run 35f did not time on the drawn causal S1024 kernels, each between two
+  # readings of the default.
+  c64=(-b 16 -s 1024 --heads-q 32 -d 64 --causal --variant fa3 --strict)
+  c192=(-b 16 -s 1024 --heads-q 11 -d 192 --causal --variant fa3 --strict)
+  for t in "" pingpong=0 stages=3 stages=4 q_desc_per_step=0 programmatic_launch=1 row_max_partials=8 \
+    l2_promotion=0 l2_promotion=128 q_in_registers=1 ""; do
+    run "d64 S1024 causal" "$t" "${c64[@]}"
+  done
+  for t in "" pingpong=0 q_desc_per_step=0 programmatic_launch=1 row_max_partials=2 row_max_partials=8 \
+    l2_promotion=0 q_in_registers=1 ""; do
+    run "d192 S1024 causal" "$t" "${c192[@]}"
+  done
+  stamp knobs36
   ;;
 ncu)
   for sp in 0 2; do
