@@ -352,6 +352,41 @@ TEST(Fa3CompileFeatures, QInRegistersTakesQkAFromRegisters) {
   EXPECT_NE(kernel.ptx.find("ldmatrix.sync.aligned.m8n8.x4.shared.b16"), std::string::npos) << kernel.name;
 }
 
+// The short causal tile (the key block spec_for_problem picks for causal sequences up to
+// kMaxSeqlenShortCausal) as the planner builds it: no spills, no ptxas warning, no serialized wgmma
+// and no descriptor moved out of uniform registers; up to d64 its QK takes Q's A fragments from
+// registers (kQInRegistersShortCausalSmallDim), above that from shared memory.
+TEST(Fa3CompileFeatures, ShortCausalTilesCompileClean) {
+  struct Case {
+    int d;
+    flashjit_dtype dtype;
+  };
+  for (const Case &c : {Case{32, FLASHJIT_BF16}, Case{64, FLASHJIT_BF16}, Case{64, FLASHJIT_FP16},
+                        Case{128, FLASHJIT_BF16}, Case{192, FLASHJIT_BF16}}) {
+    KernelSpec spec = testing::prefill_spec(Arch{90, true}, c.d, c.d, c.dtype, true);
+    spec.key_block = fa3_short_key_block(spec, FLASHJIT_BACKEND_NVRTC);
+    ASSERT_GT(spec.key_block, 0) << "d" << c.d;
+    const CompiledKernel kernel = testing::compile_or_fail(spec, Variant::fa3);
+    ASSERT_FALSE(kernel.cubin.empty());
+    EXPECT_EQ(kernel.resources.spill_store_bytes, 0) << kernel.name << "\n" << kernel.log;
+    for (const std::string &warning : kernel.resources.warnings)
+      ADD_FAILURE() << kernel.name << ": ptxas warning: " << warning;
+    std::string error;
+    const std::string sass = testing::dump_sass(kernel.cubin, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    EXPECT_FALSE(wgmmas_serialized(sass)) << kernel.name << ": a wait after every HGMMA";
+    EXPECT_EQ(r2ur_descriptors_inside_gemm_groups(sass), 0) << kernel.name;
+    const bool register_q = c.d <= 64;
+    EXPECT_EQ(kernel.name.find(".qr") != std::string::npos, register_q) << kernel.name;
+    size_t rs_qk = 0, ss_qk = 0;
+    for (const std::string &instruction : wgmma_instructions(kernel.ptx))
+      if (is_qk_wgmma(instruction))
+        (std::count(instruction.begin(), instruction.end(), '{') == 2 ? rs_qk : ss_qk) += 1;
+    EXPECT_GT(register_q ? rs_qk : ss_qk, 0u) << kernel.name;
+    EXPECT_EQ(register_q ? ss_qk : rs_qk, 0u) << kernel.name;
+  }
+}
+
 // QK and PV wgmmas in a kernel's PTX.
 std::pair<size_t, size_t> qk_pv_wgmmas(const std::string &ptx) {
   size_t qk = 0, pv = 0;

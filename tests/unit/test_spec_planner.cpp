@@ -981,14 +981,48 @@ TEST(Fa3Tuning, QDescriptorsPerStepWithTwoWarpgroups) {
   EXPECT_NE(why.find("q_desc_per_step"), std::string::npos) << why;
 }
 
-// Q in registers (kQInRegisters): off unless tuned (session 12 measures it), NVRTC only, and not
-// with the cross-tile stream; the kernel name says `.qr`.
+// Q in registers (kQInRegisters): a tuning (session 12 measures it), NVRTC only, and not with the
+// cross-tile stream; the kernel name says `.qr`. On by default only for the short causal tile of
+// contiguous K/V up to d64 (run 36d), whichever walk it takes; off for that tile's window, paged and
+// MLIR forms, for its larger head dims, and for every other tile.
 TEST(Fa3Tuning, QInRegistersIsATuning) {
-  for (int d : {64, 128, 256}) {
+  for (int d : {64, 128, 256})
+    for (bool causal : {false, true}) {
+      Plan plan;
+      std::string why;
+      ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why)) << why;
+      EXPECT_EQ(plan.constant("kQInRegisters"), 0) << "d" << d << (causal ? " causal" : "");
+    }
+  for (int d : {32, 48, 64, 80, 128}) {
+    KernelSpec short_causal = prefill(d, true);
+    short_causal.key_block = fa3_short_key_block(short_causal, FLASHJIT_BACKEND_NVRTC);
+    ASSERT_GT(short_causal.key_block, 0) << "d" << d;
+    const bool small = d <= 64;
     Plan plan;
     std::string why;
-    ASSERT_TRUE(plan_fa3(prefill(d, false), &plan, &why)) << why;
-    EXPECT_EQ(plan.constant("kQInRegisters"), 0) << "d" << d;
+    ASSERT_TRUE(plan_fa3(short_causal, &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kQInRegisters"), small ? 1 : 0) << "d" << d;
+    Fa3Tuning snake;
+    snake.dynamic_tiles = 0;
+    ASSERT_TRUE(plan_fa3_tuned(short_causal, snake, &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kQInRegisters"), small ? 1 : 0) << "d" << d << " snake";
+    if (!small)
+      continue;
+    Fa3Tuning off;
+    off.q_in_registers = 0;
+    ASSERT_TRUE(plan_fa3_tuned(short_causal, off, &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kQInRegisters"), 0) << "d" << d << " q_in_registers=0";
+    ASSERT_TRUE(plan_fa3(short_causal, &plan, &why, FLASHJIT_BACKEND_MLIR)) << why;
+    EXPECT_EQ(plan.constant("kQInRegisters"), 0) << "d" << d << " MLIR";
+    KernelSpec window = short_causal;
+    window.local = true;
+    ASSERT_TRUE(plan_fa3(window, &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kQInRegisters"), 0) << "d" << d << " window";
+    KernelSpec paged = short_causal;
+    paged.page_size = 16;
+    if (plan_fa3(paged, &plan, &why)) {
+      EXPECT_EQ(plan.constant("kQInRegisters"), 0) << "d" << d << " paged";
+    }
   }
   Fa3Tuning tuning;
   std::string why;
