@@ -14,7 +14,8 @@
 #  ncu-short     Nsight Compute of the causal S1024 rows at d192 and d64, ours and cuDNN's kernels.
 #  dynamic       session 33's dynamic tiles: their GPU test, then drawn against the snake (causal rows).
 #  drawn  ~450 s: session 34's default (drawn causal tiles): sanitizers, then the whole GPU suite + parity.
-#  causal-rows ~90 s: issue 3's causal rows (and d128 S4096) beside cuDNN, then the snake exception's A/B.
+#  causal-rows ~120 s: the Q-in-registers GPU tests, issue 3's causal rows (and d128 S4096) beside
+#         cuDNN, then the snake exception's A/B.
 #  drawn-brief ~450 s: sanitizers, the suite without decode's tests and parity, three causal rows.
 #  short-causal  one tuning knob at a time on the causal S1024 rows at d192 and d64.
 #  knobs36 ~120 s: the knobs run 35f left out, on the drawn causal S1024 kernels at d64 and d192.
@@ -30,9 +31,10 @@ export LD_LIBRARY_PATH=$PWD/build-device FLASHJIT_CACHE_DIR=/tmp/fjc FLASHJIT_BU
 cli=build-device/flashjit
 t0=$(date +%s)
 stamp() { echo "$1 $(($(date +%s) - t0)) s" >>"$O/times.txt"; }
-# A build-device/ from before session 34 lacks its drawn causal default: stop, don't time it.
+# A build-device/ from before session 35 lacks its defaults (drawn causal tiles, Q in registers for
+# the short causal tile up to d64): stop, don't time it.
 if ! grep -q "kDrawnSectionPairs" build-device/libflashjit.so ||
-  ! build-device/tests/flashjit_gpu_tests --gtest_list_tests | grep -q DrawnTilesMatchTheReferenceAndTheSnake; then
+  ! build-device/tests/flashjit_gpu_tests --gtest_list_tests | grep -q ShortCausalDefaultMatchesTheReference; then
   echo "stale build-device/: run scripts/pack-device.sh first" >>"$O/times.txt"
   exit 1
 fi
@@ -203,6 +205,10 @@ drawn-brief)
   stamp causal-rows
   ;;
 causal-rows)
+  # Session 35's default first (Q in registers for the short causal tile up to d64): its GPU tests.
+  timeout 120 build-device/tests/flashjit_gpu_tests --gtest_filter='PrefillQInRegistersGpu.*' \
+    >"$O/gpu-tests.log" 2>&1
+  stamp "qr-tests rc=$?"
   # Issue 3's causal rows beside cuDNN (bench/compare.py), every one the drawn tiles now walk.
   timeout 400 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/rows.json" --ops prefill \
     --prefill-rows d64s1024c,d192s1024c,d256s1024c,d64s16384c,d80s16384c,d128s16384c,d256s16384c,d128s4096 \
