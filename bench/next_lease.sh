@@ -57,6 +57,16 @@ snake_against_drawn() {
     run "d$d S$s causal drawn #$rep" "dynamic_tiles=1" "${args[@]}"
   done
 }
+# Issue 3's causal S1024 row at head dim $1 (compare.py's shape: d64 32 heads, d192 11, batch 16),
+# one run per tuning in the rest of the arguments ("": the planner's kernel).
+knob_sweep() {
+  local d=$1
+  shift
+  local heads=$([ "$d" = 192 ] && echo 11 || echo 32)
+  for t in "$@"; do
+    run "d$d S1024 causal" "$t" -b 16 -s 1024 --heads-q "$heads" -d "$d" --causal --variant fa3 --strict
+  done
+}
 # compute-sanitizer on gpu-check's problems, no tests; the summary lines into $O/sanitize.txt.
 sanitize_summary() { # timeout in seconds
   timeout "$1" bash scripts/gpu-check.sh /tmp/san --no-tests --no-parity --sanitize >"$O/sanitize.txt" 2>&1
@@ -222,31 +232,19 @@ causal-rows)
   ;;
 short-causal)
   # Issue 3's causal S1024 rows (compare.py's shapes), one knob at a time against the planner's kernel.
-  c192=(-b 16 -s 1024 --heads-q 11 -d 192 --causal --variant fa3 --strict)
-  c64=(-b 16 -s 1024 --heads-q 32 -d 64 --causal --variant fa3 --strict)
-  for t in "" lazy_rescale=1 separate_o=1 rescale_before_pv=1 cross_tile_overlap=1 q_in_registers=0 \
-    block_n=112 block_n=80 consumer_warpgroups=3 row_max_partials=2 exp2_poly_every=0 causal_sections=1 ""; do
-    run "d192 S1024 causal" "$t" "${c192[@]}"
-  done
-  for t in "" lazy_rescale=1 separate_o=1 rescale_before_pv=1 cross_tile_overlap=1 q_in_registers=0 \
-    block_n=112 consumer_warpgroups=3 row_max_partials=2 exp2_poly_every=0 ""; do
-    run "d64 S1024 causal" "$t" "${c64[@]}"
-  done
+  knob_sweep 192 "" lazy_rescale=1 separate_o=1 rescale_before_pv=1 cross_tile_overlap=1 q_in_registers=0 \
+    block_n=112 block_n=80 consumer_warpgroups=3 row_max_partials=2 exp2_poly_every=0 causal_sections=1 ""
+  knob_sweep 64 "" lazy_rescale=1 separate_o=1 rescale_before_pv=1 cross_tile_overlap=1 q_in_registers=0 \
+    block_n=112 consumer_warpgroups=3 row_max_partials=2 exp2_poly_every=0 ""
   stamp short-causal
   ;;
 knobs36)
   # Session 35: the knobs run 35f did not time on the drawn causal S1024 kernels, each between two
   # readings of the default.
-  c64=(-b 16 -s 1024 --heads-q 32 -d 64 --causal --variant fa3 --strict)
-  c192=(-b 16 -s 1024 --heads-q 11 -d 192 --causal --variant fa3 --strict)
-  for t in "" pingpong=0 stages=3 stages=4 q_desc_per_step=0 programmatic_launch=1 row_max_partials=8 \
-    l2_promotion=0 l2_promotion=128 q_in_registers=1 ""; do
-    run "d64 S1024 causal" "$t" "${c64[@]}"
-  done
-  for t in "" pingpong=0 q_desc_per_step=0 programmatic_launch=1 row_max_partials=2 row_max_partials=8 \
-    l2_promotion=0 q_in_registers=1 ""; do
-    run "d192 S1024 causal" "$t" "${c192[@]}"
-  done
+  knob_sweep 64 "" pingpong=0 stages=3 stages=4 q_desc_per_step=0 programmatic_launch=1 row_max_partials=8 \
+    l2_promotion=0 l2_promotion=128 q_in_registers=1 ""
+  knob_sweep 192 "" pingpong=0 q_desc_per_step=0 programmatic_launch=1 row_max_partials=2 row_max_partials=8 \
+    l2_promotion=0 q_in_registers=1 ""
   stamp knobs36
   ;;
 ncu)
