@@ -8,7 +8,8 @@
 # short summary.
 #   bench/ncu_profile.sh RESULTS_DIR [NAMES (default fa3_d128,decode_64x4096,decode_1x32768)]
 # NCU_SOURCE=1 adds the source-counter section and writes RESULTS_DIR/ncu-<name>-stalls.txt: the SASS
-# lines with the most warp-stall samples (the report's source page, read back by bench/ncu_stalls.py).
+# lines with the most warp-stall samples (the report's source page, read back by bench/ncu_stalls.py),
+# and RESULTS_DIR/ncu-<name>-source.csv.gz, the whole page.
 # Uses $FLASHJIT_BUILD_DIR (default build-device).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -74,8 +75,10 @@ for name in $(echo "${2:-fa3_d128,decode_64x4096,decode_1x32768}" | tr , ' '); d
   ncu --clock-control none --kernel-name regex:"$kernels" --launch-skip 4 --launch-count 1 "${sections[@]}" \
     "${report[@]}" $command >"$results/ncu-$name.txt" 2>&1
   if [ "${NCU_SOURCE:-0}" = 1 ]; then
-    ncu --import "/tmp/ncu-$name.ncu-rep" --page source --csv --print-source sass 2>&1 |
-      python3 bench/ncu_stalls.py >"$results/ncu-$name-stalls.txt" 2>&1
+    ncu --import "/tmp/ncu-$name.ncu-rep" --page source --csv --print-source sass >"/tmp/ncu-$name-source.csv" 2>&1
+    python3 bench/ncu_stalls.py <"/tmp/ncu-$name-source.csv" >"$results/ncu-$name-stalls.txt" 2>&1
+    # The whole source page (every SASS line, every stall reason), for reading off the machine.
+    gzip -c "/tmp/ncu-$name-source.csv" >"$results/ncu-$name-source.csv.gz"
   fi
   echo "== $name"
   grep -E "^  [A-Za-z_].*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|SM Frequency|L2 Cache Throughput|Issue Slots Busy|L2 Hit Rate|Achieved Occupancy|Registers Per Thread|No Eligible|Warp Cycles Per Issued|SM Active Cycles|Elapsed Cycles" \

@@ -19,6 +19,8 @@
 #  drawn-brief ~450 s: sanitizers, the suite without decode's tests and parity, three causal rows.
 #  short-causal  one tuning knob at a time on the causal S1024 rows at d192 and d64.
 #  knobs36 ~120 s: the knobs run 35f left out, on the drawn causal S1024 kernels at d64 and d192.
+#  desc-advance ~250 s: kDescAdvance's bitwise GPU test, then issue 3's rows against desc_advance=0.
+#  d64-source   Nsight Compute with stall samples by SASS line, d64 S1024 causal, ours and cuDNN's.
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
 #         against the default 8, then the stall-by-SASS-line table (NCU_SOURCE=1).
 # Files under $OUT (at most 8 come back): times.txt, ab.txt, gpu-check.txt and gpu-check's own
@@ -31,10 +33,10 @@ export LD_LIBRARY_PATH=$PWD/build-device FLASHJIT_CACHE_DIR=/tmp/fjc FLASHJIT_BU
 cli=build-device/flashjit
 t0=$(date +%s)
 stamp() { echo "$1 $(($(date +%s) - t0)) s" >>"$O/times.txt"; }
-# A build-device/ from before session 35 lacks its defaults (drawn causal tiles, Q in registers for
-# the short causal tile up to d64): stop, don't time it.
-if ! grep -q "kDrawnSectionPairs" build-device/libflashjit.so ||
-  ! build-device/tests/flashjit_gpu_tests --gtest_list_tests | grep -q ShortCausalDefaultMatchesTheReference; then
+# A build-device/ from before session 36 lacks its defaults (drawn causal tiles, Q in registers for
+# the short causal tile up to d64, advanced wgmma descriptors): stop, don't time it.
+if ! grep -q "kDescAdvance" build-device/libflashjit.so ||
+  ! build-device/tests/flashjit_gpu_tests --gtest_list_tests | grep -q EqualsBuiltDescriptorsBitwise; then
   echo "stale build-device/: run scripts/pack-device.sh first" >>"$O/times.txt"
   exit 1
 fi
@@ -177,6 +179,29 @@ ncu-short)
   # Issue 3's causal S1024 rows below cuDNN (d192, d64): our kernel beside cuDNN's, Nsight Compute.
   timeout 500 bash bench/ncu_profile.sh "$O" fa3_d192_s1024_causal,cudnn_fa_d192_s1024_causal,fa3_d64_s1024_causal,cudnn_fa_d64_s1024_causal >"$O/ncu-summary.txt" 2>&1
   stamp ncu-short
+  ;;
+d64-source)
+  # Where d64 S1024 causal's fixed-latency waits and MIO throttle come from (run 36b): the stall
+  # samples by SASS line, ours beside cuDNN's.
+  NCU_SOURCE=1 timeout 400 bash bench/ncu_profile.sh "$O" fa3_d64_s1024_causal,cudnn_fa_d64_s1024_causal \
+    >"$O/ncu-summary.txt" 2>&1
+  stamp d64-source
+  ;;
+desc-advance)
+  # Session 36's default (kDescAdvance: a GEMM's wgmma descriptors advanced from its first by one
+  # add). Its bitwise GPU test, then each of issue 3's rows against desc_advance=0, alternated, twice.
+  timeout 120 build-device/tests/flashjit_gpu_tests --gtest_filter='PrefillDescAdvanceGpu.*' \
+    >"$O/gpu-tests.log" 2>&1
+  stamp "desc-advance-tests rc=$?"
+  for row in "64 32 1024 16 --causal" "192 11 1024 16 --causal" "128 16 4096 4" "128 16 1024 16 --causal" \
+    "256 8 1024 16 --causal" "64 32 4096 4" "192 11 4096 4" "128 16 4096 4 --causal"; do
+    read -r d h s b causal <<<"$row"
+    for rep in 1 2; do
+      run "d$d S$s ${causal:-full} built #$rep" "desc_advance=0" -b "$b" -s "$s" --heads-q "$h" -d "$d" $causal --variant fa3 --strict
+      run "d$d S$s ${causal:-full} advanced #$rep" "" -b "$b" -s "$s" --heads-q "$h" -d "$d" $causal --variant fa3 --strict
+    done
+  done
+  stamp desc-advance-ab
   ;;
 dynamic)
   # Session 33's dynamic tiles: their GPU test and the tail split's (which shares the workspace code),

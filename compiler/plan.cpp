@@ -82,6 +82,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 with Q's A fragments in registers (RS QK; NVRTC builds only).
   if (plan.constant("kQInRegisters", 0) != 0)
     name += ".qr";
+  // fa3 advancing each GEMM's wgmma descriptors from its first (NVRTC builds only).
+  if (plan.constant("kDescAdvance", 0) != 0)
+    name += ".da";
   // fa3 causal walk order other than the default (kCausalSections): the launch's rule, not the
   // kernel's code, but kernels that walk differently must not share a name.
   if (const int64_t sections = plan.constant("kCausalSections", 0); sections != 0)

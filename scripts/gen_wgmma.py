@@ -43,9 +43,13 @@ __device__ __forceinline__ void opaque_u32(u32 &value) {
 }
 
 // Advances a descriptor's start address by a byte offset (must stay inside the 14-bit field).
+// The address field of a descriptor inside shared memory (< 2^18 bytes) cannot carry into the next
+// field, so the add stays on the low word: one 32-bit add, not a 64-bit add with its carry.
 __device__ __forceinline__ u64 wgmma_desc_advance(u64 desc, u32 bytes) {
   constexpr u32 kUnitShift = 4;
-  return desc + (bytes >> kUnitShift);
+  constexpr u64 kHighWord = 0xFFFFFFFF00000000ull;
+  const u32 lo = static_cast<u32>(desc) + (bytes >> kUnitShift);
+  return (desc & kHighWord) | lo;
 }
 
 // wgmma.fence.sync.aligned: orders register writes (accumulators, A fragments) before the next wgmma.

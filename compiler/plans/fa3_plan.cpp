@@ -84,6 +84,13 @@ constexpr int kSmallHeadDim = 64;
 // +1.2% fp16 in three, on an H100 (runs 36c-d); measured at d64 only, the smaller dims share its
 // kernel's shape.
 constexpr bool kQInRegistersShortCausalSmallDim = true;
+// A GEMM's wgmma descriptors: the first built from its shared-memory address, the others advanced
+// from it by one add (kDescAdvance), or each built from its own address (a shift, a mask and an or
+// more per wgmma on the uniform datapath). Template form only. Runs 37e-f (H100, alternated pairs):
+// d128 S4096 +0.7% (5 of 5), d128 S4096 causal +0.9%, d256 / d192 S1024 causal +1.4% / +0.6%, d64
+// and d80 / d96 S4096 within ±0.3%; but the short causal tile (kShortKeyBlock) lost: d64 -1.2% (5 of
+// 5), d96 -0.9%, d128 -0.4%, so it keeps the built descriptors.
+constexpr bool kDescAdvanceDefault = true;
 constexpr int kMaxBlockNMasked = 128; // causal / local
 constexpr int kMinHeadDim = 8;
 constexpr int kMaxHeadDim = 256; // one wgmma N
@@ -526,6 +533,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: first_block_in_loop walks one tile at a time (no cross_tile_overlap)");
   if (tuning.q_desc_per_step > 0 && backend == FLASHJIT_BACKEND_MLIR)
     return refuse("fa3: q_desc_per_step has a template form only (NVRTC)");
+  if (tuning.desc_advance > 0 && backend == FLASHJIT_BACKEND_MLIR)
+    return refuse("fa3: desc_advance has a template form only (NVRTC)");
   if (tuning.programmatic_launch > 0 && backend == FLASHJIT_BACKEND_MLIR)
     return refuse("fa3: programmatic_launch has a template form only (NVRTC)");
   if (tuning.unmasked_key_loop > 0 && masked)
@@ -541,6 +550,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: q_in_registers has a template form only (NVRTC)");
   if (tuning.q_in_registers > 0 && cross_tile_overlap)
     return refuse("fa3: q_in_registers loads Q per tile (no cross_tile_overlap)");
+  const bool short_causal_tile = (spec.causal || spec.local) && spec.key_block == kShortKeyBlock;
   const bool short_causal_small_dim =
       spec.causal && !spec.local && spec.page_size == 0 && spec.key_block == kShortKeyBlock && small_dim;
   const bool q_in_registers = tuning.q_in_registers >= 0 ? tuning.q_in_registers != 0
@@ -692,6 +702,9 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
                                             : kProgrammaticLaunchDefault && backend != FLASHJIT_BACKEND_MLIR);
   plan->add_bool("kQDescPerStep", q_desc_per_step);
   plan->add_bool("kQInRegisters", q_in_registers);
+  plan->add_bool("kDescAdvance", tuning.desc_advance >= 0
+                                     ? tuning.desc_advance != 0
+                                     : kDescAdvanceDefault && !short_causal_tile && backend != FLASHJIT_BACKEND_MLIR);
   plan->add("kTmaL2PromotionBytes", tuning.l2_promotion >= 0 ? tuning.l2_promotion : kTmaL2PromotionBytes);
   if (spec.causal) {
     plan->add("kCausalSections", tuning.causal_sections >= 0 ? tuning.causal_sections : kCausalSectionsByPairs);
@@ -733,6 +746,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"first_block_in_loop", &Fa3Tuning::first_block_in_loop},
       {"q_desc_per_step", &Fa3Tuning::q_desc_per_step},
       {"q_in_registers", &Fa3Tuning::q_in_registers},
+      {"desc_advance", &Fa3Tuning::desc_advance},
       {"l2_promotion", &Fa3Tuning::l2_promotion},
       {"programmatic_launch", &Fa3Tuning::programmatic_launch},
       {"unmasked_key_loop", &Fa3Tuning::unmasked_key_loop},

@@ -247,6 +247,42 @@ TEST(Fa3Sass, TheDescriptorCheckSeesMovedDescriptors) {
   EXPECT_EQ(r2ur_descriptors_inside_gemm_groups(moved), 1);
 }
 
+// Advanced descriptors (kDescAdvance, the default but for the short causal tile) take one add per
+// wgmma where built ones take an add, a shift, a mask and an or (session 36: ULOP3 and USHF were 26
+// and 12 of the d64 causal key loop's 461 instructions per iteration). Counted over the whole SASS,
+// with the same registers and no spills: two warpgroups with Q's descriptors per step (d128), Q in
+// registers (the d64 short causal tile), three warpgroups (d96).
+TEST(Fa3Sass, AdvancedDescriptorsTakeFewerUniformOps) {
+  const Arch hopper{90, true};
+  KernelSpec short_causal = testing::prefill_spec(hopper, 64, 64, FLASHJIT_BF16, true);
+  short_causal.key_block = fa3_short_key_block(short_causal, FLASHJIT_BACKEND_NVRTC);
+  const std::vector<KernelSpec> specs = {testing::prefill_spec(hopper, 128, 128, FLASHJIT_BF16, false), short_causal,
+                                         testing::prefill_spec(hopper, 96, 96, FLASHJIT_BF16, false)};
+  Fa3Tuning built;
+  built.desc_advance = 0;
+  Fa3Tuning advanced_tuning;
+  advanced_tuning.desc_advance = 1;
+  for (const KernelSpec &spec : specs) {
+    const CompiledKernel advanced_kernel = compile_tuned(spec, advanced_tuning);
+    const CompiledKernel built_kernel = compile_tuned(spec, built);
+    std::string error;
+    const std::string advanced = testing::dump_sass(advanced_kernel.cubin, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    const std::string reference = testing::dump_sass(built_kernel.cubin, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    const auto uniform_ops = [](const std::string &sass) { return count_of(sass, "ULOP3") + count_of(sass, "USHF"); };
+    EXPECT_NE(advanced_kernel.name.find(".da"), std::string::npos) << advanced_kernel.name;
+    EXPECT_EQ(built_kernel.name.find(".da"), std::string::npos) << built_kernel.name;
+    EXPECT_LT(3 * uniform_ops(advanced), 2 * uniform_ops(reference))
+        << advanced_kernel.name << ": " << uniform_ops(advanced) << " ULOP3/USHF against " << uniform_ops(reference);
+    EXPECT_EQ(count_of(advanced, "HGMMA"), count_of(reference, "HGMMA")) << advanced_kernel.name;
+    EXPECT_FALSE(wgmmas_serialized(advanced)) << advanced_kernel.name << ": a wait after every HGMMA";
+    EXPECT_EQ(r2ur_descriptors_inside_gemm_groups(advanced), 0) << advanced_kernel.name;
+    EXPECT_EQ(advanced_kernel.resources.registers, built_kernel.resources.registers) << advanced_kernel.name;
+    EXPECT_EQ(advanced_kernel.resources.spill_store_bytes, 0) << advanced_kernel.name;
+  }
+}
+
 // Lazy rescaling's top rounding (a tuning, kLazyTopRounding): one scalar 16-bit rounding per row and
 // key block (the P pairs round as bf16x2), and no exp2 of its own (the block's top p takes the exp2
 // of the factor, which a kept max does not need), no spills; with the tail split, the varlen form

@@ -478,6 +478,54 @@ TEST_F(PrefillFirstBlockInLoopGpu, EqualsThePrologueFormBitwise) {
   }
 }
 
+class PrefillDescAdvanceGpu : public GpuTest {};
+
+// Each GEMM's wgmma descriptors advanced from its first by one add (kDescAdvance, `.da`, the default
+// but for the short causal tile; FLASHJIT_FA3_TUNING=desc_advance=1 here) against each built from its
+// own shared-memory address (desc_advance=0): the same operands in the same order, so the outputs must
+// be equal bit for bit, and both pass the float64 check. Cases: the short causal tile with Q in registers (d64, GQA 7,
+// seqlen_q < seqlen_k), two warpgroups with Q from shared memory (d128 causal, lengths off the tile), three (d96), the
+// tail split's cut tiles (d128), d192/128 (V's descriptors step a narrower panel), d256, varlen with a length-1
+// sequence, a window with softcap, pages of 16 keys.
+TEST_F(PrefillDescAdvanceGpu, EqualsBuiltDescriptorsBitwise) {
+  const std::unique_ptr<Runtime> built_runtime = strict_runtime_with_fa3_tuning("desc_advance=0");
+  const std::unique_ptr<Runtime> advanced_runtime = strict_runtime_with_fa3_tuning("desc_advance=1");
+  Runtime &built = *built_runtime, &advanced = *advanced_runtime;
+  auto causal = [](CaseOptions c) {
+    c.problem.causal = true;
+    return c;
+  };
+  std::vector<std::pair<std::string, CaseOptions>> cases = {
+      {"d64_causal_gqa7_sq_lt_sk", causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::bf16))},
+      {"d128_causal_s1000", causal(dense(2, 1000, 1000, 16, 8, 128, 128, ref::Dtype::fp16))},
+      {"d96_s900", dense(2, 900, 900, 12, 4, 96, 96, ref::Dtype::bf16)},
+      {"d128_gqa5_cut_tiles", dense(1, 1000, 2600, 40, 8, 128, 128, ref::Dtype::fp16)},
+      {"d192v128", dense(2, 333, 777, 8, 8, 192, 128, ref::Dtype::bf16)},
+      {"d256_causal", causal(dense(1, 700, 1600, 24, 24, 256, 256, ref::Dtype::bf16))},
+      {"d128_varlen_len1", varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::bf16)},
+  };
+  cases[3].second.with_workspace = true;
+  CaseOptions window = dense(1, 900, 1200, 8, 8, 64, 64, ref::Dtype::fp16);
+  window.problem.window_left = 200;
+  window.problem.window_right = 0;
+  window.problem.softcap = 30.0f;
+  cases.push_back({"d64_window_softcap", window});
+  CaseOptions paged = causal(dense(2, 257, 1000, 8, 2, 128, 128, ref::Dtype::bf16));
+  paged.page_size = 16;
+  cases.push_back({"d128_causal_pages16", paged});
+  for (auto &[name, o] : cases) {
+    o.seed = 59;
+    const harness::CaseResult a = harness::run_case(advanced, o);
+    const harness::CaseResult b = harness::run_case(built, o);
+    std::cout << "desc_advance_" << name << ": " << a.summary() << " | built: " << b.summary() << "\n";
+    EXPECT_TRUE(a.pass()) << name << ": " << a.summary();
+    EXPECT_TRUE(b.pass()) << name << " (built descriptors): " << b.summary();
+    EXPECT_NE(a.kernel.find(".da"), std::string::npos) << a.kernel;
+    EXPECT_EQ(b.kernel.find(".da"), std::string::npos) << b.kernel;
+    EXPECT_EQ(a.o_values, b.o_values) << name << ": the two forms differ";
+  }
+}
+
 class PrefillUnmaskedKeyLoopGpu : public GpuTest {};
 
 // The unmasked key loop (kUnmaskedKeyLoop, `.um`, the default without causal or window masking)

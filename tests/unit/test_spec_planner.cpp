@@ -1039,6 +1039,51 @@ TEST(Fa3Tuning, QInRegistersIsATuning) {
   EXPECT_NE(why.find("cross_tile_overlap"), std::string::npos) << why;
 }
 
+// Each GEMM's wgmma descriptors advanced from its first (kDescAdvance, kernel suffix `.da`): the
+// NVRTC default at every head dim, walk and page size but the short causal tile's (measured slower
+// there, runs 37e-f); desc_advance=0 builds each from its address, desc_advance=1 advances them in the
+// short tile too; the MLIR generator has no such form, so it neither takes the default nor accepts
+// the tuning.
+TEST(Fa3Tuning, DescAdvanceIsTheTemplateDefault) {
+  for (int d : {32, 64, 96, 128, 192, 256})
+    for (bool causal : {false, true}) {
+      Plan plan;
+      std::string why;
+      ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why)) << why;
+      EXPECT_EQ(plan.constant("kDescAdvance"), 1) << "d" << d << (causal ? " causal" : "");
+      EXPECT_NE(kernel_name(prefill(d, causal), plan).find(".da"), std::string::npos) << "d" << d;
+      ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why, FLASHJIT_BACKEND_MLIR)) << why;
+      EXPECT_EQ(plan.constant("kDescAdvance"), 0) << "d" << d << " MLIR";
+      EXPECT_EQ(kernel_name(prefill(d, causal), plan).find(".da"), std::string::npos) << "d" << d << " MLIR";
+    }
+  KernelSpec paged = prefill(128, true);
+  paged.page_size = 16;
+  Plan plan;
+  std::string why;
+  ASSERT_TRUE(plan_fa3(paged, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kDescAdvance"), 1) << "paged";
+  Fa3Tuning on;
+  on.desc_advance = 1;
+  for (int d : {64, 96, 128}) {
+    KernelSpec short_causal = prefill(d, true);
+    short_causal.key_block = fa3_short_key_block(short_causal, FLASHJIT_BACKEND_NVRTC);
+    ASSERT_GT(short_causal.key_block, 0) << "d" << d;
+    ASSERT_TRUE(plan_fa3(short_causal, &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kDescAdvance"), 0) << "d" << d << " short causal tile";
+    ASSERT_TRUE(plan_fa3_tuned(short_causal, on, &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kDescAdvance"), 1) << "d" << d << " short causal tile, desc_advance=1";
+  }
+  Fa3Tuning tuning;
+  ASSERT_TRUE(parse_fa3_tuning("desc_advance=0", &tuning, &why)) << why;
+  EXPECT_EQ(tuning.desc_advance, 0);
+  ASSERT_TRUE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kDescAdvance"), 0);
+  EXPECT_EQ(kernel_name(prefill(128, false), plan).find(".da"), std::string::npos);
+  tuning.desc_advance = 1;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why, FLASHJIT_BACKEND_MLIR));
+  EXPECT_NE(why.find("desc_advance"), std::string::npos) << why;
+}
+
 // A tile's first key block as the key loop's first step (kFirstBlockInLoop, kernel suffix `.fl`):
 // the NVRTC default where the kernel runs without pingpong (non-causal d > 128, runs 23b-c), a
 // tuning elsewhere; MLIR plans and the cross-tile stream keep the prologue block.

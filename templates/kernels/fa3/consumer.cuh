@@ -98,6 +98,11 @@ template <class C> struct Consumer {
     u32 q_base = smem.q_panel(0) + wg * kWgmmaM * C::kSwizzleBytes;
     if constexpr (C::kQDescPerStep)
       opaque_u32(q_base);
+    // kDescAdvance: each operand's first descriptor is built once per GEMM, the others add their
+    // k-step's offset to it (one add per wgmma on the uniform datapath, not an add, a shift, a mask
+    // and a move: profile of session 36, perf-notes).
+    const u64 q_first = wgmma_desc(q_base, kChunkBytes, kSwizzleAtomBytes, C::kWgmmaSwizzle);
+    const u64 k_first = wgmma_desc(smem.k_panel(stage, 0), kChunkBytes, kSwizzleAtomBytes, C::kWgmmaSwizzle);
 #pragma unroll
     for (int k = 0; k < C::kKStepsQK; ++k) {
       const int panel = k / kKStepsPerPanel;
@@ -105,10 +110,15 @@ template <class C> struct Consumer {
       // Q's descriptor before K's, as before the RS form existed: the SS kernels' SASS stays as
       // measured (the other order gives ptxas ~20 more UMOVs, never timed).
       u64 a = 0;
-      if constexpr (!C::kQInRegisters)
+      if constexpr (!C::kQInRegisters && C::kDescAdvance)
+        a = wgmma_desc_advance(q_first, (smem.q_panel(panel) - smem.q_panel(0)) + step);
+      else if constexpr (!C::kQInRegisters)
         a = wgmma_desc(q_base + (smem.q_panel(panel) - smem.q_panel(0)) + step, kChunkBytes, kSwizzleAtomBytes,
                        C::kWgmmaSwizzle);
-      const u64 b = wgmma_desc(smem.k_panel(stage, panel) + step, kChunkBytes, kSwizzleAtomBytes, C::kWgmmaSwizzle);
+      const u64 b =
+          C::kDescAdvance
+              ? wgmma_desc_advance(k_first, (smem.k_panel(stage, panel) - smem.k_panel(stage, 0)) + step)
+              : wgmma_desc(smem.k_panel(stage, panel) + step, kChunkBytes, kSwizzleAtomBytes, C::kWgmmaSwizzle);
       if constexpr (C::kQInRegisters) {
         const u32 *frag = q_frag + k * kFragsPerKStep;
         MmaQK::rs(s, frag[0], frag[1], frag[2], frag[3], b, k > 0);
@@ -121,10 +131,13 @@ template <class C> struct Consumer {
 
   __device__ __forceinline__ void issue_pv(float (&o)[C::kHeadDimV / 2], const u32 (&p)[C::kBlockN / 4],
                                            int stage) const {
+    const u64 v_first = wgmma_desc(smem.v_stage(stage), C::kSmemPanelBytesKV, kSwizzleAtomBytes, C::kWgmmaSwizzle);
 #pragma unroll
     for (int k = 0; k < C::kKStepsPV; ++k) {
-      const u64 b = wgmma_desc(smem.v_stage(stage) + k * kKStepRows * C::kSwizzleBytes, C::kSmemPanelBytesKV,
-                               kSwizzleAtomBytes, C::kWgmmaSwizzle);
+      const u32 step = k * kKStepRows * C::kSwizzleBytes;
+      const u64 b = C::kDescAdvance ? wgmma_desc_advance(v_first, step)
+                                    : wgmma_desc(smem.v_stage(stage) + step, C::kSmemPanelBytesKV, kSwizzleAtomBytes,
+                                                 C::kWgmmaSwizzle);
       MmaPV::rs(o, p[k * kFragsPerKStep + 0], p[k * kFragsPerKStep + 1], p[k * kFragsPerKStep + 2],
                 p[k * kFragsPerKStep + 3], b, 1);
     }
