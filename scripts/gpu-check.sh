@@ -160,7 +160,13 @@ if [ "$parity" = 1 ] && [ -d "$build_dir/mlir-parity" ]; then
   fi
   rm -rf "$tools"
   grep -cE "PASS" "$parity" | sed 's/^/parity PASS lines: /'
-  grep -E "FAIL|error|TFLOP/s|ratio" "$parity" | head -40
+  grep -E "FAIL|error|refused|TFLOP/s|ratio" "$parity" | head -40
+  # A failed case, or a kernel bundle refused (e.g. made before the templates changed: rerun
+  # scripts/make-mlir-parity.sh), fails the check as a failed test does.
+  if grep -qE "FAIL|refused" "$parity"; then
+    echo "MLIR parity: failed or not run (see above)"
+    gpu_rc=1
+  fi
 fi
 
 if [ "$bench" = 1 ] && [ -x "$build_dir/flashjit_host_bench" ]; then
