@@ -438,6 +438,26 @@ TEST_F(PrefillQInRegistersGpu, ShortCausalDefaultMatchesTheReference) {
   }
 }
 
+using NamedCases = std::vector<std::pair<std::string, CaseOptions>>;
+
+// Every case on two runtimes whose kernels differ only in one form, named by the kernel suffix
+// `suffix` (in `with`'s kernel names, not in `without`'s): both pass the float64 check, and their
+// outputs are equal bit for bit.
+void expect_equal_bits(Runtime &with, Runtime &without, const std::string &suffix, const std::string &label,
+                       const std::string &without_label, NamedCases &cases, uint64_t seed) {
+  for (auto &[name, o] : cases) {
+    o.seed = seed;
+    const harness::CaseResult a = harness::run_case(with, o);
+    const harness::CaseResult b = harness::run_case(without, o);
+    std::cout << label << "_" << name << ": " << a.summary() << " | " << without_label << ": " << b.summary() << "\n";
+    EXPECT_TRUE(a.pass()) << name << ": " << a.summary();
+    EXPECT_TRUE(b.pass()) << name << " (" << without_label << "): " << b.summary();
+    EXPECT_NE(a.kernel.find(suffix), std::string::npos) << a.kernel;
+    EXPECT_EQ(b.kernel.find(suffix), std::string::npos) << b.kernel;
+    EXPECT_EQ(a.o_values, b.o_values) << name << ": " << a.kernel << " against " << b.kernel;
+  }
+}
+
 class PrefillFirstBlockInLoopGpu : public GpuTest {};
 
 // The first key block in the key loop (FLASHJIT_FA3_TUNING=first_block_in_loop=1, kFirstBlockInLoop, a
@@ -465,17 +485,7 @@ TEST_F(PrefillFirstBlockInLoopGpu, EqualsThePrologueFormBitwise) {
   window.problem.window_right = 0;
   window.problem.softcap = 30.0f;
   cases.push_back({"d64_window_softcap", window});
-  for (auto &[name, o] : cases) {
-    o.seed = 53;
-    const harness::CaseResult a = harness::run_case(in_loop, o);
-    const harness::CaseResult b = harness::run_case(prologue, o);
-    std::cout << "first_block_in_loop_" << name << ": " << a.summary() << " | prologue: " << b.summary() << "\n";
-    EXPECT_TRUE(a.pass()) << name << ": " << a.summary();
-    EXPECT_TRUE(b.pass()) << name << " (prologue form): " << b.summary();
-    EXPECT_NE(a.kernel.find(".fl"), std::string::npos) << a.kernel;
-    EXPECT_EQ(b.kernel.find(".fl"), std::string::npos) << b.kernel;
-    EXPECT_EQ(a.o_values, b.o_values) << name << ": the two forms differ";
-  }
+  expect_equal_bits(in_loop, prologue, ".fl", "first_block_in_loop", "prologue form", cases, 53);
 }
 
 class PrefillDescAdvanceGpu : public GpuTest {};
@@ -513,17 +523,7 @@ TEST_F(PrefillDescAdvanceGpu, EqualsBuiltDescriptorsBitwise) {
   CaseOptions paged = causal(dense(2, 257, 1000, 8, 2, 128, 128, ref::Dtype::bf16));
   paged.page_size = 16;
   cases.push_back({"d128_causal_pages16", paged});
-  for (auto &[name, o] : cases) {
-    o.seed = 59;
-    const harness::CaseResult a = harness::run_case(advanced, o);
-    const harness::CaseResult b = harness::run_case(built, o);
-    std::cout << "desc_advance_" << name << ": " << a.summary() << " | built: " << b.summary() << "\n";
-    EXPECT_TRUE(a.pass()) << name << ": " << a.summary();
-    EXPECT_TRUE(b.pass()) << name << " (built descriptors): " << b.summary();
-    EXPECT_NE(a.kernel.find(".da"), std::string::npos) << a.kernel;
-    EXPECT_EQ(b.kernel.find(".da"), std::string::npos) << b.kernel;
-    EXPECT_EQ(a.o_values, b.o_values) << name << ": the two forms differ";
-  }
+  expect_equal_bits(advanced, built, ".da", "desc_advance", "built descriptors", cases, 59);
 }
 
 class PrefillUnmaskedKeyLoopGpu : public GpuTest {};
@@ -547,17 +547,7 @@ TEST_F(PrefillUnmaskedKeyLoopGpu, EqualsTheMaskedLoopBitwise) {
   };
   cases[0].second.with_workspace = true;
   cases[1].second.with_workspace = true;
-  for (auto &[name, o] : cases) {
-    o.seed = 59;
-    const harness::CaseResult a = harness::run_case(unmasked, o);
-    const harness::CaseResult b = harness::run_case(masked, o);
-    std::cout << "unmasked_key_loop_" << name << ": " << a.summary() << " | masked loop: " << b.summary() << "\n";
-    EXPECT_TRUE(a.pass()) << name << ": " << a.summary();
-    EXPECT_TRUE(b.pass()) << name << " (masked loop): " << b.summary();
-    EXPECT_NE(a.kernel.find(".um"), std::string::npos) << a.kernel;
-    EXPECT_EQ(b.kernel.find(".um"), std::string::npos) << b.kernel;
-    EXPECT_EQ(a.o_values, b.o_values) << name << ": the two loops differ";
-  }
+  expect_equal_bits(unmasked, masked, ".um", "unmasked_key_loop", "masked loop", cases, 59);
 }
 
 class PrefillLazyTopRoundingGpu : public GpuTest {};
@@ -656,8 +646,6 @@ TEST_F(PrefillLazyTopRoundingGpu, APeakedRowGivesTheEagerOutput) {
 }
 
 class PrefillFa3PagedGpu : public GpuTest {};
-
-using NamedCases = std::vector<std::pair<std::string, CaseOptions>>;
 
 // Paged KV for each case: its page size, NaN in every unused slot of the cache, and what its name
 // asks for (causal, head-major layout, a window); seeds from `seed`.
