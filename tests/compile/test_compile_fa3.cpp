@@ -221,12 +221,13 @@ CompiledKernel compile_tuned(const KernelSpec &spec, const Fa3Tuning &tuning) {
 }
 
 // r2ur_descriptors_inside_gemm_groups sees descriptors moved from ordinary registers: Q's hoisted descriptors at d256
-// (q_desc_per_step=0) outnumber the uniform registers, and ptxas moves them back per GEMM
-// (compiler/plans/fa3_plan.cpp, kQDescPerStep); an R2UR written on a line of its own into a group,
-// for other uniform work, is not counted.
+// (q_desc_per_step=0), each built from its own address (desc_advance=0), outnumber the uniform registers, and ptxas
+// moves them back per GEMM (compiler/plans/fa3_plan.cpp, kQDescPerStep); an R2UR written on a line of its own into a
+// group, for other uniform work, is not counted.
 TEST(Fa3Sass, TheDescriptorCheckSeesMovedDescriptors) {
   Fa3Tuning hoisted;
   hoisted.q_desc_per_step = 0;
+  hoisted.desc_advance = 0;
   const CompiledKernel kernel =
       compile_tuned(testing::prefill_spec(Arch{90, true}, 256, 256, FLASHJIT_BF16, false), hoisted);
   std::string error;
