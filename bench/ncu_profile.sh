@@ -40,6 +40,8 @@ problem() {
   # Issue 3's two rows still below cuDNN (compare.py's shapes: 11 heads at d192, 32 at d64).
   fa3_d192_s1024_causal) echo "fj $cli bench -b 16 -s 1024 --heads-q 11 -d 192 -n 8 --causal" ;;
   fa3_d64_s1024_causal) echo "fj $cli bench -b 16 -s 1024 --heads-q 32 -d 64 -n 8 --causal" ;;
+  # The same with advanced wgmma descriptors, which lost 1.2% there (session 36).
+  fa3_d64_s1024_causal_da) echo "fj env FLASHJIT_FA3_TUNING=desc_advance=1 $cli bench -b 16 -s 1024 --heads-q 32 -d 64 -n 8 --causal" ;;
   # The odd-multiple-of-8 loss with two pingpong warpgroups (perf-notes, session 23): d104 forced onto
   # the two-warpgroup kernel against d112's, same shape rule (20 and 18 heads).
   fa3_d104_two_warpgroups) echo "fj env FLASHJIT_FA3_TUNING=consumer_warpgroups=2 $cli bench -b 4 -s 4096 --heads-q 20 -d 104 -n 8" ;;

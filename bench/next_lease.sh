@@ -21,6 +21,7 @@
 #  knobs36 ~120 s: the knobs run 35f left out, on the drawn causal S1024 kernels at d64 and d192.
 #  desc-advance ~250 s: kDescAdvance's bitwise GPU test, then issue 3's rows against desc_advance=0.
 #  d64-source   Nsight Compute with stall samples by SASS line, d64 S1024 causal, ours and cuDNN's.
+#  da-source    the same for our d64 S1024 causal kernel with and without advanced descriptors.
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
 #         against the default 8, then the stall-by-SASS-line table (NCU_SOURCE=1).
 # Files under $OUT (at most 8 come back): times.txt, ab.txt, gpu-check.txt and gpu-check's own
@@ -186,6 +187,13 @@ d64-source)
   NCU_SOURCE=1 timeout 400 bash bench/ncu_profile.sh "$O" fa3_d64_s1024_causal,cudnn_fa_d64_s1024_causal \
     >"$O/ncu-summary.txt" 2>&1
   stamp d64-source
+  ;;
+da-source)
+  # Why advanced descriptors lose in the short causal tile (session 36): the d64 S1024 causal kernel
+  # with and without them, stall samples by SASS line.
+  NCU_SOURCE=1 timeout 400 bash bench/ncu_profile.sh "$O" fa3_d64_s1024_causal,fa3_d64_s1024_causal_da \
+    >"$O/ncu-summary.txt" 2>&1
+  stamp da-source
   ;;
 desc-advance)
   # Session 36's default (kDescAdvance: a GEMM's wgmma descriptors advanced from its first by one
