@@ -92,15 +92,23 @@ template <class C> struct Consumer {
     }
   }
 
+  // Descriptor of the operand at `address`, `offset` bytes past its GEMM's first (descriptor
+  // `first`). kDescAdvance: one add to the first's address field on the uniform datapath, where
+  // building it from the address takes an add, a shift, a mask and a move (profile of session 36,
+  // perf-notes); else built from `address`, as the kernels measured before it were.
+  __device__ __forceinline__ static u64 operand_desc(u64 first, u32 offset, u32 address, u32 lead_bytes) {
+    if constexpr (C::kDescAdvance)
+      return wgmma_desc_advance(first, offset);
+    else
+      return wgmma_desc(address, lead_bytes, kSwizzleAtomBytes, C::kWgmmaSwizzle);
+  }
+
   __device__ __forceinline__ void issue_qk(float (&s)[C::kBlockN / 2], int stage) const {
     // kQDescPerStep: an opaque copy of Q's base keeps the descriptors in the loop, rebuilt per step
     // on the uniform datapath (compiler/plans/fa3_plan.cpp says why).
     u32 q_base = smem.q_panel(0) + wg * kWgmmaM * C::kSwizzleBytes;
     if constexpr (C::kQDescPerStep)
       opaque_u32(q_base);
-    // kDescAdvance: each operand's first descriptor is built once per GEMM, the others add their
-    // k-step's offset to it (one add per wgmma on the uniform datapath, not an add, a shift, a mask
-    // and a move: profile of session 36, perf-notes).
     const u64 q_first = wgmma_desc(q_base, kChunkBytes, kSwizzleAtomBytes, C::kWgmmaSwizzle);
     const u64 k_first = wgmma_desc(smem.k_panel(stage, 0), kChunkBytes, kSwizzleAtomBytes, C::kWgmmaSwizzle);
 #pragma unroll
@@ -110,15 +118,12 @@ template <class C> struct Consumer {
       // Q's descriptor before K's, as before the RS form existed: the SS kernels' SASS stays as
       // measured (the other order gives ptxas ~20 more UMOVs, never timed).
       u64 a = 0;
-      if constexpr (!C::kQInRegisters && C::kDescAdvance)
-        a = wgmma_desc_advance(q_first, (smem.q_panel(panel) - smem.q_panel(0)) + step);
-      else if constexpr (!C::kQInRegisters)
-        a = wgmma_desc(q_base + (smem.q_panel(panel) - smem.q_panel(0)) + step, kChunkBytes, kSwizzleAtomBytes,
-                       C::kWgmmaSwizzle);
-      const u64 b =
-          C::kDescAdvance
-              ? wgmma_desc_advance(k_first, (smem.k_panel(stage, panel) - smem.k_panel(stage, 0)) + step)
-              : wgmma_desc(smem.k_panel(stage, panel) + step, kChunkBytes, kSwizzleAtomBytes, C::kWgmmaSwizzle);
+      if constexpr (!C::kQInRegisters) {
+        const u32 panel_offset = smem.q_panel(panel) - smem.q_panel(0);
+        a = operand_desc(q_first, panel_offset + step, q_base + panel_offset + step, kChunkBytes);
+      }
+      const u64 b = operand_desc(k_first, (smem.k_panel(stage, panel) - smem.k_panel(stage, 0)) + step,
+                                 smem.k_panel(stage, panel) + step, kChunkBytes);
       if constexpr (C::kQInRegisters) {
         const u32 *frag = q_frag + k * kFragsPerKStep;
         MmaQK::rs(s, frag[0], frag[1], frag[2], frag[3], b, k > 0);
@@ -135,9 +140,7 @@ template <class C> struct Consumer {
 #pragma unroll
     for (int k = 0; k < C::kKStepsPV; ++k) {
       const u32 step = k * kKStepRows * C::kSwizzleBytes;
-      const u64 b = C::kDescAdvance ? wgmma_desc_advance(v_first, step)
-                                    : wgmma_desc(smem.v_stage(stage) + step, C::kSmemPanelBytesKV, kSwizzleAtomBytes,
-                                                 C::kWgmmaSwizzle);
+      const u64 b = operand_desc(v_first, step, smem.v_stage(stage) + step, C::kSmemPanelBytesKV);
       MmaPV::rs(o, p[k * kFragsPerKStep + 0], p[k * kFragsPerKStep + 1], p[k * kFragsPerKStep + 2],
                 p[k * kFragsPerKStep + 3], b, 1);
     }
