@@ -195,6 +195,13 @@ constexpr int kMinHeadDimClusterOddEights = 72;
 constexpr int kShortKeyBlock = 128;
 constexpr int kShortKeyBlockCostNumer = 102; // cost per key of the short block, against
 constexpr int kShortKeyBlockCostDenom = 100; // the default block's
+
+// The short causal tile (kMaxSeqlenShortCausal): a masked spec given the short key block, which
+// takes two warpgroups whatever the head dim.
+bool short_causal_tile(const KernelSpec &spec) {
+  return (spec.causal || spec.local) && spec.key_block == kShortKeyBlock;
+}
+
 // The two-warpgroup tiles of 112-key blocks (unmasked d136..d192 in CTA pairs) take 96-key blocks
 // where they pad less: S1024 is 9.1 blocks of 112 (1120 keys computed), 10.7 of 96 (1056). Measured
 // (bf16, d192 S1024, N112 -> N96): +2.5% (run 28b), +2.7% (runs 29a, 29b), fp16 +2.8% (29b): a 96-key
@@ -399,8 +406,7 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, flashjit_backend 
   t.masked = spec.causal || spec.local;
   const int max_dim = std::max(spec.head_dim_qk, spec.head_dim_v);
   const bool small_dim = max_dim <= kSmallHeadDim;
-  // The short causal tile (kMaxSeqlenShortCausal): two warpgroups, whatever the head dim.
-  const bool short_causal = t.masked && spec.key_block == kShortKeyBlock;
+  const bool short_causal = short_causal_tile(spec);
   const bool whole_pages =
       spec.page_size != 0 && spec.page_size % kPagedWholeBlockKeys == 0 && !pages_gathered(spec, tuning);
   const bool fits_three_wgs =
@@ -550,7 +556,6 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: q_in_registers has a template form only (NVRTC)");
   if (tuning.q_in_registers > 0 && cross_tile_overlap)
     return refuse("fa3: q_in_registers loads Q per tile (no cross_tile_overlap)");
-  const bool short_causal_tile = (spec.causal || spec.local) && spec.key_block == kShortKeyBlock;
   const bool short_causal_small_dim =
       spec.causal && !spec.local && spec.page_size == 0 && spec.key_block == kShortKeyBlock && small_dim;
   const bool q_in_registers = tuning.q_in_registers >= 0 ? tuning.q_in_registers != 0
@@ -702,9 +707,9 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
                                             : kProgrammaticLaunchDefault && backend != FLASHJIT_BACKEND_MLIR);
   plan->add_bool("kQDescPerStep", q_desc_per_step);
   plan->add_bool("kQInRegisters", q_in_registers);
-  plan->add_bool("kDescAdvance", tuning.desc_advance >= 0
-                                     ? tuning.desc_advance != 0
-                                     : kDescAdvanceDefault && !short_causal_tile && backend != FLASHJIT_BACKEND_MLIR);
+  plan->add_bool("kDescAdvance", tuning.desc_advance >= 0 ? tuning.desc_advance != 0
+                                                          : kDescAdvanceDefault && !short_causal_tile(spec) &&
+                                                                backend != FLASHJIT_BACKEND_MLIR);
   plan->add("kTmaL2PromotionBytes", tuning.l2_promotion >= 0 ? tuning.l2_promotion : kTmaL2PromotionBytes);
   if (spec.causal) {
     plan->add("kCausalSections", tuning.causal_sections >= 0 ? tuning.causal_sections : kCausalSectionsByPairs);
