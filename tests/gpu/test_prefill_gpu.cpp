@@ -440,15 +440,26 @@ TEST_F(PrefillQInRegistersGpu, ShortCausalDefaultMatchesTheReference) {
 
 using NamedCases = std::vector<std::pair<std::string, CaseOptions>>;
 
-// Every case on two runtimes whose kernels differ only in one form, named by the kernel suffix
-// `suffix` (in `with`'s kernel names, not in `without`'s): both pass the float64 check, and their
-// outputs are equal bit for bit.
-void expect_equal_bits(Runtime &with, Runtime &without, const std::string &suffix, const std::string &label,
-                       const std::string &without_label, NamedCases &cases, uint64_t seed) {
+// A sliding window (200 keys back) with softcap 30 at d64, fp16, seqlen_q < seqlen_k.
+CaseOptions window_softcap_d64() {
+  CaseOptions window = dense(1, 900, 1200, 8, 8, 64, 64, ref::Dtype::fp16);
+  window.problem.window_left = 200;
+  window.problem.window_right = 0;
+  window.problem.softcap = 30.0f;
+  return window;
+}
+
+// Every case on two strict runtimes whose fa3 tunings (FLASHJIT_FA3_TUNING) differ only in one form,
+// named by the kernel suffix `suffix` (in `with_tuning`'s kernel names, not in `without_tuning`'s):
+// both pass the float64 check, and their outputs are equal bit for bit.
+void expect_equal_bits(const char *with_tuning, const char *without_tuning, const std::string &suffix,
+                       const std::string &label, const std::string &without_label, NamedCases &cases, uint64_t seed) {
+  const std::unique_ptr<Runtime> with_runtime = strict_runtime_with_fa3_tuning(with_tuning);
+  const std::unique_ptr<Runtime> without_runtime = strict_runtime_with_fa3_tuning(without_tuning);
   for (auto &[name, o] : cases) {
     o.seed = seed;
-    const harness::CaseResult a = harness::run_case(with, o);
-    const harness::CaseResult b = harness::run_case(without, o);
+    const harness::CaseResult a = harness::run_case(*with_runtime, o);
+    const harness::CaseResult b = harness::run_case(*without_runtime, o);
     std::cout << label << "_" << name << ": " << a.summary() << " | " << without_label << ": " << b.summary() << "\n";
     EXPECT_TRUE(a.pass()) << name << ": " << a.summary();
     EXPECT_TRUE(b.pass()) << name << " (" << without_label << "): " << b.summary();
@@ -467,9 +478,6 @@ class PrefillFirstBlockInLoopGpu : public GpuTest {};
 // < seqlen_k and GQA 6 (three warpgroups, lazy rescale at d80), varlen with a length-1 sequence, a window with softcap,
 // d192/128 and d256.
 TEST_F(PrefillFirstBlockInLoopGpu, EqualsThePrologueFormBitwise) {
-  const std::unique_ptr<Runtime> prologue_runtime = strict_runtime_with_fa3_tuning("first_block_in_loop=0");
-  const std::unique_ptr<Runtime> in_loop_runtime = strict_runtime_with_fa3_tuning("first_block_in_loop=1");
-  Runtime &prologue = *prologue_runtime, &in_loop = *in_loop_runtime;
   std::vector<std::pair<std::string, CaseOptions>> cases = {
       {"d128_gqa5_cut_tiles", dense(1, 1000, 2600, 40, 8, 128, 128, ref::Dtype::fp16)},
       {"d128_varlen_len1", varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::bf16)},
@@ -480,12 +488,9 @@ TEST_F(PrefillFirstBlockInLoopGpu, EqualsThePrologueFormBitwise) {
   CaseOptions causal = dense(2, 700, 1300, 12, 2, 80, 80, ref::Dtype::bf16);
   causal.problem.causal = true;
   cases.push_back({"d80_causal_sq_lt_sk_gqa6", causal});
-  CaseOptions window = dense(1, 900, 1200, 8, 8, 64, 64, ref::Dtype::fp16);
-  window.problem.window_left = 200;
-  window.problem.window_right = 0;
-  window.problem.softcap = 30.0f;
-  cases.push_back({"d64_window_softcap", window});
-  expect_equal_bits(in_loop, prologue, ".fl", "first_block_in_loop", "prologue form", cases, 53);
+  cases.push_back({"d64_window_softcap", window_softcap_d64()});
+  expect_equal_bits("first_block_in_loop=1", "first_block_in_loop=0", ".fl", "first_block_in_loop", "prologue form",
+                    cases, 53);
 }
 
 class PrefillDescAdvanceGpu : public GpuTest {};
@@ -498,14 +503,11 @@ class PrefillDescAdvanceGpu : public GpuTest {};
 // tail split's cut tiles (d128), d192/128 (V's descriptors step a narrower panel), d256, varlen with a length-1
 // sequence, a window with softcap, pages of 16 keys.
 TEST_F(PrefillDescAdvanceGpu, EqualsBuiltDescriptorsBitwise) {
-  const std::unique_ptr<Runtime> built_runtime = strict_runtime_with_fa3_tuning("desc_advance=0");
-  const std::unique_ptr<Runtime> advanced_runtime = strict_runtime_with_fa3_tuning("desc_advance=1");
-  Runtime &built = *built_runtime, &advanced = *advanced_runtime;
   auto causal = [](CaseOptions c) {
     c.problem.causal = true;
     return c;
   };
-  std::vector<std::pair<std::string, CaseOptions>> cases = {
+  NamedCases cases = {
       {"d64_causal_gqa7_sq_lt_sk", causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::bf16))},
       {"d128_causal_s1000", causal(dense(2, 1000, 1000, 16, 8, 128, 128, ref::Dtype::fp16))},
       {"d96_s900", dense(2, 900, 900, 12, 4, 96, 96, ref::Dtype::bf16)},
@@ -515,15 +517,11 @@ TEST_F(PrefillDescAdvanceGpu, EqualsBuiltDescriptorsBitwise) {
       {"d128_varlen_len1", varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::bf16)},
   };
   cases[3].second.with_workspace = true;
-  CaseOptions window = dense(1, 900, 1200, 8, 8, 64, 64, ref::Dtype::fp16);
-  window.problem.window_left = 200;
-  window.problem.window_right = 0;
-  window.problem.softcap = 30.0f;
-  cases.push_back({"d64_window_softcap", window});
+  cases.push_back({"d64_window_softcap", window_softcap_d64()});
   CaseOptions paged = causal(dense(2, 257, 1000, 8, 2, 128, 128, ref::Dtype::bf16));
   paged.page_size = 16;
   cases.push_back({"d128_causal_pages16", paged});
-  expect_equal_bits(advanced, built, ".da", "desc_advance", "built descriptors", cases, 59);
+  expect_equal_bits("desc_advance=1", "desc_advance=0", ".da", "desc_advance", "built descriptors", cases, 59);
 }
 
 class PrefillUnmaskedKeyLoopGpu : public GpuTest {};
@@ -535,9 +533,6 @@ class PrefillUnmaskedKeyLoopGpu : public GpuTest {};
 // tiles (d128, GQA 5), lengths off the tile with seqlen_q > seqlen_k (d96), d192/128, varlen with a
 // length-1 sequence.
 TEST_F(PrefillUnmaskedKeyLoopGpu, EqualsTheMaskedLoopBitwise) {
-  const std::unique_ptr<Runtime> masked_runtime = strict_runtime_with_fa3_tuning("unmasked_key_loop=0");
-  const std::unique_ptr<Runtime> unmasked_runtime = strict_runtime_with_fa3_tuning("");
-  Runtime &masked = *masked_runtime, &unmasked = *unmasked_runtime;
   std::vector<std::pair<std::string, CaseOptions>> cases = {
       {"d64_cut_tiles", dense(2, 400, 2048, 27, 27, 64, 64, ref::Dtype::bf16)},
       {"d128_gqa5_cut_tiles", dense(1, 1000, 2600, 40, 8, 128, 128, ref::Dtype::fp16)},
@@ -547,7 +542,7 @@ TEST_F(PrefillUnmaskedKeyLoopGpu, EqualsTheMaskedLoopBitwise) {
   };
   cases[0].second.with_workspace = true;
   cases[1].second.with_workspace = true;
-  expect_equal_bits(unmasked, masked, ".um", "unmasked_key_loop", "masked loop", cases, 59);
+  expect_equal_bits("", "unmasked_key_loop=0", ".um", "unmasked_key_loop", "masked loop", cases, 59);
 }
 
 class PrefillLazyTopRoundingGpu : public GpuTest {};
