@@ -48,6 +48,15 @@ run() { # label tuning args...
   line=$(FLASHJIT_FA3_TUNING="$tuning" timeout 25 $cli bench -n 40 "$@" 2>&1 | grep -E "^(kernel|median)" | tr '\n' ' ')
   echo "$label [$tuning]: ${line:-failed}" >>"$O/ab.txt"
 }
+# Two tunings of one row alternated, twice: alternate LABEL NAME_A TUNING_A NAME_B TUNING_B BENCH_ARGS...
+alternate() {
+  local label=$1 name_a=$2 tuning_a=$3 name_b=$4 tuning_b=$5
+  shift 5
+  for rep in 1 2; do
+    run "$label $name_a #$rep" "$tuning_a" "$@"
+    run "$label $name_b #$rep" "$tuning_b" "$@"
+  done
+}
 # One causal row ("d heads seqlen batch"), the snake (dynamic_tiles=0) and drawn tiles alternated,
 # twice; leaves the row's bench arguments in the array named by $2 for further runs.
 snake_against_drawn() {
@@ -55,10 +64,7 @@ snake_against_drawn() {
   read -r d h s b <<<"$1"
   local -n args=$2
   args=(-b "$b" -s "$s" --heads-q "$h" -d "$d" --causal --variant fa3 --strict)
-  for rep in 1 2; do
-    run "d$d S$s causal snake #$rep" "dynamic_tiles=0" "${args[@]}"
-    run "d$d S$s causal drawn #$rep" "dynamic_tiles=1" "${args[@]}"
-  done
+  alternate "d$d S$s causal" snake dynamic_tiles=0 drawn dynamic_tiles=1 "${args[@]}"
 }
 # Issue 3's causal S1024 row at head dim $1 (compare.py's shape: d64 32 heads, d192 11, batch 16),
 # one run per tuning in the rest of the arguments ("": the planner's kernel).
@@ -204,10 +210,8 @@ desc-advance)
   for row in "64 32 1024 16 --causal" "192 11 1024 16 --causal" "128 16 4096 4" "128 16 1024 16 --causal" \
     "256 8 1024 16 --causal" "64 32 4096 4" "192 11 4096 4" "128 16 4096 4 --causal"; do
     read -r d h s b causal <<<"$row"
-    for rep in 1 2; do
-      run "d$d S$s ${causal:-full} built #$rep" "desc_advance=0" -b "$b" -s "$s" --heads-q "$h" -d "$d" $causal --variant fa3 --strict
-      run "d$d S$s ${causal:-full} advanced #$rep" "" -b "$b" -s "$s" --heads-q "$h" -d "$d" $causal --variant fa3 --strict
-    done
+    alternate "d$d S$s ${causal:-full}" built desc_advance=0 advanced "" \
+      -b "$b" -s "$s" --heads-q "$h" -d "$d" $causal --variant fa3 --strict
   done
   stamp desc-advance-ab
   ;;
