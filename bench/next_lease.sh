@@ -22,6 +22,8 @@
 #  desc-advance ~250 s: kDescAdvance's bitwise GPU test, then issue 3's rows against desc_advance=0.
 #  d64-source   Nsight Compute with stall samples by SASS line, d64 S1024 causal, ours and cuDNN's.
 #  da-source    the same for our d64 S1024 causal kernel with and without advanced descriptors.
+#  softmax-forms ~250 s: session 37's two softmax tunings (pingpong turns over the softmax, the exponent
+#         as (s - max) * c): their GPU tests, then each alternated with the planner's kernel on issue 3's rows.
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
 #         against the default 8, then the stall-by-SASS-line table (NCU_SOURCE=1).
 # Files under $OUT (at most 8 come back): times.txt, ab.txt, gpu-check.txt and gpu-check's own
@@ -34,10 +36,10 @@ export LD_LIBRARY_PATH=$PWD/build-device FLASHJIT_CACHE_DIR=/tmp/fjc FLASHJIT_BU
 cli=build-device/flashjit
 t0=$(date +%s)
 stamp() { echo "$1 $(($(date +%s) - t0)) s" >>"$O/times.txt"; }
-# A build-device/ from before session 36 lacks its defaults (drawn causal tiles, Q in registers for
-# the short causal tile up to d64, advanced wgmma descriptors): stop, don't time it.
-if ! grep -q "kDescAdvance" build-device/libflashjit.so ||
-  ! build-device/tests/flashjit_gpu_tests --gtest_list_tests | grep -q EqualsBuiltDescriptorsBitwise; then
+# A build-device/ from before session 37 lacks its defaults (drawn causal tiles, Q in registers for
+# the short causal tile up to d64, advanced wgmma descriptors) or its tunings: stop, don't time it.
+if ! grep -q "kPingpongSoftmax" build-device/libflashjit.so ||
+  ! build-device/tests/flashjit_gpu_tests --gtest_list_tests | grep -q EqualsGemmTurnsBitwise; then
   echo "stale build-device/: run scripts/pack-device.sh first" >>"$O/times.txt"
   exit 1
 fi
@@ -214,6 +216,21 @@ desc-advance)
       -b "$b" -s "$s" --heads-q "$h" -d "$d" $causal --variant fa3 --strict
   done
   stamp desc-advance-ab
+  ;;
+softmax-forms)
+  # Session 37's tunings: the pingpong's turn over the softmax (cuDNN's order in the session 36
+  # profile) and the exponent as (s - max) * c (cuDNN's FADD + FMUL). Their GPU tests first.
+  timeout 150 build-device/tests/flashjit_gpu_tests \
+    --gtest_filter='PrefillPingpongSoftmaxGpu.*:PrefillExpSubtractFirstGpu.*' >"$O/gpu-tests.log" 2>&1
+  stamp "softmax-forms-tests rc=$?"
+  for row in "64 32 1024 16 --causal" "192 11 1024 16 --causal" "128 16 1024 16 --causal" "96 21 1024 16 --causal" \
+    "256 8 1024 16 --causal" "128 16 4096 4" "64 32 4096 4"; do
+    read -r d h s b causal <<<"$row"
+    args=(-b "$b" -s "$s" --heads-q "$h" -d "$d" $causal --variant fa3 --strict)
+    alternate "d$d S$s ${causal:-full}" gemm-turns "" softmax-turns pingpong_softmax=1 "${args[@]}"
+    alternate "d$d S$s ${causal:-full}" ffma "" subtract-first exp_subtract_first=1 "${args[@]}"
+  done
+  stamp softmax-forms-ab
   ;;
 dynamic)
   # Session 33's dynamic tiles: their GPU test and the tail split's (which shares the workspace code),

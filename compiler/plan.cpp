@@ -85,6 +85,12 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 advancing each GEMM's wgmma descriptors from its first (NVRTC builds only).
   if (plan.constant("kDescAdvance", 0) != 0)
     name += ".da";
+  // fa3 whose pingpong turn covers the softmax rather than the GEMM issue (NVRTC builds only).
+  if (plan.constant("kPingpongSoftmax", 0) != 0)
+    name += ".pps";
+  // fa3 computing the exponent as (s - max) * c (NVRTC builds only).
+  if (plan.constant("kExpSubtractFirst", 0) != 0)
+    name += ".es";
   // fa3 causal walk order other than the default (kCausalSections): the launch's rule, not the
   // kernel's code, but kernels that walk differently must not share a name.
   if (const int64_t sections = plan.constant("kCausalSections", 0); sections != 0)

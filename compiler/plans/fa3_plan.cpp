@@ -91,6 +91,13 @@ constexpr bool kQInRegistersShortCausalSmallDim = true;
 // and d80 / d96 S4096 within ±0.3%; but the short causal tile (kShortKeyBlock) lost: d64 -1.2% (5 of
 // 5), d96 -0.9%, d128 -0.4%, so it keeps the built descriptors.
 constexpr bool kDescAdvanceDefault = true;
+// What the pingpong's turn covers: each warpgroup's GEMM issue (FA-3's order: one warpgroup's
+// softmax under the other's GEMMs), or its softmax (cuDNN's order in the session 36 profile: the
+// exponential phases never overlap on MUFU, the GEMMs queue as issued). Template form only.
+constexpr bool kPingpongSoftmaxDefault = false;
+// The exponent of p: s * c - max * c as one FFMA, or (s - max) * c as an FADD and an FMUL (cuDNN's
+// form in the session 36 profile, which spreads the MUFU issue). Template form only.
+constexpr bool kExpSubtractFirstDefault = false;
 constexpr int kMaxBlockNMasked = 128; // causal / local
 constexpr int kMinHeadDim = 8;
 constexpr int kMaxHeadDim = 256; // one wgmma N
@@ -543,6 +550,10 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: desc_advance has a template form only (NVRTC)");
   if (tuning.programmatic_launch > 0 && backend == FLASHJIT_BACKEND_MLIR)
     return refuse("fa3: programmatic_launch has a template form only (NVRTC)");
+  if (tuning.pingpong_softmax > 0 && backend == FLASHJIT_BACKEND_MLIR)
+    return refuse("fa3: pingpong_softmax has a template form only (NVRTC)");
+  if (tuning.exp_subtract_first > 0 && backend == FLASHJIT_BACKEND_MLIR)
+    return refuse("fa3: exp_subtract_first has a template form only (NVRTC)");
   if (tuning.unmasked_key_loop > 0 && masked)
     return refuse("fa3: unmasked_key_loop needs every key block below the last to be visible (no causal or window)");
   const bool q_desc_per_step =
@@ -710,6 +721,14 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add_bool("kDescAdvance", tuning.desc_advance >= 0 ? tuning.desc_advance != 0
                                                           : kDescAdvanceDefault && !short_causal_tile(spec) &&
                                                                 backend != FLASHJIT_BACKEND_MLIR);
+  if (tuning.pingpong_softmax > 0 && !plan->pingpong)
+    return refuse("fa3: pingpong_softmax needs pingpong");
+  plan->add_bool("kPingpongSoftmax", tuning.pingpong_softmax >= 0 ? tuning.pingpong_softmax != 0
+                                                                  : kPingpongSoftmaxDefault && plan->pingpong &&
+                                                                        backend != FLASHJIT_BACKEND_MLIR);
+  plan->add_bool("kExpSubtractFirst", tuning.exp_subtract_first >= 0
+                                          ? tuning.exp_subtract_first != 0
+                                          : kExpSubtractFirstDefault && backend != FLASHJIT_BACKEND_MLIR);
   plan->add("kTmaL2PromotionBytes", tuning.l2_promotion >= 0 ? tuning.l2_promotion : kTmaL2PromotionBytes);
   if (spec.causal) {
     plan->add("kCausalSections", tuning.causal_sections >= 0 ? tuning.causal_sections : kCausalSectionsByPairs);
@@ -752,6 +771,8 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"q_desc_per_step", &Fa3Tuning::q_desc_per_step},
       {"q_in_registers", &Fa3Tuning::q_in_registers},
       {"desc_advance", &Fa3Tuning::desc_advance},
+      {"pingpong_softmax", &Fa3Tuning::pingpong_softmax},
+      {"exp_subtract_first", &Fa3Tuning::exp_subtract_first},
       {"l2_promotion", &Fa3Tuning::l2_promotion},
       {"programmatic_launch", &Fa3Tuning::programmatic_launch},
       {"unmasked_key_loop", &Fa3Tuning::unmasked_key_loop},

@@ -32,6 +32,10 @@ struct Fa3Tuning {
   int q_in_registers = -1;      // -1: the planner's choice; 1: Q's A fragments in registers (RS QK), 0: from smem
   int desc_advance = -1;        // -1: the planner's choice; 1: a GEMM's wgmma descriptors advanced from its first by
                                 // one add each, 0: each built from its shared-memory address
+  int pingpong_softmax = -1;    // -1: the planner's choice (0); 1: with pingpong, the warpgroups take turns over their
+                                // softmax (exponentials) instead of their GEMM issue
+  int exp_subtract_first = -1;  // -1: the planner's choice (0); 1: p = 2^((s - max) * c), an FADD and an FMUL, where 0
+                                // takes one FFMA (s * c - max * c)
   int l2_promotion = -1;        // -1: the planner's choice; 0, 64, 128 or 256: bytes the TMA maps promote into L2
   int programmatic_launch = -1; // -1: the planner's choice; 1: launched as a programmatic dependent (PDL)
   int unmasked_key_loop = -1; // -1: the planner's choice; 1: no mask code below a tile's last block (no causal/window)
@@ -60,7 +64,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
 
 // "key=value,..." with the keys block_n, pingpong, exp2_poly_every, consumer_warpgroups,
 // separate_o, rescale_before_pv, cluster_m, lazy_rescale, lazy_top_rounding, row_max_partials, cross_tile_overlap,
-// tail_split, first_block_in_loop, q_desc_per_step, q_in_registers, desc_advance, l2_promotion, programmatic_launch,
+// tail_split, first_block_in_loop, q_desc_per_step, q_in_registers, desc_advance, pingpong_softmax,
+// exp_subtract_first, l2_promotion, programmatic_launch,
 // unmasked_key_loop, causal_sections, causal_section_pairs, section_pairs, paged, paged_gather, stages, gather_noinc
 // (the fields above; unnamed fields keep the planner's choice), e.g. "consumer_warpgroups=2,block_n=128": the developer
 // override FLASHJIT_FA3_TUNING. False, naming the bad item, on an unknown key or a value that is not an integer;

@@ -5,6 +5,7 @@
 #include "tests/compile/compile_matrix.hpp"
 
 #include <algorithm>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -281,6 +282,97 @@ TEST(Fa3Sass, AdvancedDescriptorsTakeFewerUniformOps) {
     EXPECT_EQ(r2ur_descriptors_inside_gemm_groups(advanced), 0) << advanced_kernel.name;
     EXPECT_EQ(advanced_kernel.resources.registers, built_kernel.resources.registers) << advanced_kernel.name;
     EXPECT_EQ(advanced_kernel.resources.spill_store_bytes, 0) << advanced_kernel.name;
+  }
+}
+
+// What each pingpong turn holds, read from the PTX: the instructions between a warpgroup's wait for
+// its turn (bar.sync on the barrier count of two warpgroups, a register the PTX sets by mov) and its
+// hand-over (bar.arrive on it), in PTX order.
+struct TurnContents {
+  int turns = 0, wgmmas = 0, exponentials = 0;
+};
+TurnContents turn_contents(const std::string &ptx, int turn_threads) {
+  const std::regex set_count("mov\\.u32\\s+(%r\\d+), " + std::to_string(turn_threads) + ";");
+  const std::regex barrier("bar\\.(sync|arrive)\\s+%r\\d+, (%r\\d+);");
+  std::set<std::string> count_registers;
+  for (std::sregex_iterator it(ptx.begin(), ptx.end(), set_count), end; it != end; ++it)
+    count_registers.insert((*it)[1]);
+  TurnContents contents;
+  bool inside = false;
+  std::istringstream lines(ptx);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch match;
+    if (std::regex_search(line, match, barrier) && count_registers.count(match[2])) {
+      inside = match[1] == "sync";
+      contents.turns += inside;
+    } else if (inside) {
+      contents.wgmmas += line.find("wgmma.mma_async") != std::string::npos;
+      contents.exponentials += line.find("ex2.approx") != std::string::npos;
+    }
+  }
+  return contents;
+}
+
+// How many ex2.approx arguments each PTX opcode computes (the operand's defining instruction).
+std::map<std::string, int> exponent_producers(const std::string &ptx) {
+  const std::regex definition("^\\s*([a-z][a-z0-9.]*)\\s+(%f\\d+),");
+  const std::regex exponential("ex2\\.approx\\.ftz\\.f32 %f\\d+, (%f\\d+);");
+  std::map<std::string, std::string> defined_by;
+  std::map<std::string, int> producers;
+  std::istringstream lines(ptx);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch match;
+    if (std::regex_search(line, match, exponential))
+      ++producers[defined_by[match[1]]];
+    else if (std::regex_search(line, match, definition))
+      defined_by[match[2]] = match[1];
+  }
+  return producers;
+}
+
+// The pingpong's turn over the softmax (a tuning, kPingpongSoftmax, `.pps`): the exponentials sit
+// inside the turns and the wgmmas outside, where FA-3's order (the default) has them the other way
+// round. The exponent as (s - max) * c (kExpSubtractFirst, `.es`): a multiply computes each ex2's
+// argument, where the default's s * c - max * c ends in a subtract (which ptxas fuses into an FFMA).
+// No spills and no serialized wgmmas; on the d64 short causal tile (Q in registers) and d128.
+TEST(Fa3CompileFeatures, PingpongTurnsCoverTheChosenPhase) {
+  const Arch hopper{90, true};
+  KernelSpec short_causal = testing::prefill_spec(hopper, 64, 64, FLASHJIT_BF16, true);
+  short_causal.key_block = fa3_short_key_block(short_causal, FLASHJIT_BACKEND_NVRTC);
+  constexpr int kTurnThreads = 2 * 128; // a turn's barrier: the waiting and the handing warpgroup
+  for (const KernelSpec &spec : {short_causal, testing::prefill_spec(hopper, 128, 128, FLASHJIT_BF16, false)}) {
+    Fa3Tuning gemm_turns;
+    gemm_turns.pingpong = 1;
+    gemm_turns.tail_split = 0; // its merge barrier counts the same 256 threads
+    Fa3Tuning softmax_turns = gemm_turns;
+    softmax_turns.pingpong_softmax = 1;
+    Fa3Tuning subtract_first = gemm_turns;
+    subtract_first.exp_subtract_first = 1;
+    const CompiledKernel gemm = compile_tuned(spec, gemm_turns);
+    const CompiledKernel softmax = compile_tuned(spec, softmax_turns);
+    const CompiledKernel subtract = compile_tuned(spec, subtract_first);
+    EXPECT_EQ(gemm.name.find(".pps"), std::string::npos) << gemm.name;
+    EXPECT_NE(softmax.name.find(".pps"), std::string::npos) << softmax.name;
+    EXPECT_NE(subtract.name.find(".es"), std::string::npos) << subtract.name;
+    const TurnContents by_gemm = turn_contents(gemm.ptx, kTurnThreads);
+    const TurnContents by_softmax = turn_contents(softmax.ptx, kTurnThreads);
+    EXPECT_GT(by_gemm.turns, 0) << gemm.name;
+    EXPECT_GT(by_gemm.wgmmas, 0) << gemm.name;
+    EXPECT_EQ(by_gemm.exponentials, 0) << gemm.name;
+    EXPECT_GT(by_softmax.turns, 0) << softmax.name;
+    EXPECT_EQ(by_softmax.wgmmas, 0) << softmax.name;
+    EXPECT_GE(by_softmax.exponentials, spec.key_block / 2) << softmax.name; // a thread's share of one block
+    const int exponentials = count_of(gemm.ptx, "ex2.approx");
+    EXPECT_EQ(count_of(subtract.ptx, "ex2.approx"), exponentials) << subtract.name;
+    EXPECT_GE(exponent_producers(gemm.ptx)["sub.f32"], exponentials - 2 * 2) << gemm.name; // but the rows' factors
+    EXPECT_GE(exponent_producers(subtract.ptx)["mul.f32"], exponentials - 2 * 2) << subtract.name;
+    for (const CompiledKernel *kernel : {&gemm, &softmax, &subtract}) {
+      std::string error;
+      const std::string sass = testing::dump_sass(kernel->cubin, &error);
+      ASSERT_TRUE(error.empty()) << error;
+      EXPECT_FALSE(wgmmas_serialized(sass)) << kernel->name << ": a wait after every HGMMA";
+      EXPECT_EQ(kernel->resources.spill_store_bytes, 0) << kernel->name;
+    }
   }
 }
 

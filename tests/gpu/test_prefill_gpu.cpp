@@ -524,6 +524,69 @@ TEST_F(PrefillDescAdvanceGpu, EqualsBuiltDescriptorsBitwise) {
   expect_equal_bits("desc_advance=1", "desc_advance=0", ".da", "desc_advance", "built descriptors", cases, 59);
 }
 
+class PrefillPingpongSoftmaxGpu : public GpuTest {};
+
+// The pingpong's turn over the softmax (FLASHJIT_FA3_TUNING=pingpong_softmax=1, kPingpongSoftmax,
+// `.pps`, a tuning) against FA-3's turn over the GEMM issue: only where the warpgroups wait for each
+// other moves, so the outputs must be equal bit for bit, and both pass the float64 check. Pingpong is
+// forced on both sides (pingpong=1), so three warpgroups (d96) and d192/d256 take turns too. Cases:
+// the short causal tile with Q in registers (d64, GQA 7, seqlen_q < seqlen_k), lengths off the tile
+// (d128 causal), three warpgroups, the tail split's cut tiles, d192/128, d256 causal, varlen with a
+// length-1 sequence, a window with softcap, pages of 16 keys.
+TEST_F(PrefillPingpongSoftmaxGpu, EqualsGemmTurnsBitwise) {
+  auto causal = [](CaseOptions c) {
+    c.problem.causal = true;
+    return c;
+  };
+  NamedCases cases = {
+      {"d64_causal_gqa7_sq_lt_sk", causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::bf16))},
+      {"d128_causal_s1000", causal(dense(2, 1000, 1000, 16, 8, 128, 128, ref::Dtype::fp16))},
+      {"d96_s900", dense(2, 900, 900, 12, 4, 96, 96, ref::Dtype::bf16)},
+      {"d128_gqa5_cut_tiles", dense(1, 1000, 2600, 40, 8, 128, 128, ref::Dtype::fp16)},
+      {"d192v128", dense(2, 333, 777, 8, 8, 192, 128, ref::Dtype::bf16)},
+      {"d256_causal", causal(dense(1, 700, 1600, 24, 24, 256, 256, ref::Dtype::bf16))},
+      {"d128_varlen_len1", varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::bf16)},
+  };
+  cases[3].second.with_workspace = true;
+  cases.push_back({"d64_window_softcap", window_softcap_d64()});
+  CaseOptions paged = causal(dense(2, 257, 1000, 8, 2, 128, 128, ref::Dtype::bf16));
+  paged.page_size = 16;
+  cases.push_back({"d128_causal_pages16", paged});
+  expect_equal_bits("pingpong=1,pingpong_softmax=1", "pingpong=1", ".pps", "pingpong_softmax", "gemm turns", cases,
+                    61);
+}
+
+class PrefillExpSubtractFirstGpu : public GpuTest {};
+
+// The exponent as (s - max) * c (FLASHJIT_FA3_TUNING=exp_subtract_first=1, kExpSubtractFirst, `.es`,
+// a tuning): other roundings than the default's FFMA, so not bit for bit; every element against the
+// float64 reference. Cases: the short causal tile (d64, GQA 7), the lazy rescale's top rounding
+// (varlen with a length-1 sequence), three warpgroups, d256 causal, a window with softcap, pages of 16.
+TEST_F(PrefillExpSubtractFirstGpu, MatchesTheReference) {
+  auto causal = [](CaseOptions c) {
+    c.problem.causal = true;
+    return c;
+  };
+  NamedCases cases = {
+      {"d64_causal_gqa7_sq_lt_sk", causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::bf16))},
+      {"d128_varlen_len1", varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::fp16)},
+      {"d96_s900", dense(2, 900, 900, 12, 4, 96, 96, ref::Dtype::bf16)},
+      {"d256_causal", causal(dense(1, 700, 1600, 24, 24, 256, 256, ref::Dtype::bf16))},
+      {"d64_window_softcap", window_softcap_d64()},
+  };
+  CaseOptions paged = causal(dense(2, 257, 1000, 8, 2, 128, 128, ref::Dtype::bf16));
+  paged.page_size = 16;
+  cases.push_back({"d128_causal_pages16", paged});
+  const std::unique_ptr<Runtime> runtime = strict_runtime_with_fa3_tuning("exp_subtract_first=1");
+  for (auto &[name, o] : cases) {
+    o.seed = 67;
+    const harness::CaseResult result = harness::run_case(*runtime, o);
+    std::cout << "exp_subtract_first_" << name << ": " << result.summary() << "\n";
+    EXPECT_TRUE(result.pass()) << name << ": " << result.summary();
+    EXPECT_NE(result.kernel.find(".es"), std::string::npos) << result.kernel;
+  }
+}
+
 class PrefillUnmaskedKeyLoopGpu : public GpuTest {};
 
 // The unmasked key loop (kUnmaskedKeyLoop, `.um`, the default without causal or window masking)

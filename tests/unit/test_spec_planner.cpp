@@ -1084,6 +1084,43 @@ TEST(Fa3Tuning, DescAdvanceIsTheTemplateDefault) {
   EXPECT_NE(why.find("desc_advance"), std::string::npos) << why;
 }
 
+// Two softmax forms, tunings off by default (session 37): the pingpong's turn over the softmax
+// (kPingpongSoftmax, `.pps`; only with pingpong) and the exponent as (s - max) * c (kExpSubtractFirst,
+// `.es`). Neither has an MLIR form: MLIR plans get 0 and refuse 1.
+TEST(Fa3Tuning, SoftmaxTurnsAndSubtractFirstAreTunings) {
+  Plan plan;
+  std::string why;
+  for (int d : {64, 128, 256})
+    for (bool causal : {false, true}) {
+      ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why)) << why;
+      EXPECT_EQ(plan.constant("kPingpongSoftmax"), 0) << "d" << d;
+      EXPECT_EQ(plan.constant("kExpSubtractFirst"), 0) << "d" << d;
+      const std::string name = kernel_name(prefill(d, causal), plan);
+      EXPECT_EQ(name.find(".pps"), std::string::npos) << name;
+      EXPECT_EQ(name.find(".es"), std::string::npos) << name;
+    }
+  Fa3Tuning tuning;
+  ASSERT_TRUE(parse_fa3_tuning("pingpong_softmax=1,exp_subtract_first=1", &tuning, &why)) << why;
+  EXPECT_EQ(tuning.pingpong_softmax, 1);
+  EXPECT_EQ(tuning.exp_subtract_first, 1);
+  ASSERT_TRUE(plan_fa3_tuned(prefill(64, true), tuning, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kPingpongSoftmax"), 1);
+  EXPECT_EQ(plan.constant("kExpSubtractFirst"), 1);
+  const std::string name = kernel_name(prefill(64, true), plan);
+  EXPECT_NE(name.find(".pps"), std::string::npos) << name;
+  EXPECT_NE(name.find(".es"), std::string::npos) << name;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(64, true), tuning, &plan, &why, FLASHJIT_BACKEND_MLIR));
+  EXPECT_NE(why.find("pingpong_softmax"), std::string::npos) << why;
+  tuning.pingpong_softmax = -1;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(64, true), tuning, &plan, &why, FLASHJIT_BACKEND_MLIR));
+  EXPECT_NE(why.find("exp_subtract_first"), std::string::npos) << why;
+  Fa3Tuning without_pingpong;
+  without_pingpong.pingpong = 0;
+  without_pingpong.pingpong_softmax = 1;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), without_pingpong, &plan, &why));
+  EXPECT_NE(why.find("pingpong_softmax needs pingpong"), std::string::npos) << why;
+}
+
 // A tile's first key block as the key loop's first step (kFirstBlockInLoop, kernel suffix `.fl`):
 // the NVRTC default where the kernel runs without pingpong (non-causal d > 128, runs 23b-c), a
 // tuning elsewhere; MLIR plans and the cross-tile stream keep the prologue block.

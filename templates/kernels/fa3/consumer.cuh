@@ -38,13 +38,18 @@ template <class C> struct Consumer {
   // so every QK is an RS wgmma that reads only K from shared memory.
   mutable u32 q_frag[C::kQInRegisters ? C::kKStepsQK * kFragsPerKStep : 1];
 
-  // Pingpong: wait for this warpgroup's turn on the tensor cores / hand the turn on.
-  __device__ __forceinline__ void turn_wait() const {
-    if constexpr (C::kPingpong)
+  // Pingpong: wait for this warpgroup's turn / hand the turn on. A turn covers one phase of a key
+  // block (kPingpongSoftmax): the GEMM issue (on the tensor cores), or the softmax (on MUFU).
+  enum class Phase { kGemm, kSoftmax };
+  template <Phase kPhase> static constexpr bool kTakesTurns =
+      C::kPingpong && (kPhase == Phase::kSoftmax) == static_cast<bool>(C::kPingpongSoftmax);
+  static constexpr Phase kTurnPhase = C::kPingpongSoftmax ? Phase::kSoftmax : Phase::kGemm;
+  template <Phase kPhase = Phase::kGemm> __device__ __forceinline__ void turn_wait() const {
+    if constexpr (kTakesTurns<kPhase>)
       named_barrier_sync(C::kBarrierPingpong + wg, 2 * kWarpgroupThreads);
   }
-  __device__ __forceinline__ void turn_pass() const {
-    if constexpr (C::kPingpong)
+  template <Phase kPhase = Phase::kGemm> __device__ __forceinline__ void turn_pass() const {
+    if constexpr (kTakesTurns<kPhase>)
       named_barrier_arrive(C::kBarrierPingpong + (wg + 1) % C::kConsumerWarpgroups, 2 * kWarpgroupThreads);
   }
 
@@ -190,7 +195,9 @@ template <class C> struct Consumer {
       const int col0 = n * C::kBlockN + 2 * (tid % kQuadLanes);
       apply_mask<C>(s, row0, col0, t, w);
     }
+    turn_wait<Phase::kSoftmax>();
     softmax_step<C>(s, st, lg.scale_log2, scale);
+    turn_pass<Phase::kSoftmax>();
   }
 
   // The next tile this walker has work in, from wave `wave` on (tiles without rows are skipped;
@@ -473,14 +480,14 @@ template <class C> struct Consumer {
 
     if constexpr (C::kPingpong)
       if (wg == C::kConsumerWarpgroups - 1)
-        turn_pass(); // one turn token, starting at warpgroup 0: strict round robin
+        turn_pass<kTurnPhase>(); // one turn token, starting at warpgroup 0: strict round robin
     if constexpr (C::kCrossTileOverlap)
       run_tile_stream(lg, s, frag, o);
     else
       run_tiles(lg, s, frag, o);
     if constexpr (C::kPingpong)
       if (wg == 0)
-        turn_wait(); // absorb warpgroup 1's last hand-over so the barrier ends balanced
+        turn_wait<kTurnPhase>(); // absorb the last warpgroup's last hand-over so the barrier ends balanced
     if (tid == 0)
       tma_store_wait<0>(); // O stores complete before the CTA retires
   }

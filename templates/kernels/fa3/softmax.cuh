@@ -91,6 +91,15 @@ template <class C> __device__ __forceinline__ void apply_softcap(float (&s)[C::k
     s[i] = post * tanh_fast(s[i] * pre);
 }
 
+// The exponent of p = 2^((s - max) * scale_log2), bias = -max * scale_log2: one FFMA, or
+// (kExpSubtractFirst) an FADD and an FMUL, which ptxas spreads between the MUFU ops.
+template <class C> __device__ __forceinline__ float exponent(float s, float max, float scale_log2, float bias) {
+  if constexpr (C::kExpSubtractFirst)
+    return (s - max) * scale_log2;
+  else
+    return s * scale_log2 + bias; // contracted to one FFMA
+}
+
 // One online-softmax step: updates the row max, returns the factor the old O and sum must be
 // multiplied by, turns s into p = exp2((s - max) * scale_log2) and adds it to the row sum.
 template <class C>
@@ -134,9 +143,10 @@ __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowStat
       // no longer matches the P that weighted V (run 29j's failure: 2.8x the naive error). Adding
       // round(p_top) - p_top to O's normalizer restores the match; it costs no exp2 of its own: the
       // one exp2 is the factor when the max moves (the top p is then 1, exact) and p_top when it stays.
-      // p_top's argument is the same FFMA as its element's in the loop below (the same value unless
-      // that column takes the exp2 polynomial, 7.5e-5 apart).
-      const float power = ex2_approx(keep_max ? block_top * scale_log2 + bias : (st.max[r] - safe_max) * scale_log2);
+      // p_top's argument is the same exponent() as its element's in the loop below (the same value
+      // unless that column takes the exp2 polynomial, 7.5e-5 apart).
+      const float power = ex2_approx(keep_max ? exponent<C>(block_top, safe_max, scale_log2, bias)
+                                              : (st.max[r] - safe_max) * scale_log2);
       rescale[r] = keep_max ? 1.0f : power;
       const float top = keep_max ? power : 1.0f;
       st.top_rounding[r] = st.top_rounding[r] * rescale[r] + kQuadShare * (round_to_16bit<C::kDType>(top) - top);
@@ -150,7 +160,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowStat
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float &x = s[j * kAccPerGroup + r * 2 + e];
-        const float arg = x * scale_log2 + bias; // contracted to one FFMA
+        const float arg = exponent<C>(x, safe_max, scale_log2, bias);
         constexpr int kEvery = C::kExp2PolyEvery;
         x = (kEvery > 0 && j % kEvery == kEvery - 1) ? exp2_poly3(arg) : ex2_approx(arg);
         sum += x;
