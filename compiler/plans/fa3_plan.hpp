@@ -64,9 +64,9 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
 
 // "key=value,..." with the keys block_n, pingpong, exp2_poly_every, consumer_warpgroups,
 // separate_o, rescale_before_pv, cluster_m, lazy_rescale, lazy_top_rounding, row_max_partials, cross_tile_overlap,
-// tail_split, first_block_in_loop, q_desc_per_step, q_in_registers, desc_advance, pingpong_softmax,
-// exp_subtract_first, l2_promotion, programmatic_launch,
-// unmasked_key_loop, causal_sections, causal_section_pairs, section_pairs, paged, paged_gather, stages, gather_noinc
+// tail_split, first_block_in_loop, q_desc_per_step, q_in_registers, desc_advance, pingpong_softmax, exp_subtract_first,
+// l2_promotion, programmatic_launch, unmasked_key_loop, causal_sections, causal_section_pairs, section_pairs, paged,
+// paged_gather, stages, gather_noinc, dynamic_tiles
 // (the fields above; unnamed fields keep the planner's choice), e.g. "consumer_warpgroups=2,block_n=128": the developer
 // override FLASHJIT_FA3_TUNING. False, naming the bad item, on an unknown key or a value that is not an integer;
 // whether the values fit a spec is the planner's answer (plan_fa3_tuned).
