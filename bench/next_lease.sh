@@ -24,6 +24,8 @@
 #  da-source    the same for our d64 S1024 causal kernel with and without advanced descriptors.
 #  softmax-forms ~250 s: session 37's two softmax tunings (pingpong turns over the softmax, the exponent
 #         as (s - max) * c): their GPU tests, then each alternated with the planner's kernel on issue 3's rows.
+#  skip-masked ~150 s: session 37's skipped exponentials of the prologue's masked chunks: the bitwise
+#         GPU test, then alternated with the planner's kernel on the causal rows.
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
 #         against the default 8, then the stall-by-SASS-line table (NCU_SOURCE=1).
 # Files under $OUT (at most 8 come back): times.txt, ab.txt, gpu-check.txt and gpu-check's own
@@ -38,8 +40,8 @@ t0=$(date +%s)
 stamp() { echo "$1 $(($(date +%s) - t0)) s" >>"$O/times.txt"; }
 # A build-device/ from before session 37 lacks its defaults (drawn causal tiles, Q in registers for
 # the short causal tile up to d64, advanced wgmma descriptors) or its tunings: stop, don't time it.
-if ! grep -q "kPingpongSoftmax" build-device/libflashjit.so ||
-  ! build-device/tests/flashjit_gpu_tests --gtest_list_tests | grep -q EqualsGemmTurnsBitwise; then
+if ! grep -q "kSkipMaskedGroups" build-device/libflashjit.so ||
+  ! build-device/tests/flashjit_gpu_tests --gtest_list_tests | grep -q EqualsTheFullSoftmaxBitwise; then
   echo "stale build-device/: run scripts/pack-device.sh first" >>"$O/times.txt"
   exit 1
 fi
@@ -231,6 +233,20 @@ softmax-forms)
     alternate "d$d S$s ${causal:-full}" ffma "" subtract-first exp_subtract_first=1 "${args[@]}"
   done
   stamp softmax-forms-ab
+  ;;
+skip-masked)
+  # Session 37: the prologue (diagonal) block's softmax without the exponentials of chunks the mask
+  # hides from a whole warp. Its bitwise GPU test, then the causal rows against the planner's kernel.
+  timeout 120 build-device/tests/flashjit_gpu_tests --gtest_filter='PrefillSkipMaskedGroupsGpu.*' \
+    >"$O/gpu-tests.log" 2>&1
+  stamp "skip-masked-tests rc=$?"
+  for row in "64 32 1024 16" "96 21 1024 16" "128 16 1024 16" "80 26 1024 16" "192 11 1024 16" "256 8 1024 16" \
+    "64 32 4096 4" "128 16 4096 4"; do
+    read -r d h s b <<<"$row"
+    alternate "d$d S$s causal" full "" skip skip_masked_groups=1 \
+      -b "$b" -s "$s" --heads-q "$h" -d "$d" --causal --variant fa3 --strict
+  done
+  stamp skip-masked-ab
   ;;
 dynamic)
   # Session 33's dynamic tiles: their GPU test and the tail split's (which shares the workspace code),

@@ -88,6 +88,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 whose pingpong turn covers the softmax rather than the GEMM issue (NVRTC builds only).
   if (plan.constant("kPingpongSoftmax", 0) != 0)
     name += ".pps";
+  // fa3 skipping the exponentials of the prologue block's fully masked column chunks (NVRTC builds only).
+  if (plan.constant("kSkipMaskedGroups", 0) != 0)
+    name += ".skm";
   // fa3 computing the exponent as (s - max) * c (NVRTC builds only).
   if (plan.constant("kExpSubtractFirst", 0) != 0)
     name += ".es";

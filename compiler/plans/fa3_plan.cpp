@@ -98,6 +98,11 @@ constexpr bool kPingpongSoftmaxDefault = false;
 // The exponent of p: s * c - max * c as one FFMA, or (s - max) * c as an FADD and an FMUL (cuDNN's
 // form in the session 36 profile, which spreads the MUFU issue). Template form only.
 constexpr bool kExpSubtractFirstDefault = false;
+// The prologue block's softmax (the tile's diagonal block under causal masking) without exponentials
+// for the 16-column chunks that the mask hides from every row of a warp: at d64, where MUFU time
+// matches the GEMMs', a causal S1024 tile spends about a fifth of its exponentials on its diagonal
+// block and nearly half of those on masked logits. Template form only.
+constexpr bool kSkipMaskedGroupsDefault = false;
 constexpr int kMaxBlockNMasked = 128; // causal / local
 constexpr int kMinHeadDim = 8;
 constexpr int kMaxHeadDim = 256; // one wgmma N
@@ -554,6 +559,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: pingpong_softmax has a template form only (NVRTC)");
   if (tuning.exp_subtract_first > 0 && backend == FLASHJIT_BACKEND_MLIR)
     return refuse("fa3: exp_subtract_first has a template form only (NVRTC)");
+  if (tuning.skip_masked_groups > 0 && backend == FLASHJIT_BACKEND_MLIR)
+    return refuse("fa3: skip_masked_groups has a template form only (NVRTC)");
   if (tuning.unmasked_key_loop > 0 && masked)
     return refuse("fa3: unmasked_key_loop needs every key block below the last to be visible (no causal or window)");
   const bool q_desc_per_step =
@@ -729,6 +736,9 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add_bool("kExpSubtractFirst", tuning.exp_subtract_first >= 0
                                           ? tuning.exp_subtract_first != 0
                                           : kExpSubtractFirstDefault && backend != FLASHJIT_BACKEND_MLIR);
+  plan->add_bool("kSkipMaskedGroups", tuning.skip_masked_groups >= 0
+                                          ? tuning.skip_masked_groups != 0
+                                          : kSkipMaskedGroupsDefault && backend != FLASHJIT_BACKEND_MLIR);
   plan->add("kTmaL2PromotionBytes", tuning.l2_promotion >= 0 ? tuning.l2_promotion : kTmaL2PromotionBytes);
   if (spec.causal) {
     plan->add("kCausalSections", tuning.causal_sections >= 0 ? tuning.causal_sections : kCausalSectionsByPairs);
@@ -773,6 +783,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"desc_advance", &Fa3Tuning::desc_advance},
       {"pingpong_softmax", &Fa3Tuning::pingpong_softmax},
       {"exp_subtract_first", &Fa3Tuning::exp_subtract_first},
+      {"skip_masked_groups", &Fa3Tuning::skip_masked_groups},
       {"l2_promotion", &Fa3Tuning::l2_promotion},
       {"programmatic_launch", &Fa3Tuning::programmatic_launch},
       {"unmasked_key_loop", &Fa3Tuning::unmasked_key_loop},

@@ -376,6 +376,43 @@ TEST(Fa3CompileFeatures, PingpongTurnsCoverTheChosenPhase) {
   }
 }
 
+// The prologue block's exponentials skipped for column chunks the mask hides from a whole warp (a
+// tuning, kSkipMaskedGroups, `.skm`): one warp-uniform branch per 16-column chunk and row in that
+// block's softmax, the same exponentials in the code (the key loop keeps all of its own), the same
+// registers and no spills; at d64 (the short causal tile, Q in registers), d128 causal with three
+// warpgroups, d256 causal.
+TEST(Fa3CompileFeatures, SkipMaskedGroupsBranchesAroundExponentials) {
+  const Arch hopper{90, true};
+  KernelSpec short_causal = testing::prefill_spec(hopper, 64, 64, FLASHJIT_BF16, true);
+  short_causal.key_block = fa3_short_key_block(short_causal, FLASHJIT_BACKEND_NVRTC);
+  for (const KernelSpec &spec : {short_causal, testing::prefill_spec(hopper, 128, 128, FLASHJIT_FP16, true),
+                                 testing::prefill_spec(hopper, 256, 256, FLASHJIT_BF16, true)}) {
+    Fa3Tuning skip;
+    skip.skip_masked_groups = 1;
+    const CompiledKernel with = compile_tuned(spec, skip);
+    const CompiledKernel without = compile_tuned(spec, Fa3Tuning{});
+    EXPECT_NE(with.name.find(".skm"), std::string::npos) << with.name;
+    EXPECT_EQ(without.name.find(".skm"), std::string::npos) << without.name;
+    std::string error;
+    const std::string sass = testing::dump_sass(with.cubin, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    const std::string reference = testing::dump_sass(without.cubin, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    Plan plan;
+    std::string why;
+    ASSERT_TRUE(plan_fa3_tuned(spec, skip, &plan, &why)) << why;
+    constexpr int kColsPerChunk = 16, kColsPerGroup = 8, kRowsPerThread = 2; // odd group counts skip by group
+    const int branches =
+        kRowsPerThread * plan.block_n / (plan.block_n % kColsPerChunk == 0 ? kColsPerChunk : kColsPerGroup);
+    EXPECT_GE(count_of(sass, "BRA"), count_of(reference, "BRA") + branches) << with.name;
+    EXPECT_EQ(count_of(sass, "MUFU.EX2"), count_of(reference, "MUFU.EX2")) << with.name;
+    EXPECT_EQ(count_of(sass, "HGMMA"), count_of(reference, "HGMMA")) << with.name;
+    EXPECT_FALSE(wgmmas_serialized(sass)) << with.name << ": a wait after every HGMMA";
+    EXPECT_EQ(with.resources.registers, without.resources.registers) << with.name;
+    EXPECT_EQ(with.resources.spill_store_bytes, 0) << with.name;
+  }
+}
+
 // Lazy rescaling's top rounding (a tuning, kLazyTopRounding): one scalar 16-bit rounding per row and
 // key block (the P pairs round as bf16x2), and no exp2 of its own (the block's top p takes the exp2
 // of the factor, which a kept max does not need), no spills; with the tail split, the varlen form

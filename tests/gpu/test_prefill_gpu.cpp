@@ -587,6 +587,39 @@ TEST_F(PrefillExpSubtractFirstGpu, MatchesTheReference) {
   }
 }
 
+class PrefillSkipMaskedGroupsGpu : public GpuTest {};
+
+// The prologue block's exponentials skipped for 16-column chunks the mask hides from a whole warp
+// (FLASHJIT_FA3_TUNING=skip_masked_groups=1, kSkipMaskedGroups, `.skm`, a tuning): ex2(-inf) is +0, so
+// the outputs must equal the full softmax's bit for bit, and both pass the float64 check. Cases: the
+// short causal tile (d64, GQA 7, seqlen_q < seqlen_k), seqlen_q > seqlen_k (rows that see no key),
+// lengths off the tile (d128 causal, fp16), three warpgroups (d80 causal), d192/128 and d256 causal,
+// varlen causal with a length-1 sequence, a window reaching right of the diagonal, pages of 16.
+TEST_F(PrefillSkipMaskedGroupsGpu, EqualsTheFullSoftmaxBitwise) {
+  auto causal = [](CaseOptions c) {
+    c.problem.causal = true;
+    return c;
+  };
+  NamedCases cases = {
+      {"d64_causal_gqa7_sq_lt_sk", causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::bf16))},
+      {"d64_causal_sq_gt_sk", causal(dense(2, 1000, 300, 8, 8, 64, 64, ref::Dtype::fp16))},
+      {"d128_causal_s1000", causal(dense(2, 1000, 1000, 16, 8, 128, 128, ref::Dtype::fp16))},
+      {"d80_causal_gqa6", causal(dense(2, 700, 1300, 12, 2, 80, 80, ref::Dtype::bf16))},
+      {"d192v128_causal", causal(dense(2, 333, 777, 8, 8, 192, 128, ref::Dtype::bf16))},
+      {"d256_causal", causal(dense(1, 700, 1600, 24, 24, 256, 256, ref::Dtype::bf16))},
+      {"d64_varlen_causal_len1", causal(varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 64, ref::Dtype::bf16))},
+  };
+  CaseOptions window = dense(1, 900, 1200, 8, 8, 96, 96, ref::Dtype::bf16);
+  window.problem.window_left = 150;
+  window.problem.window_right = 37;
+  cases.push_back({"d96_window_right37", window});
+  CaseOptions paged = causal(dense(2, 257, 1000, 8, 2, 128, 128, ref::Dtype::bf16));
+  paged.page_size = 16;
+  cases.push_back({"d128_causal_pages16", paged});
+  expect_equal_bits("skip_masked_groups=1", "skip_masked_groups=0", ".skm", "skip_masked_groups", "full softmax", cases,
+                    71);
+}
+
 class PrefillUnmaskedKeyLoopGpu : public GpuTest {};
 
 // The unmasked key loop (kUnmaskedKeyLoop, `.um`, the default without causal or window masking)

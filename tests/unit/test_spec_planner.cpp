@@ -1084,10 +1084,11 @@ TEST(Fa3Tuning, DescAdvanceIsTheTemplateDefault) {
   EXPECT_NE(why.find("desc_advance"), std::string::npos) << why;
 }
 
-// Two softmax forms, tunings off by default (session 37): the pingpong's turn over the softmax
-// (kPingpongSoftmax, `.pps`; only with pingpong) and the exponent as (s - max) * c (kExpSubtractFirst,
-// `.es`). Neither has an MLIR form: MLIR plans get 0 and refuse 1.
-TEST(Fa3Tuning, SoftmaxTurnsAndSubtractFirstAreTunings) {
+// Three softmax forms, tunings off by default (session 37): the pingpong's turn over the softmax
+// (kPingpongSoftmax, `.pps`; only with pingpong), the exponent as (s - max) * c (kExpSubtractFirst,
+// `.es`) and the prologue block's masked chunks without exponentials (kSkipMaskedGroups, `.skm`).
+// None has an MLIR form: MLIR plans get 0 and refuse 1.
+TEST(Fa3Tuning, SoftmaxFormsAreTunings) {
   Plan plan;
   std::string why;
   for (int d : {64, 128, 256})
@@ -1095,25 +1096,32 @@ TEST(Fa3Tuning, SoftmaxTurnsAndSubtractFirstAreTunings) {
       ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why)) << why;
       EXPECT_EQ(plan.constant("kPingpongSoftmax"), 0) << "d" << d;
       EXPECT_EQ(plan.constant("kExpSubtractFirst"), 0) << "d" << d;
+      EXPECT_EQ(plan.constant("kSkipMaskedGroups"), 0) << "d" << d;
       const std::string name = kernel_name(prefill(d, causal), plan);
-      EXPECT_EQ(name.find(".pps"), std::string::npos) << name;
-      EXPECT_EQ(name.find(".es"), std::string::npos) << name;
+      for (const char *suffix : {".pps", ".es", ".skm"})
+        EXPECT_EQ(name.find(suffix), std::string::npos) << name;
     }
   Fa3Tuning tuning;
-  ASSERT_TRUE(parse_fa3_tuning("pingpong_softmax=1,exp_subtract_first=1", &tuning, &why)) << why;
+  ASSERT_TRUE(parse_fa3_tuning("pingpong_softmax=1,exp_subtract_first=1,skip_masked_groups=1", &tuning, &why)) << why;
   EXPECT_EQ(tuning.pingpong_softmax, 1);
   EXPECT_EQ(tuning.exp_subtract_first, 1);
+  EXPECT_EQ(tuning.skip_masked_groups, 1);
   ASSERT_TRUE(plan_fa3_tuned(prefill(64, true), tuning, &plan, &why)) << why;
   EXPECT_EQ(plan.constant("kPingpongSoftmax"), 1);
   EXPECT_EQ(plan.constant("kExpSubtractFirst"), 1);
+  EXPECT_EQ(plan.constant("kSkipMaskedGroups"), 1);
   const std::string name = kernel_name(prefill(64, true), plan);
-  EXPECT_NE(name.find(".pps"), std::string::npos) << name;
-  EXPECT_NE(name.find(".es"), std::string::npos) << name;
-  EXPECT_FALSE(plan_fa3_tuned(prefill(64, true), tuning, &plan, &why, FLASHJIT_BACKEND_MLIR));
-  EXPECT_NE(why.find("pingpong_softmax"), std::string::npos) << why;
-  tuning.pingpong_softmax = -1;
-  EXPECT_FALSE(plan_fa3_tuned(prefill(64, true), tuning, &plan, &why, FLASHJIT_BACKEND_MLIR));
-  EXPECT_NE(why.find("exp_subtract_first"), std::string::npos) << why;
+  for (const char *suffix : {".pps", ".es", ".skm"})
+    EXPECT_NE(name.find(suffix), std::string::npos) << name;
+  // The MLIR refusal names each knob in turn, the first still set.
+  const std::pair<const char *, int Fa3Tuning::*> knobs[] = {{"pingpong_softmax", &Fa3Tuning::pingpong_softmax},
+                                                             {"exp_subtract_first", &Fa3Tuning::exp_subtract_first},
+                                                             {"skip_masked_groups", &Fa3Tuning::skip_masked_groups}};
+  for (const auto &[key, field] : knobs) {
+    EXPECT_FALSE(plan_fa3_tuned(prefill(64, true), tuning, &plan, &why, FLASHJIT_BACKEND_MLIR)) << key;
+    EXPECT_NE(why.find(key), std::string::npos) << why;
+    tuning.*field = -1;
+  }
   Fa3Tuning without_pingpong;
   without_pingpong.pingpong = 0;
   without_pingpong.pingpong_softmax = 1;

@@ -183,20 +183,39 @@ template <class C> struct Consumer {
   // walker boundary ends below it). So kUnmaskedKeyLoop drops the key loop's mask code.
   static_assert(!C::kUnmaskedKeyLoop || !(C::kCausal || C::kLocal), "the planner allows it without masking only");
 
-  // Mask / soft cap / online softmax of the block in s (kMayMask false: every key of it is visible).
-  template <bool kMayMask = true>
+  // The column groups of block n before the first that lies right of every row of this warp (past
+  // the causal / window diagonal or seqlen_k), rounded up to whole skip chunks: the groups from there
+  // on hold only -inf.
+  __device__ __forceinline__ int live_groups(const Tile &t, const Window &w, int n) const {
+    constexpr int kGroups = C::kBlockN / kColsPerGroup;
+    constexpr int kChunkCols = kGroupsPerSkipChunk * kColsPerGroup;
+    const int warp_last_row = t.m_block * C::kBlockM + wg * kWgmmaM + (tid / kWarpSize + 1) * kRowsPerWarp - 1;
+    int col_end = t.seqlen_k; // exclusive, for the warp's lowest row
+    if (w.has_right)
+      col_end = min(col_end, warp_last_row + w.offset + w.right + 1);
+    const int live_cols = max(col_end - n * C::kBlockN, 0);
+    return min((live_cols + kChunkCols - 1) / kChunkCols * kGroupsPerSkipChunk, kGroups);
+  }
+
+  // Mask / soft cap / online softmax of the block in s (kMayMask false: every key of it is visible;
+  // kSkipMasked: no exponentials for the warp's column groups that the mask hides entirely, the
+  // tile's prologue block under kSkipMaskedGroups).
+  template <bool kMayMask = true, bool kSkipMasked = false>
   __device__ __forceinline__ void softmax(float (&s)[C::kBlockN / 2], RowState<C> &st, float (&scale)[kRowsPerThread],
                                           const Logits &lg, const Tile &t, const Window &w, int n) const {
     if constexpr (C::kSoftcap)
       apply_softcap<C>(s, lg.cap_pre, lg.cap_post);
+    int live = C::kBlockN / kColsPerGroup;
     if (kMayMask && block_needs_mask<C>(t, w, n)) {
       const int row0 =
           t.m_block * C::kBlockM + wg * kWgmmaM + (tid / kWarpSize) * kRowsPerWarp + (tid % kWarpSize) / kQuadLanes;
       const int col0 = n * C::kBlockN + 2 * (tid % kQuadLanes);
       apply_mask<C>(s, row0, col0, t, w);
+      if constexpr (kSkipMasked)
+        live = live_groups(t, w, n);
     }
     turn_wait<Phase::kSoftmax>();
-    softmax_step<C>(s, st, lg.scale_log2, scale);
+    softmax_step<C>(s, st, lg.scale_log2, scale, live);
     turn_pass<Phase::kSoftmax>();
   }
 
@@ -299,7 +318,7 @@ template <class C> struct Consumer {
     load_q_fragments();
     issue_step(s, o, frag, scale, cur, cur, false);
     release_q_after_qk(t, n);
-    softmax(s, st, scale, lg, t, w, n);
+    softmax<true, C::kSkipMaskedGroups>(s, st, scale, lg, t, w, n);
     to_fragments(s, frag);
   }
 

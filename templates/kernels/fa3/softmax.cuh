@@ -100,11 +100,19 @@ template <class C> __device__ __forceinline__ float exponent(float s, float max,
     return s * scale_log2 + bias; // contracted to one FFMA
 }
 
+// kSkipMaskedGroups: column groups are skipped in chunks of this many (16 columns), one warp-uniform
+// branch per chunk and row.
+constexpr int kGroupsPerSkipChunk = 2;
+
 // One online-softmax step: updates the row max, returns the factor the old O and sum must be
-// multiplied by, turns s into p = exp2((s - max) * scale_log2) and adds it to the row sum.
+// multiplied by, turns s into p = exp2((s - max) * scale_log2) and adds it to the row sum. Column
+// groups from `live_groups` on hold only -inf for every row of the warp (a multiple of
+// kGroupsPerSkipChunk): their p is 0, set without an exponential (ex2(-inf) is +0, so the result
+// is the same bit for bit).
 template <class C>
 __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowState<C> &st, float scale_log2,
-                                             float (&rescale)[kRowsPerThread]) {
+                                             float (&rescale)[kRowsPerThread],
+                                             int live_groups = C::kBlockN / kColsPerGroup) {
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     // kRowMaxPartials running maxima over interleaved column groups, combined by a tree: the
@@ -155,16 +163,29 @@ __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowStat
     }
     st.max[r] = block_max;
     float sum = 0.0f;
+    constexpr int kGroups = C::kBlockN / kColsPerGroup;
+    constexpr int kChunk = kGroups % kGroupsPerSkipChunk == 0 ? kGroupsPerSkipChunk : 1;
 #pragma unroll
-    for (int j = 0; j < C::kBlockN / kColsPerGroup; ++j)
+    for (int chunk = 0; chunk < kGroups; chunk += kChunk) {
+      if (chunk < live_groups) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float &x = s[j * kAccPerGroup + r * 2 + e];
-        const float arg = exponent<C>(x, safe_max, scale_log2, bias);
-        constexpr int kEvery = C::kExp2PolyEvery;
-        x = (kEvery > 0 && j % kEvery == kEvery - 1) ? exp2_poly3(arg) : ex2_approx(arg);
-        sum += x;
+        for (int j = chunk; j < chunk + kChunk; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float &x = s[j * kAccPerGroup + r * 2 + e];
+            const float arg = exponent<C>(x, safe_max, scale_log2, bias);
+            constexpr int kEvery = C::kExp2PolyEvery;
+            x = (kEvery > 0 && j % kEvery == kEvery - 1) ? exp2_poly3(arg) : ex2_approx(arg);
+            sum += x;
+          }
+      } else {
+#pragma unroll
+        for (int j = chunk; j < chunk + kChunk; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            s[j * kAccPerGroup + r * 2 + e] = 0.0f;
       }
+    }
     st.sum[r] = st.sum[r] * rescale[r] + sum;
   }
 }
