@@ -51,6 +51,19 @@ CaseOptions varlen(std::vector<int> lq, std::vector<int> lk, int hq, int hkv, in
   return c;
 }
 
+// `c` with causal masking.
+CaseOptions as_causal(CaseOptions c) {
+  c.problem.causal = true;
+  return c;
+}
+
+// Causal d128 over pages of 16 keys, GQA 4, seqlen_q < seqlen_k.
+CaseOptions causal_pages16_d128() {
+  CaseOptions paged = as_causal(dense(2, 257, 1000, 8, 2, 128, 128, ref::Dtype::bf16));
+  paged.page_size = 16;
+  return paged;
+}
+
 // A strict runtime (the fa3 kernels themselves, no fallback) made while FLASHJIT_FA3_TUNING=tuning
 // ("": the planner's choices): the variable is read when a runtime is made; its value comes back after.
 std::unique_ptr<Runtime> strict_runtime_with_fa3_tuning(const char *tuning) {
@@ -332,19 +345,15 @@ TEST_F(PrefillDynamicTilesGpu, DrawnTilesMatchTheReferenceAndTheSnake) {
     const char *snake_tuning; // the same tile walked by the snake
     const char *drawn_tuning;
   };
-  auto causal = [](CaseOptions c) {
-    c.problem.causal = true;
-    return c;
-  };
   constexpr const char *kSnake = "dynamic_tiles=0", *kDrawn = "dynamic_tiles=1";
   std::vector<Case> cases = {
-      {"d192_causal", causal(dense(3, 1000, 1000, 11, 11, 192, 192, ref::Dtype::bf16)), kSnake, kDrawn},
-      {"d64_causal_sq_lt_sk_gqa6", causal(dense(4, 700, 1300, 12, 2, 64, 64, ref::Dtype::fp16)), kSnake, kDrawn},
-      {"d80_causal_3wg", causal(dense(2, 1500, 1500, 16, 16, 80, 80, ref::Dtype::bf16)), kSnake, kDrawn},
-      {"d128_causal_sq_gt_sk_masked_rows", causal(dense(2, 1300, 1000, 40, 8, 128, 128, ref::Dtype::fp16)), kSnake,
+      {"d192_causal", as_causal(dense(3, 1000, 1000, 11, 11, 192, 192, ref::Dtype::bf16)), kSnake, kDrawn},
+      {"d64_causal_sq_lt_sk_gqa6", as_causal(dense(4, 700, 1300, 12, 2, 64, 64, ref::Dtype::fp16)), kSnake, kDrawn},
+      {"d80_causal_3wg", as_causal(dense(2, 1500, 1500, 16, 16, 80, 80, ref::Dtype::bf16)), kSnake, kDrawn},
+      {"d128_causal_sq_gt_sk_masked_rows", as_causal(dense(2, 1300, 1000, 40, 8, 128, 128, ref::Dtype::fp16)), kSnake,
        kDrawn},
-      {"d128_causal_varlen_len1", causal(varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::bf16)),
-       kSnake, kDrawn},
+      {"d128_causal_varlen_len1",
+       as_causal(varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::bf16)), kSnake, kDrawn},
       {"d128_unmasked", dense(2, 1000, 1300, 40, 8, 128, 128, ref::Dtype::bf16), "cluster_m=1,tail_split=0",
        "cluster_m=1,tail_split=0,dynamic_tiles=1"},
   };
@@ -407,21 +416,18 @@ TEST_F(PrefillQInRegistersGpu, RegisterQMatchesTheReference) {
 // tile, whose Q stays in shared memory.
 TEST_F(PrefillQInRegistersGpu, ShortCausalDefaultMatchesTheReference) {
   const std::unique_ptr<Runtime> planner = strict_runtime_with_fa3_tuning("");
-  auto causal = [](CaseOptions c) {
-    c.problem.causal = true;
-    return c;
-  };
   struct Case {
     std::string name;
     CaseOptions options;
     bool register_q; // the planner's kernel says `.qr`
   };
   std::vector<Case> cases = {
-      {"d64_s1000", causal(dense(16, 1000, 1000, 32, 32, 64, 64, ref::Dtype::bf16)), true},
-      {"d64_gqa7_sq_lt_sk", causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::fp16)), true},
-      {"d64_sq_gt_sk", causal(dense(2, 900, 517, 8, 8, 64, 64, ref::Dtype::bf16)), true},
-      {"d64_varlen_len1", causal(varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 64, ref::Dtype::bf16)), false},
-      {"d32_s700", causal(dense(4, 700, 700, 16, 4, 32, 32, ref::Dtype::fp16)), true},
+      {"d64_s1000", as_causal(dense(16, 1000, 1000, 32, 32, 64, 64, ref::Dtype::bf16)), true},
+      {"d64_gqa7_sq_lt_sk", as_causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::fp16)), true},
+      {"d64_sq_gt_sk", as_causal(dense(2, 900, 517, 8, 8, 64, 64, ref::Dtype::bf16)), true},
+      {"d64_varlen_len1", as_causal(varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 64, ref::Dtype::bf16)),
+       false},
+      {"d32_s700", as_causal(dense(4, 700, 700, 16, 4, 32, 32, ref::Dtype::fp16)), true},
   };
   for (Case &c : cases) {
     CaseOptions &o = c.options;
@@ -469,6 +475,26 @@ void expect_equal_bits(const char *with_tuning, const char *without_tuning, cons
   }
 }
 
+// The cases of a form that must not change the output (a bitwise A/B): the short causal tile with Q
+// in registers (d64, GQA 7, seqlen_q < seqlen_k), two warpgroups with Q from shared memory (d128
+// causal, lengths off the tile), three (d96), the tail split's cut tiles (d128), d192/128, d256
+// causal, varlen with a length-1 sequence, a window with softcap, pages of 16 keys.
+NamedCases kernel_form_cases() {
+  NamedCases cases = {
+      {"d64_causal_gqa7_sq_lt_sk", as_causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::bf16))},
+      {"d128_causal_s1000", as_causal(dense(2, 1000, 1000, 16, 8, 128, 128, ref::Dtype::fp16))},
+      {"d96_s900", dense(2, 900, 900, 12, 4, 96, 96, ref::Dtype::bf16)},
+      {"d128_gqa5_cut_tiles", dense(1, 1000, 2600, 40, 8, 128, 128, ref::Dtype::fp16)},
+      {"d192v128", dense(2, 333, 777, 8, 8, 192, 128, ref::Dtype::bf16)},
+      {"d256_causal", as_causal(dense(1, 700, 1600, 24, 24, 256, 256, ref::Dtype::bf16))},
+      {"d128_varlen_len1", varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::bf16)},
+  };
+  cases[3].second.with_workspace = true;
+  cases.push_back({"d64_window_softcap", window_softcap_d64()});
+  cases.push_back({"d128_causal_pages16", causal_pages16_d128()});
+  return cases;
+}
+
 class PrefillFirstBlockInLoopGpu : public GpuTest {};
 
 // The first key block in the key loop (FLASHJIT_FA3_TUNING=first_block_in_loop=1, kFirstBlockInLoop, a
@@ -498,29 +524,10 @@ class PrefillDescAdvanceGpu : public GpuTest {};
 // Each GEMM's wgmma descriptors advanced from its first by one add (kDescAdvance, `.da`, the default
 // but for the short causal tile; FLASHJIT_FA3_TUNING=desc_advance=1 here) against each built from its
 // own shared-memory address (desc_advance=0): the same operands in the same order, so the outputs must
-// be equal bit for bit, and both pass the float64 check. Cases: the short causal tile with Q in registers (d64, GQA 7,
-// seqlen_q < seqlen_k), two warpgroups with Q from shared memory (d128 causal, lengths off the tile), three (d96), the
-// tail split's cut tiles (d128), d192/128 (V's descriptors step a narrower panel), d256, varlen with a length-1
-// sequence, a window with softcap, pages of 16 keys.
+// be equal bit for bit, and both pass the float64 check; kernel_form_cases() (d192/128: V's descriptors step a
+// narrower panel).
 TEST_F(PrefillDescAdvanceGpu, EqualsBuiltDescriptorsBitwise) {
-  auto causal = [](CaseOptions c) {
-    c.problem.causal = true;
-    return c;
-  };
-  NamedCases cases = {
-      {"d64_causal_gqa7_sq_lt_sk", causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::bf16))},
-      {"d128_causal_s1000", causal(dense(2, 1000, 1000, 16, 8, 128, 128, ref::Dtype::fp16))},
-      {"d96_s900", dense(2, 900, 900, 12, 4, 96, 96, ref::Dtype::bf16)},
-      {"d128_gqa5_cut_tiles", dense(1, 1000, 2600, 40, 8, 128, 128, ref::Dtype::fp16)},
-      {"d192v128", dense(2, 333, 777, 8, 8, 192, 128, ref::Dtype::bf16)},
-      {"d256_causal", causal(dense(1, 700, 1600, 24, 24, 256, 256, ref::Dtype::bf16))},
-      {"d128_varlen_len1", varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::bf16)},
-  };
-  cases[3].second.with_workspace = true;
-  cases.push_back({"d64_window_softcap", window_softcap_d64()});
-  CaseOptions paged = causal(dense(2, 257, 1000, 8, 2, 128, 128, ref::Dtype::bf16));
-  paged.page_size = 16;
-  cases.push_back({"d128_causal_pages16", paged});
+  NamedCases cases = kernel_form_cases();
   expect_equal_bits("desc_advance=1", "desc_advance=0", ".da", "desc_advance", "built descriptors", cases, 59);
 }
 
@@ -529,31 +536,11 @@ class PrefillPingpongSoftmaxGpu : public GpuTest {};
 // The pingpong's turn over the softmax (FLASHJIT_FA3_TUNING=pingpong_softmax=1, kPingpongSoftmax,
 // `.pps`, a tuning) against FA-3's turn over the GEMM issue: only where the warpgroups wait for each
 // other moves, so the outputs must be equal bit for bit, and both pass the float64 check. Pingpong is
-// forced on both sides (pingpong=1), so three warpgroups (d96) and d192/d256 take turns too. Cases:
-// the short causal tile with Q in registers (d64, GQA 7, seqlen_q < seqlen_k), lengths off the tile
-// (d128 causal), three warpgroups, the tail split's cut tiles, d192/128, d256 causal, varlen with a
-// length-1 sequence, a window with softcap, pages of 16 keys.
+// forced on both sides (pingpong=1), so three warpgroups (d96) and d192/d256 take turns too;
+// kernel_form_cases().
 TEST_F(PrefillPingpongSoftmaxGpu, EqualsGemmTurnsBitwise) {
-  auto causal = [](CaseOptions c) {
-    c.problem.causal = true;
-    return c;
-  };
-  NamedCases cases = {
-      {"d64_causal_gqa7_sq_lt_sk", causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::bf16))},
-      {"d128_causal_s1000", causal(dense(2, 1000, 1000, 16, 8, 128, 128, ref::Dtype::fp16))},
-      {"d96_s900", dense(2, 900, 900, 12, 4, 96, 96, ref::Dtype::bf16)},
-      {"d128_gqa5_cut_tiles", dense(1, 1000, 2600, 40, 8, 128, 128, ref::Dtype::fp16)},
-      {"d192v128", dense(2, 333, 777, 8, 8, 192, 128, ref::Dtype::bf16)},
-      {"d256_causal", causal(dense(1, 700, 1600, 24, 24, 256, 256, ref::Dtype::bf16))},
-      {"d128_varlen_len1", varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::bf16)},
-  };
-  cases[3].second.with_workspace = true;
-  cases.push_back({"d64_window_softcap", window_softcap_d64()});
-  CaseOptions paged = causal(dense(2, 257, 1000, 8, 2, 128, 128, ref::Dtype::bf16));
-  paged.page_size = 16;
-  cases.push_back({"d128_causal_pages16", paged});
-  expect_equal_bits("pingpong=1,pingpong_softmax=1", "pingpong=1", ".pps", "pingpong_softmax", "gemm turns", cases,
-                    61);
+  NamedCases cases = kernel_form_cases();
+  expect_equal_bits("pingpong=1,pingpong_softmax=1", "pingpong=1", ".pps", "pingpong_softmax", "gemm turns", cases, 61);
 }
 
 class PrefillExpSubtractFirstGpu : public GpuTest {};
@@ -563,20 +550,14 @@ class PrefillExpSubtractFirstGpu : public GpuTest {};
 // float64 reference. Cases: the short causal tile (d64, GQA 7), the lazy rescale's top rounding
 // (varlen with a length-1 sequence), three warpgroups, d256 causal, a window with softcap, pages of 16.
 TEST_F(PrefillExpSubtractFirstGpu, MatchesTheReference) {
-  auto causal = [](CaseOptions c) {
-    c.problem.causal = true;
-    return c;
-  };
   NamedCases cases = {
-      {"d64_causal_gqa7_sq_lt_sk", causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::bf16))},
+      {"d64_causal_gqa7_sq_lt_sk", as_causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::bf16))},
       {"d128_varlen_len1", varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::fp16)},
       {"d96_s900", dense(2, 900, 900, 12, 4, 96, 96, ref::Dtype::bf16)},
-      {"d256_causal", causal(dense(1, 700, 1600, 24, 24, 256, 256, ref::Dtype::bf16))},
+      {"d256_causal", as_causal(dense(1, 700, 1600, 24, 24, 256, 256, ref::Dtype::bf16))},
       {"d64_window_softcap", window_softcap_d64()},
   };
-  CaseOptions paged = causal(dense(2, 257, 1000, 8, 2, 128, 128, ref::Dtype::bf16));
-  paged.page_size = 16;
-  cases.push_back({"d128_causal_pages16", paged});
+  cases.push_back({"d128_causal_pages16", causal_pages16_d128()});
   const std::unique_ptr<Runtime> runtime = strict_runtime_with_fa3_tuning("exp_subtract_first=1");
   for (auto &[name, o] : cases) {
     o.seed = 67;
@@ -596,26 +577,21 @@ class PrefillSkipMaskedGroupsGpu : public GpuTest {};
 // lengths off the tile (d128 causal, fp16), three warpgroups (d80 causal), d192/128 and d256 causal,
 // varlen causal with a length-1 sequence, a window reaching right of the diagonal, pages of 16.
 TEST_F(PrefillSkipMaskedGroupsGpu, EqualsTheFullSoftmaxBitwise) {
-  auto causal = [](CaseOptions c) {
-    c.problem.causal = true;
-    return c;
-  };
   NamedCases cases = {
-      {"d64_causal_gqa7_sq_lt_sk", causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::bf16))},
-      {"d64_causal_sq_gt_sk", causal(dense(2, 1000, 300, 8, 8, 64, 64, ref::Dtype::fp16))},
-      {"d128_causal_s1000", causal(dense(2, 1000, 1000, 16, 8, 128, 128, ref::Dtype::fp16))},
-      {"d80_causal_gqa6", causal(dense(2, 700, 1300, 12, 2, 80, 80, ref::Dtype::bf16))},
-      {"d192v128_causal", causal(dense(2, 333, 777, 8, 8, 192, 128, ref::Dtype::bf16))},
-      {"d256_causal", causal(dense(1, 700, 1600, 24, 24, 256, 256, ref::Dtype::bf16))},
-      {"d64_varlen_causal_len1", causal(varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 64, ref::Dtype::bf16))},
+      {"d64_causal_gqa7_sq_lt_sk", as_causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::bf16))},
+      {"d64_causal_sq_gt_sk", as_causal(dense(2, 1000, 300, 8, 8, 64, 64, ref::Dtype::fp16))},
+      {"d128_causal_s1000", as_causal(dense(2, 1000, 1000, 16, 8, 128, 128, ref::Dtype::fp16))},
+      {"d80_causal_gqa6", as_causal(dense(2, 700, 1300, 12, 2, 80, 80, ref::Dtype::bf16))},
+      {"d192v128_causal", as_causal(dense(2, 333, 777, 8, 8, 192, 128, ref::Dtype::bf16))},
+      {"d256_causal", as_causal(dense(1, 700, 1600, 24, 24, 256, 256, ref::Dtype::bf16))},
+      {"d64_varlen_causal_len1",
+       as_causal(varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 64, ref::Dtype::bf16))},
   };
   CaseOptions window = dense(1, 900, 1200, 8, 8, 96, 96, ref::Dtype::bf16);
   window.problem.window_left = 150;
   window.problem.window_right = 37;
   cases.push_back({"d96_window_right37", window});
-  CaseOptions paged = causal(dense(2, 257, 1000, 8, 2, 128, 128, ref::Dtype::bf16));
-  paged.page_size = 16;
-  cases.push_back({"d128_causal_pages16", paged});
+  cases.push_back({"d128_causal_pages16", causal_pages16_d128()});
   expect_equal_bits("skip_masked_groups=1", "skip_masked_groups=0", ".skm", "skip_masked_groups", "full softmax", cases,
                     71);
 }

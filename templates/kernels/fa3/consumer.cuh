@@ -41,8 +41,9 @@ template <class C> struct Consumer {
   // Pingpong: wait for this warpgroup's turn / hand the turn on. A turn covers one phase of a key
   // block (kPingpongSoftmax): the GEMM issue (on the tensor cores), or the softmax (on MUFU).
   enum class Phase { kGemm, kSoftmax };
-  template <Phase kPhase> static constexpr bool kTakesTurns =
-      C::kPingpong && (kPhase == Phase::kSoftmax) == static_cast<bool>(C::kPingpongSoftmax);
+  template <Phase kPhase>
+  static constexpr bool kTakesTurns = C::kPingpong &&
+                                      (kPhase == Phase::kSoftmax) == static_cast<bool>(C::kPingpongSoftmax);
   static constexpr Phase kTurnPhase = C::kPingpongSoftmax ? Phase::kSoftmax : Phase::kGemm;
   template <Phase kPhase = Phase::kGemm> __device__ __forceinline__ void turn_wait() const {
     if constexpr (kTakesTurns<kPhase>)
