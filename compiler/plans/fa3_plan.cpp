@@ -549,18 +549,14 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: first_block_in_loop has a template form only (NVRTC)");
   if (tuning.first_block_in_loop > 0 && cross_tile_overlap)
     return refuse("fa3: first_block_in_loop walks one tile at a time (no cross_tile_overlap)");
-  if (tuning.q_desc_per_step > 0 && backend == FLASHJIT_BACKEND_MLIR)
-    return refuse("fa3: q_desc_per_step has a template form only (NVRTC)");
-  if (tuning.desc_advance > 0 && backend == FLASHJIT_BACKEND_MLIR)
-    return refuse("fa3: desc_advance has a template form only (NVRTC)");
-  if (tuning.programmatic_launch > 0 && backend == FLASHJIT_BACKEND_MLIR)
-    return refuse("fa3: programmatic_launch has a template form only (NVRTC)");
-  if (tuning.pingpong_softmax > 0 && backend == FLASHJIT_BACKEND_MLIR)
-    return refuse("fa3: pingpong_softmax has a template form only (NVRTC)");
-  if (tuning.exp_subtract_first > 0 && backend == FLASHJIT_BACKEND_MLIR)
-    return refuse("fa3: exp_subtract_first has a template form only (NVRTC)");
-  if (tuning.skip_masked_groups > 0 && backend == FLASHJIT_BACKEND_MLIR)
-    return refuse("fa3: skip_masked_groups has a template form only (NVRTC)");
+  // Forms the MLIR generator does not render: asked for by name, they refuse an MLIR plan.
+  const std::pair<const char *, int> template_only_forms[] = {
+      {"q_desc_per_step", tuning.q_desc_per_step},         {"desc_advance", tuning.desc_advance},
+      {"programmatic_launch", tuning.programmatic_launch}, {"pingpong_softmax", tuning.pingpong_softmax},
+      {"exp_subtract_first", tuning.exp_subtract_first},   {"skip_masked_groups", tuning.skip_masked_groups}};
+  for (const auto &[form, value] : template_only_forms)
+    if (value > 0 && backend == FLASHJIT_BACKEND_MLIR)
+      return refuse(std::string("fa3: ") + form + " has a template form only (NVRTC)");
   if (tuning.unmasked_key_loop > 0 && masked)
     return refuse("fa3: unmasked_key_loop needs every key block below the last to be visible (no causal or window)");
   const bool q_desc_per_step =
