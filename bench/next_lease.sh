@@ -26,6 +26,9 @@
 #         as (s - max) * c): their GPU tests, then each alternated with the planner's kernel on issue 3's rows.
 #  skip-masked ~150 s: session 37's skipped exponentials of the prologue's masked chunks: the bitwise
 #         GPU test, then alternated with the planner's kernel on the causal rows.
+#  session38 ~150 s (H100) / ~450 s (H200): the d64 S1024 causal key blocks 96/112 with Q in registers
+#         alternated with the planner's 128; on an H200 also every prefill row of TARGETS.md and the
+#         causal S1024 rows beside cuDNN, then the host-side hot paths.
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
 #         against the default 8, then the stall-by-SASS-line table (NCU_SOURCE=1).
 # Files under $OUT (at most 8 come back): times.txt, ab.txt, gpu-check.txt and gpu-check's own
@@ -316,6 +319,28 @@ knobs36)
   knob_sweep 192 "" pingpong=0 q_desc_per_step=0 programmatic_launch=1 row_max_partials=2 row_max_partials=8 \
     l2_promotion=0 q_in_registers=1 ""
   stamp knobs36
+  ;;
+session38)
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+  echo "gpu: $gpu" >>"$O/times.txt"
+  # Session 37's last idea for the d64 short causal tile: fewer masked logits per diagonal block.
+  for rep in 1 2; do
+    knob_sweep 64 "" block_n=112 block_n=96
+  done
+  stamp d64-key-blocks
+  if echo "$gpu" | grep -q H200; then
+    # The H200 verdicts sessions 34-37 owe: every prefill row of TARGETS.md, then the causal S1024 rows.
+    timeout 300 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/rows.json" --ops prefill \
+      2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/rows.txt"
+    stamp prefill-rows
+    timeout 120 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/short.json" --ops prefill \
+      --prefill-rows d64s1024c,d192s1024c,d256s1024c,d128s1024c 2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/short.txt"
+    stamp short-rows
+    timeout 100 build-device/flashjit_host_bench \
+      --benchmark_filter="forward_hot|raw_launch_fa3|launch_fa3_hot|resolve_hot|forward_fa2_hot|decode_forward_hot" \
+      2>&1 | grep -E "forward|launch|resolve|decode" >"$O/host.txt"
+    stamp host
+  fi
   ;;
 ncu)
   for sp in 0 2; do
