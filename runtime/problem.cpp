@@ -56,10 +56,14 @@ Status resolve_strides(const char *name, flashjit_strides *s, int rows_per_batch
                    std::to_string(kMaxTensorBytes) + " bytes; expected a tensor that fits in device memory");
   };
   if (s->batch == 0 && s->token == 0 && s->head == 0) {
+    // The contiguous layout nests by construction: only its size needs checking (the per-call path).
     s->head = dim;
     s->token = static_cast<int64_t>(heads) * dim; // below 2^39: int32 heads, dim <= 256
-    if (__builtin_mul_overflow(static_cast<int64_t>(rows_per_batch), s->token, &s->batch))
+    int64_t elements = 0;
+    if (__builtin_mul_overflow(static_cast<int64_t>(rows_per_batch), s->token, &s->batch) ||
+        __builtin_mul_overflow(s->batch, static_cast<int64_t>(batches), &elements) || elements > kMaxTensorElements)
       return too_large();
+    return Status::success();
   }
   if (s->head < 0 || s->token < 0 || s->batch < 0)
     return invalid(std::string(name) + ": strides must be non-negative (elements), got batch " +

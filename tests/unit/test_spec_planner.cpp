@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
+#include <thread>
 #include <tuple>
+#include <vector>
 
 namespace flashjit {
 namespace {
@@ -195,6 +198,33 @@ TEST(Planner, Fa3CtaPairsForUnmaskedWideHeads) {
   std::string why;
   EXPECT_FALSE(plan_fa3_tuned(prefill(128, true), pairs, &plan, &why)) << "a causal pair would walk different blocks";
   EXPECT_NE(why.find("causal"), std::string::npos) << why;
+}
+
+// Each thread keeps the last default tile fa3_key_block_for planned: interleaved specs and backends get
+// the answers each gets in a fresh thread, whatever came before.
+TEST(Planner, Fa3KeyBlockChoiceDependsOnItsSpecAlone) {
+  struct Query {
+    KernelSpec spec;
+    flashjit_backend backend;
+  };
+  std::vector<Query> queries;
+  for (int d : {64, 72, 104, 128, 192, 256}) // 72, 104: the backend changes their default tile
+    for (bool causal : {false, true})
+      for (flashjit_backend backend : {FLASHJIT_BACKEND_NVRTC, FLASHJIT_BACKEND_MLIR})
+        queries.push_back({prefill(d, causal), backend});
+  auto answer = [](const Query &q) { return fa3_key_block_for(q.spec, 1024, 1024, q.backend); };
+  std::vector<int> fresh;
+  for (const Query &q : queries) {
+    int alone = -1;
+    std::thread([&] { alone = answer(q); }).join();
+    fresh.push_back(alone);
+  }
+  EXPECT_NE(std::count(fresh.begin(), fresh.end(), 0), std::ssize(fresh)) << "some spec must take a short block";
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t i = 0; i < queries.size(); ++i) {
+      const size_t at = pass == 0 ? i : queries.size() - 1 - i;
+      EXPECT_EQ(answer(queries[at]), fresh[at]) << "query " << at << ", pass " << pass;
+    }
 }
 
 // The short-key block: taken where the default block pads the key length by more than the short

@@ -225,6 +225,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"negative stride", [](AttentionProblem &p) { p.v_strides = {-1, 160, 80}; }, "v_strides"},
         BadInput{"tensor past the address space", [](AttentionProblem &p) { p.q_strides = {int64_t{1} << 60, 640, 80}; }, "q_strides: the tensor"},
         BadInput{"default strides past the address space", [](AttentionProblem &p) { p.seqlen_q = INT32_MAX; p.heads_q = 1 << 20; p.heads_kv = 1; }, "spans more than"},
+        // Each sequence fits; the batch of them does not (2^30 x 2^16 tokens x 128 elements > 2^48).
+        BadInput{"default strides past the address space by batch", [](AttentionProblem &p) { p.batch = 1 << 30; p.seqlen_q = p.seqlen_k = 1 << 16; p.heads_q = p.heads_kv = 1; }, "spans more than"},
         BadInput{"negative softcap", [](AttentionProblem &p) { p.softcap = -1; }, "softcap"},
         BadInput{"nan scale", [](AttentionProblem &p) { p.scale = std::nanf(""); }, "scale"},
         BadInput{"bad window", [](AttentionProblem &p) { p.window_left = -7; }, "window_left"},
