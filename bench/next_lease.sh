@@ -337,10 +337,16 @@ session38)
       --prefill-rows d64s1024c,d192s1024c,d256s1024c,d128s1024c 2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/short.txt"
     stamp short-rows
   fi
-  # The hot path's host time with session 38's cheaper validation and key-block choice, either GPU.
-  timeout 100 build-device/flashjit_host_bench \
-    --benchmark_filter="forward_hot|raw_launch_fa3|launch_fa3_hot|resolve_hot|forward_fa2_hot|decode_forward_hot" \
-    2>&1 | grep -E "forward|launch|resolve|decode" >"$O/host.txt"
+  # The hot path's host time with session 38's cheaper validation and key-block choice, either GPU:
+  # old, new, old, new in one process tree (build-device/old-lib: session 37's final libflashjit).
+  for rep in 1 2; do
+    for build in old-lib .; do
+      echo "== $build #$rep" >>"$O/host.txt"
+      LD_LIBRARY_PATH=$PWD/build-device/$build:$PWD/build-device timeout 50 build-device/flashjit_host_bench \
+        --benchmark_filter="forward_hot|raw_launch_fa3|launch_fa3_hot|resolve_hot|forward_fa2_hot|decode_forward_hot" \
+        2>&1 | grep -E "forward|launch|resolve|decode" >>"$O/host.txt"
+    done
+  done
   stamp host
   ;;
 ncu)
