@@ -29,6 +29,8 @@
 #  session38 ~150 s (H100) / ~450 s (H200): the d64 S1024 causal key blocks 96/112 with Q in registers
 #         alternated with the planner's 128; on an H200 also every prefill row of TARGETS.md and the
 #         causal S1024 rows beside cuDNN; then, either GPU, the host-side hot paths.
+#  h200   ~420 s on an H200, seconds elsewhere: session38's H200 part alone (run 39a took the rest on
+#         an H100); on any other GPU it stops at once.
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
 #         against the default 8, then the stall-by-SASS-line table (NCU_SOURCE=1).
 # Files under $OUT (at most 8 come back): times.txt, ab.txt, gpu-check.txt and gpu-check's own
@@ -320,14 +322,19 @@ knobs36)
     l2_promotion=0 q_in_registers=1 ""
   stamp knobs36
   ;;
-session38)
+session38 | h200)
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
   echo "gpu: $gpu" >>"$O/times.txt"
-  # Session 37's last idea for the d64 short causal tile: fewer masked logits per diagonal block.
-  for rep in 1 2; do
-    knob_sweep 64 "" block_n=112 block_n=96
-  done
-  stamp d64-key-blocks
+  if [ "$mode" = h200 ] && ! echo "$gpu" | grep -q H200; then
+    exit 0
+  fi
+  if [ "$mode" = session38 ]; then
+    # Session 37's last idea for the d64 short causal tile: fewer masked logits per diagonal block.
+    for rep in 1 2; do
+      knob_sweep 64 "" block_n=112 block_n=96
+    done
+    stamp d64-key-blocks
+  fi
   if echo "$gpu" | grep -q H200; then
     # The H200 verdicts sessions 34-37 owe: every prefill row of TARGETS.md, then the causal S1024 rows.
     timeout 300 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/rows.json" --ops prefill \
