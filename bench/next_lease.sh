@@ -26,11 +26,10 @@
 #         as (s - max) * c): their GPU tests, then each alternated with the planner's kernel on issue 3's rows.
 #  skip-masked ~150 s: session 37's skipped exponentials of the prologue's masked chunks: the bitwise
 #         GPU test, then alternated with the planner's kernel on the causal rows.
-#  session38 ~150 s (H100) / ~450 s (H200): the d64 S1024 causal key blocks 96/112 with Q in registers
-#         alternated with the planner's 128; on an H200 also every prefill row of TARGETS.md and the
-#         causal S1024 rows beside cuDNN; then, either GPU, the host-side hot paths.
-#  h200   ~420 s on an H200, seconds elsewhere: session38's H200 part alone (run 39a took the rest on
-#         an H100); on any other GPU it stops at once.
+#  session38 ~80 s (H100) / ~450 s (H200): the d64 S1024 causal key blocks 96/112 with Q in registers
+#         alternated with the planner's 128; on an H200 issue 3's open rows beside cuDNN; on either GPU
+#         the host's hot path, session 37's library against this one; on an H200 the other prefill rows.
+#  h200   the same without the key blocks; on any other GPU it stops at once (run 39a did the rest).
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
 #         against the default 8, then the stall-by-SASS-line table (NCU_SOURCE=1).
 # Files under $OUT (at most 8 come back): times.txt, ab.txt, gpu-check.txt and gpu-check's own
@@ -336,13 +335,13 @@ session38 | h200)
     stamp d64-key-blocks
   fi
   if echo "$gpu" | grep -q H200; then
-    # The H200 verdicts sessions 34-37 owe: every prefill row of TARGETS.md, then the causal S1024 rows.
-    timeout 300 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/rows.json" --ops prefill \
+    # The H200 verdicts sessions 34-37 owe, the rows still open first, so a call cut short by its
+    # time limit still brings them back: issue 3's open rows, the host's hot path (old, new), then the
+    # rest of TARGETS.md's prefill rows.
+    timeout 150 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/rows.json" --ops prefill \
+      --prefill-rows d128s4096,d64s1024c,d192s1024c,d256s1024c,d256s4096 \
       2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/rows.txt"
-    stamp prefill-rows
-    timeout 120 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/short.json" --ops prefill \
-      --prefill-rows d64s1024c,d192s1024c,d256s1024c,d128s1024c 2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/short.txt"
-    stamp short-rows
+    stamp open-rows
   fi
   # The hot path's host time with session 38's cheaper validation and key-block choice, either GPU:
   # old, new, old, new in one process tree (build-device/old-lib: session 37's final libflashjit).
@@ -355,6 +354,12 @@ session38 | h200)
     done
   done
   stamp host
+  if echo "$gpu" | grep -q H200; then
+    timeout 250 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/rest.json" --ops prefill \
+      --prefill-rows d64s4096,d64s16384c,d80s4096,d80s16384c,d96s4096,d128s1024,d128s16384c,d192s4096,d256s16384c \
+      2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/rest.txt"
+    stamp other-rows
+  fi
   ;;
 ncu)
   for sp in 0 2; do
