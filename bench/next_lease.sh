@@ -29,7 +29,8 @@
 #  session38 ~80 s (H100) / ~450 s (H200): the d64 S1024 causal key blocks 96/112 with Q in registers
 #         alternated with the planner's 128; on an H200 issue 3's open rows beside cuDNN; on either GPU
 #         the host's hot path, session 37's library against this one; on an H200 the other prefill rows.
-#  h200   the same without the key blocks; on any other GPU (~260 s) the GPU suite but decode's tests.
+#  h200   the same without the key blocks; on any other GPU it stops at once, or with a third argument
+#         `tests` (~260 s) runs the GPU suite but decode's tests.
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
 #         against the default 8, then the stall-by-SASS-line table (NCU_SOURCE=1).
 # Files under $OUT (at most 8 come back): times.txt, ab.txt, gpu-check.txt and gpu-check's own
@@ -325,10 +326,13 @@ session38 | h200)
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
   echo "gpu: $gpu" >>"$O/times.txt"
   if [ "$mode" = h200 ] && ! echo "$gpu" | grep -q H200; then
-    # Another GPU: the GPU suite but decode's tests, without the parity check, on this tree.
-    timeout 260 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=230 --no-parity \
-      --gtest-filter='-Decode*' >"$O/gpu-check.txt" 2>&1
-    stamp "tests rc=$?"
+    # Another GPU: with h200-tests, the GPU suite but decode's tests, without the parity check (run
+    # 39b); otherwise nothing.
+    if [ "${3:-}" = tests ]; then
+      timeout 260 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=230 --no-parity \
+        --gtest-filter='-Decode*' >"$O/gpu-check.txt" 2>&1
+      stamp "tests rc=$?"
+    fi
     exit 0
   fi
   if [ "$mode" = session38 ]; then
