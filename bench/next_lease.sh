@@ -353,8 +353,10 @@ session38 | h200)
   fi
   # The hot path's host time with session 38's cheaper validation and key-block choice, either GPU:
   # old, new, old, new in one process tree (build-device/old-lib: session 37's final libflashjit).
+  builds=.
+  [ -e build-device/old-lib/libflashjit.so.0 ] && builds="old-lib ."
   for rep in 1 2; do
-    for build in old-lib .; do
+    for build in $builds; do
       echo "== $build #$rep" >>"$O/host.txt"
       LD_LIBRARY_PATH=$PWD/build-device/$build:$PWD/build-device timeout 50 build-device/flashjit_host_bench \
         --benchmark_filter="forward_hot|raw_launch_fa3|launch_fa3_hot|resolve_hot|forward_fa2_hot|decode_forward_hot" \
