@@ -325,9 +325,10 @@ knobs36)
 session38 | h200)
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
   echo "gpu: $gpu" >>"$O/times.txt"
-  if [ "$mode" = h200 ] && ! echo "$gpu" | grep -q H200; then
-    # Another GPU: with h200-tests, the GPU suite but decode's tests, without the parity check (run
-    # 39b); otherwise nothing.
+  on_h200=$(echo "$gpu" | grep -q H200 && echo 1 || echo 0)
+  if [ "$mode" = h200 ] && [ "$on_h200" = 0 ]; then
+    # Another GPU: with a third argument `tests`, the GPU suite but decode's tests, without the parity
+    # check (run 39b); otherwise nothing.
     if [ "${3:-}" = tests ]; then
       timeout 260 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=230 --no-parity \
         --gtest-filter='-Decode*' >"$O/gpu-check.txt" 2>&1
@@ -342,7 +343,7 @@ session38 | h200)
     done
     stamp d64-key-blocks
   fi
-  if echo "$gpu" | grep -q H200; then
+  if [ "$on_h200" = 1 ]; then
     # The H200 verdicts sessions 34-37 owe, the rows still open first, so a call cut short by its
     # time limit still brings them back: issue 3's open rows, the host's hot path (old, new), then the
     # rest of TARGETS.md's prefill rows.
@@ -364,7 +365,7 @@ session38 | h200)
     done
   done
   stamp host
-  if echo "$gpu" | grep -q H200; then
+  if [ "$on_h200" = 1 ]; then
     timeout 250 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/rest.json" --ops prefill \
       --prefill-rows d64s4096,d64s16384c,d80s4096,d80s16384c,d96s4096,d128s1024,d128s16384c,d192s4096,d256s16384c \
       2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/rest.txt"

@@ -59,9 +59,8 @@ Status resolve_strides(const char *name, flashjit_strides *s, int rows_per_batch
     // The contiguous layout nests by construction: only its size needs checking (the per-call path).
     s->head = dim;
     s->token = static_cast<int64_t>(heads) * dim; // below 2^39: int32 heads, dim <= 256
-    int64_t elements = 0;
     if (__builtin_mul_overflow(static_cast<int64_t>(rows_per_batch), s->token, &s->batch) ||
-        __builtin_mul_overflow(s->batch, static_cast<int64_t>(batches), &elements) || elements > kMaxTensorElements)
+        !fits_in_device_memory(batches, s->batch, s->batch, kElementBytes))
       return too_large();
     return Status::success();
   }
