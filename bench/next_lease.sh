@@ -31,6 +31,9 @@
 #         the host's hot path, session 37's library against this one; on an H200 the other prefill rows.
 #  h200   the same without the key blocks; on any other GPU it stops at once, or with a third argument
 #         `tests` (~260 s) runs the GPU suite but decode's tests.
+#  session39 ~120 s (H100) / ~550 s (H200): the half-form skip of the prologue's masked exponentials
+#         (skip_masked_groups=2): its bitwise GPU tests, then alternated with the planner's kernel on
+#         the S1024 causal rows at d64/d128/d192; on an H200 then everything h200 runs.
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
 #         against the default 8, then the stall-by-SASS-line table (NCU_SOURCE=1).
 # Files under $OUT (at most 8 come back): times.txt, ab.txt, gpu-check.txt and gpu-check's own
@@ -44,9 +47,10 @@ cli=build-device/flashjit
 t0=$(date +%s)
 stamp() { echo "$1 $(($(date +%s) - t0)) s" >>"$O/times.txt"; }
 # A build-device/ from before session 37 lacks its defaults (drawn causal tiles, Q in registers for
-# the short causal tile up to d64, advanced wgmma descriptors) or its tunings: stop, don't time it.
+# the short causal tile up to d64, advanced wgmma descriptors), one from before session 39 its
+# tunings (the half-form skip): stop, don't time it.
 if ! grep -q "kSkipMaskedGroups" build-device/libflashjit.so ||
-  ! build-device/tests/flashjit_gpu_tests --gtest_list_tests | grep -q EqualsTheFullSoftmaxBitwise; then
+  ! build-device/tests/flashjit_gpu_tests --gtest_list_tests | grep -q HalfFormEqualsTheFullSoftmaxBitwise; then
   echo "stale build-device/: run scripts/pack-device.sh first" >>"$O/times.txt"
   exit 1
 fi
@@ -322,10 +326,25 @@ knobs36)
     l2_promotion=0 q_in_registers=1 ""
   stamp knobs36
   ;;
+session39)
+  # Session 39's half-form skip of the prologue's masked exponentials: its bitwise GPU tests, then
+  # alternated with the planner's kernel (three pairs) on the short causal tile's S1024 rows; on an
+  # H200 then the h200 mode's rows.
+  timeout 200 bash scripts/gpu-check.sh "$O" --test-jobs=4 --test-timeout=180 --no-parity \
+    --gtest-filter='PrefillSkipMaskedGroupsGpu.*' >"$O/gpu-check.txt" 2>&1
+  stamp "skip-masked tests rc=$?"
+  for rep in 1 2 3; do
+    for d in 64 128 192; do
+      knob_sweep $d "" skip_masked_groups=2
+    done
+  done
+  stamp skip-masked-halves
+  ;&
 session38 | h200)
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
   echo "gpu: $gpu" >>"$O/times.txt"
   on_h200=$(echo "$gpu" | grep -q H200 && echo 1 || echo 0)
+  [ "$mode" = session39 ] && [ "$on_h200" = 0 ] && exit 0
   if [ "$mode" = h200 ] && [ "$on_h200" = 0 ]; then
     # Another GPU: with a third argument `tests`, the GPU suite but decode's tests, without the parity
     # check (run 39b); otherwise nothing.

@@ -88,9 +88,10 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 whose pingpong turn covers the softmax rather than the GEMM issue (NVRTC builds only).
   if (plan.constant("kPingpongSoftmax", 0) != 0)
     name += ".pps";
-  // fa3 skipping the exponentials of the prologue block's fully masked column chunks (NVRTC builds only).
-  if (plan.constant("kSkipMaskedGroups", 0) != 0)
-    name += ".skm";
+  // fa3 skipping the exponentials of the prologue block's fully masked column chunks (.skm) or half
+  // (.skh) (NVRTC builds only).
+  if (const int64_t skip = plan.constant("kSkipMaskedGroups", 0); skip != 0)
+    name += skip == 1 ? ".skm" : ".skh";
   // fa3 computing the exponent as (s - max) * c (NVRTC builds only).
   if (plan.constant("kExpSubtractFirst", 0) != 0)
     name += ".es";

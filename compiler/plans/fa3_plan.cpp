@@ -101,8 +101,13 @@ constexpr bool kExpSubtractFirstDefault = false;
 // The prologue block's softmax (the tile's diagonal block under causal masking) without exponentials
 // for the 16-column chunks that the mask hides from every row of a warp: at d64, where MUFU time
 // matches the GEMMs', a causal S1024 tile spends about a fifth of its exponentials on its diagonal
-// block and nearly half of those on masked logits. Template form only.
-constexpr bool kSkipMaskedGroupsDefault = false;
+// block and nearly half of those on masked logits. Two forms (templates/kernels/fa3/softmax.cuh): a
+// warp-uniform branch per 16-column chunk and row, or one branch between the block's softmax over all
+// columns and over the first half only. Template form only.
+constexpr int kSkipMaskedNone = 0;
+constexpr int kSkipMaskedHalf = 2; // softmax.cuh's forms: kSkipMaskedBranch 1, kSkipMaskedHalf 2
+constexpr int kGroupsPerSkipChunk = 2; // softmax.cuh's: the halves end on whole chunks
+constexpr int kSkipMaskedGroupsDefault = kSkipMaskedNone;
 constexpr int kMaxBlockNMasked = 128; // causal / local
 constexpr int kMinHeadDim = 8;
 constexpr int kMaxHeadDim = 256; // one wgmma N
@@ -411,6 +416,9 @@ bool fa3_tile(const KernelSpec &spec, const Fa3Tuning &tuning, flashjit_backend 
   t.stages = tuning.stages != 0 ? tuning.stages : kStagesDefault; // 0: untuned; the check refuses the rest
   if (t.stages < kStagesDefault || t.stages > kMaxStages)
     return refuse("fa3: stages must be 2 to " + std::to_string(kMaxStages) + ", got " + std::to_string(t.stages));
+  if (tuning.skip_masked_groups < -1 || tuning.skip_masked_groups > kSkipMaskedHalf)
+    return refuse("fa3: skip_masked_groups must be 0 (off), 1 (chunks) or 2 (halves), got " +
+                  std::to_string(tuning.skip_masked_groups));
   if (tuning.gather_noinc < -1 || tuning.gather_noinc > 1)
     return refuse("fa3: gather_noinc must be 0 or 1, got " + std::to_string(tuning.gather_noinc));
   if (t.stages != kStagesDefault && backend == FLASHJIT_BACKEND_MLIR)
@@ -601,6 +609,9 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
       tuning.l2_promotion != 256)
     return refuse("fa3: l2_promotion must be 0, 64, 128 or 256 bytes");
   const int column_groups = block_n / kColsPerGroup;
+  if (tuning.skip_masked_groups == kSkipMaskedHalf && column_groups % (2 * kGroupsPerSkipChunk) != 0)
+    return refuse("fa3: skip_masked_groups=2 halves key blocks of a multiple of " +
+                  std::to_string(2 * kGroupsPerSkipChunk * kColsPerGroup) + " keys, got " + std::to_string(block_n));
   int row_max_partials = three_wgs ? kRowMaxPartialsThreeWarpgroups : kRowMaxPartialsTwoWarpgroups;
   while (row_max_partials > column_groups)
     row_max_partials /= 2; // small key blocks: as many as there are column groups (a power of two)
@@ -732,9 +743,9 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add_bool("kExpSubtractFirst", tuning.exp_subtract_first >= 0
                                           ? tuning.exp_subtract_first != 0
                                           : kExpSubtractFirstDefault && backend != FLASHJIT_BACKEND_MLIR);
-  plan->add_bool("kSkipMaskedGroups", tuning.skip_masked_groups >= 0
-                                          ? tuning.skip_masked_groups != 0
-                                          : kSkipMaskedGroupsDefault && backend != FLASHJIT_BACKEND_MLIR);
+  plan->add("kSkipMaskedGroups", tuning.skip_masked_groups >= 0 ? tuning.skip_masked_groups
+                                 : backend != FLASHJIT_BACKEND_MLIR ? kSkipMaskedGroupsDefault
+                                                                    : kSkipMaskedNone);
   plan->add("kTmaL2PromotionBytes", tuning.l2_promotion >= 0 ? tuning.l2_promotion : kTmaL2PromotionBytes);
   if (spec.causal) {
     plan->add("kCausalSections", tuning.causal_sections >= 0 ? tuning.causal_sections : kCausalSectionsByPairs);

@@ -35,7 +35,8 @@ struct Fa3Tuning {
   int pingpong_softmax = -1;    // -1: the planner's choice (0); 1: with pingpong, the warpgroups take turns over their
                                 // softmax (exponentials) instead of their GEMM issue
   int skip_masked_groups = -1;  // -1: the planner's choice (0); 1: the prologue block's softmax skips the exponentials
-                                // of 16-column chunks the mask hides from every row of a warp
+                                // of 16-column chunks the mask hides from every row of a warp (a branch per chunk),
+                                // 2: of the block's second half where the mask hides it from the whole warp
   int exp_subtract_first = -1;  // -1: the planner's choice (0); 1: p = 2^((s - max) * c), an FADD and an FMUL, where 0
                                 // takes one FFMA (s * c - max * c)
   int l2_promotion = -1;        // -1: the planner's choice; 0, 64, 128 or 256: bytes the TMA maps promote into L2

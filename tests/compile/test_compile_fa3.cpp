@@ -413,6 +413,46 @@ TEST(Fa3CompileFeatures, SkipMaskedGroupsBranchesAroundExponentials) {
   }
 }
 
+// The half form of the same tuning (skip_masked_groups=2, `.skh`): the prologue block's softmax
+// compiled twice, over all of the block's columns and over its first half, so the code gains half a
+// block's exponentials per row and one branch between the forms; no serialization, no spills, and
+// no more registers.
+TEST(Fa3CompileFeatures, SkipMaskedGroupsHalvesThePrologueSoftmax) {
+  const Arch hopper{90, true};
+  KernelSpec short_causal = testing::prefill_spec(hopper, 64, 64, FLASHJIT_BF16, true);
+  short_causal.key_block = fa3_short_key_block(short_causal, FLASHJIT_BACKEND_NVRTC);
+  KernelSpec short_causal_d128 = testing::prefill_spec(hopper, 128, 128, FLASHJIT_FP16, true);
+  short_causal_d128.key_block = fa3_short_key_block(short_causal_d128, FLASHJIT_BACKEND_NVRTC);
+  for (const KernelSpec &spec : {short_causal, short_causal_d128}) {
+    Fa3Tuning halves;
+    halves.skip_masked_groups = 2;
+    const CompiledKernel with = compile_tuned(spec, halves);
+    const CompiledKernel without = compile_tuned(spec, Fa3Tuning{});
+    EXPECT_NE(with.name.find(".skh"), std::string::npos) << with.name;
+    std::string error;
+    const std::string sass = testing::dump_sass(with.cubin, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    const std::string reference = testing::dump_sass(without.cubin, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    { FILE *f = std::fopen(("/tmp/" + with.name + ".sass").c_str(), "w"); std::fputs(sass.c_str(), f); std::fclose(f);
+      f = std::fopen(("/tmp/" + without.name + ".sass").c_str(), "w"); std::fputs(reference.c_str(), f); std::fclose(f); }
+    Plan plan;
+    std::string why;
+    ASSERT_TRUE(plan_fa3_tuned(spec, halves, &plan, &why)) << why;
+    constexpr int kRowsPerThread = 2, kColsPerThreadPerGroup = 2, kColsPerGroup = 8;
+    const size_t half_block = kRowsPerThread * kColsPerThreadPerGroup * plan.block_n / kColsPerGroup / 2;
+    std::printf("%s: MUFU.EX2 %zu (reference %zu), BRA %zu (%zu), registers %d (%d)\n", with.name.c_str(),
+                count_of(sass, "MUFU.EX2"), count_of(reference, "MUFU.EX2"), count_of(sass, "BRA"),
+                count_of(reference, "BRA"), with.resources.registers, without.resources.registers);
+    EXPECT_GE(count_of(sass, "MUFU.EX2"), count_of(reference, "MUFU.EX2") + half_block) << with.name;
+    EXPECT_GT(count_of(sass, "BRA"), count_of(reference, "BRA")) << with.name;
+    EXPECT_EQ(count_of(sass, "HGMMA"), count_of(reference, "HGMMA")) << with.name;
+    EXPECT_FALSE(wgmmas_serialized(sass)) << with.name << ": a wait after every HGMMA";
+    EXPECT_LE(with.resources.registers, without.resources.registers) << with.name;
+    EXPECT_EQ(with.resources.spill_store_bytes, 0) << with.name;
+  }
+}
+
 // Lazy rescaling's top rounding (a tuning, kLazyTopRounding): one scalar 16-bit rounding per row and
 // key block (the P pairs round as bf16x2), and no exp2 of its own (the block's top p takes the exp2
 // of the factor, which a kept max does not need), no spills; with the tail split, the varlen form

@@ -596,6 +596,27 @@ TEST_F(PrefillSkipMaskedGroupsGpu, EqualsTheFullSoftmaxBitwise) {
                     71);
 }
 
+// The half form (skip_masked_groups=2, `.skh`): the prologue block's softmax over its first half only
+// where the mask hides the second from the whole warp. Its tiles take key blocks of a multiple of 32:
+// the short causal tile at d64 (GQA 7, seqlen_q below and above seqlen_k), d128 and d192/128,
+// three warpgroups on a varlen causal batch with a length-1 sequence, a window right of the diagonal.
+TEST_F(PrefillSkipMaskedGroupsGpu, HalfFormEqualsTheFullSoftmaxBitwise) {
+  NamedCases cases = {
+      {"d64_causal_gqa7_sq_lt_sk", as_causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::bf16))},
+      {"d64_causal_sq_gt_sk", as_causal(dense(2, 1000, 300, 8, 8, 64, 64, ref::Dtype::fp16))},
+      {"d128_causal_s1000", as_causal(dense(2, 1000, 1000, 16, 8, 128, 128, ref::Dtype::fp16))},
+      {"d192v128_causal", as_causal(dense(2, 333, 777, 8, 8, 192, 128, ref::Dtype::bf16))},
+      {"d64_varlen_causal_len1",
+       as_causal(varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 64, ref::Dtype::bf16))},
+  };
+  CaseOptions window = dense(1, 900, 1200, 8, 8, 96, 96, ref::Dtype::bf16);
+  window.problem.window_left = 150;
+  window.problem.window_right = 37;
+  cases.push_back({"d96_window_right37", window});
+  expect_equal_bits("skip_masked_groups=2", "skip_masked_groups=0", ".skh", "skip_masked_groups_half", "full softmax",
+                    cases, 73);
+}
+
 class PrefillUnmaskedKeyLoopGpu : public GpuTest {};
 
 // The unmasked key loop (kUnmaskedKeyLoop, `.um`, the default without causal or window masking)

@@ -1159,6 +1159,33 @@ TEST(Fa3Tuning, SoftmaxFormsAreTunings) {
   EXPECT_NE(why.find("pingpong_softmax needs pingpong"), std::string::npos) << why;
 }
 
+// skip_masked_groups=2 (`.skh`) halves the prologue block's softmax, so it needs key blocks of a
+// multiple of 32 (whole 16-column chunks per half): d64's 128 and d96's 96 take it, d256 causal's 80
+// is refused by name; 3 and -2 are no form.
+TEST(Fa3Tuning, SkipMaskedHalvesNeedWholeChunks) {
+  Plan plan;
+  std::string why;
+  Fa3Tuning halves;
+  ASSERT_TRUE(parse_fa3_tuning("skip_masked_groups=2", &halves, &why)) << why;
+  for (int d : {64, 96}) {
+    ASSERT_TRUE(plan_fa3_tuned(prefill(d, true), halves, &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kSkipMaskedGroups"), 2) << "d" << d;
+    EXPECT_EQ(plan.block_n % 32, 0) << "d" << d;
+    const std::string name = kernel_name(prefill(d, true), plan);
+    EXPECT_NE(name.find(".skh"), std::string::npos) << name;
+    EXPECT_EQ(name.find(".skm"), std::string::npos) << name;
+  }
+  EXPECT_FALSE(plan_fa3_tuned(prefill(256, true), halves, &plan, &why));
+  EXPECT_NE(why.find("skip_masked_groups=2 halves key blocks of a multiple of 32 keys, got 80"), std::string::npos)
+      << why;
+  for (int form : {3, -2}) {
+    Fa3Tuning bad;
+    bad.skip_masked_groups = form;
+    EXPECT_FALSE(plan_fa3_tuned(prefill(64, true), bad, &plan, &why)) << form;
+    EXPECT_NE(why.find("skip_masked_groups must be 0 (off), 1 (chunks) or 2 (halves)"), std::string::npos) << why;
+  }
+}
+
 // A tile's first key block as the key loop's first step (kFirstBlockInLoop, kernel suffix `.fl`):
 // the NVRTC default where the kernel runs without pingpong (non-causal d > 128, runs 23b-c), a
 // tuning elsewhere; MLIR plans and the cross-tile stream keep the prologue block.

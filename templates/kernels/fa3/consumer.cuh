@@ -185,23 +185,23 @@ template <class C> struct Consumer {
   static_assert(!C::kUnmaskedKeyLoop || !(C::kCausal || C::kLocal), "the planner allows it without masking only");
 
   // The column groups of block n before the first that lies right of every row of this warp (past
-  // the causal / window diagonal or seqlen_k), rounded up to whole skip chunks: the groups from there
-  // on hold only -inf.
-  __device__ __forceinline__ int live_groups(const Tile &t, const Window &w, int n) const {
+  // the causal / window diagonal or seqlen_k), rounded up to whole chunks of kChunkGroups: the groups
+  // from there on hold only -inf.
+  template <int kChunkGroups> __device__ __forceinline__ int live_groups(const Tile &t, const Window &w, int n) const {
     constexpr int kGroups = C::kBlockN / kColsPerGroup;
-    constexpr int kChunkCols = kGroupsPerSkipChunk * kColsPerGroup;
+    constexpr int kChunkCols = kChunkGroups * kColsPerGroup;
     const int warp_last_row = t.m_block * C::kBlockM + wg * kWgmmaM + (tid / kWarpSize + 1) * kRowsPerWarp - 1;
     int col_end = t.seqlen_k; // exclusive, for the warp's lowest row
     if (w.has_right)
       col_end = min(col_end, warp_last_row + w.offset + w.right + 1);
     const int live_cols = max(col_end - n * C::kBlockN, 0);
-    return min((live_cols + kChunkCols - 1) / kChunkCols * kGroupsPerSkipChunk, kGroups);
+    return min((live_cols + kChunkCols - 1) / kChunkCols * kChunkGroups, kGroups);
   }
 
   // Mask / soft cap / online softmax of the block in s (kMayMask false: every key of it is visible;
-  // kSkipMasked: no exponentials for the warp's column groups that the mask hides entirely, the
-  // tile's prologue block under kSkipMaskedGroups).
-  template <bool kMayMask = true, bool kSkipMasked = false>
+  // kSkipMasked, a form of kSkipMaskedGroups or 0: no exponentials for the warp's column groups that
+  // the mask hides entirely, the tile's prologue block).
+  template <bool kMayMask = true, int kSkipMasked = 0>
   __device__ __forceinline__ void softmax(float (&s)[C::kBlockN / 2], RowState<C> &st, float (&scale)[kRowsPerThread],
                                           const Logits &lg, const Tile &t, const Window &w, int n) const {
     if constexpr (C::kSoftcap)
@@ -212,11 +212,20 @@ template <class C> struct Consumer {
           t.m_block * C::kBlockM + wg * kWgmmaM + (tid / kWarpSize) * kRowsPerWarp + (tid % kWarpSize) / kQuadLanes;
       const int col0 = n * C::kBlockN + 2 * (tid % kQuadLanes);
       apply_mask<C>(s, row0, col0, t, w);
-      if constexpr (kSkipMasked)
-        live = live_groups(t, w, n);
+      if constexpr (kSkipMasked != 0)
+        live = live_groups<kGroupsPerSkipChunk>(t, w, n);
     }
     turn_wait<Phase::kSoftmax>();
-    softmax_step<C>(s, st, lg.scale_log2, scale, live);
+    constexpr int kGroups = C::kBlockN / kColsPerGroup;
+    constexpr int kHalf = kGroups / 2;
+    if constexpr (kSkipMasked == kSkipMaskedHalf && kHalf % kGroupsPerSkipChunk == 0) {
+      if (live <= kHalf)
+        softmax_step<C, kHalf>(s, st, lg.scale_log2, scale);
+      else
+        softmax_step<C>(s, st, lg.scale_log2, scale);
+    } else {
+      softmax_step<C>(s, st, lg.scale_log2, scale, kSkipMasked == kSkipMaskedBranch ? live : kGroups);
+    }
     turn_pass<Phase::kSoftmax>();
   }
 

@@ -100,30 +100,38 @@ template <class C> __device__ __forceinline__ float exponent(float s, float max,
     return s * scale_log2 + bias; // contracted to one FFMA
 }
 
-// kSkipMaskedGroups: column groups are skipped in chunks of this many (16 columns), one warp-uniform
-// branch per chunk and row.
+// The forms of kSkipMaskedGroups: the prologue block's column groups that the mask hides from every
+// row of a warp are skipped in chunks of kGroupsPerSkipChunk (16 columns), one warp-uniform branch
+// per chunk and row (kSkipMaskedBranch), or the block's softmax is compiled twice, over all of its
+// columns and over the first half only, and one warp-uniform branch takes the half form where the
+// mask hides the second half from the whole warp (kSkipMaskedHalf: each form is one straight block
+// that ptxas schedules as a whole). A predicate on each exponential is no third form: ptxas
+// if-converts `@p ex2` into an unconditional MUFU.EX2 and an FSEL.
+constexpr int kSkipMaskedBranch = 1;
+constexpr int kSkipMaskedHalf = 2;
 constexpr int kGroupsPerSkipChunk = 2;
 
 // One online-softmax step: updates the row max, returns the factor the old O and sum must be
 // multiplied by, turns s into p = exp2((s - max) * scale_log2) and adds it to the row sum. Column
-// groups from `live_groups` on hold only -inf for every row of the warp (a multiple of
-// kGroupsPerSkipChunk): their p is 0, set without an exponential (ex2(-inf) is +0, so the result
-// is the same bit for bit).
-template <class C>
+// groups from `live_groups` (a multiple of kGroupsPerSkipChunk, kSkipMaskedBranch) or kLiveGroups
+// on hold only -inf for every row of the warp: their p is 0, set without an exponential (ex2(-inf)
+// is +0, and max ignores -inf, so the result is the same bit for bit).
+template <class C, int kLiveGroups = C::kBlockN / kColsPerGroup>
 __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowState<C> &st, float scale_log2,
                                              float (&rescale)[kRowsPerThread],
                                              int live_groups = C::kBlockN / kColsPerGroup) {
+  static_assert(kLiveGroups >= 1 && kLiveGroups <= C::kBlockN / kColsPerGroup, "a count of the block's groups");
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     // kRowMaxPartials running maxima over interleaved column groups, combined by a tree: the
     // dependent FMNMX chain before the exponentials is kBlockN / 8 / kRowMaxPartials long, not
     // kBlockN / 8 (max is exact in any order, so the result does not change).
-    constexpr int kPartials = C::kRowMaxPartials;
+    constexpr int kPartials = C::kRowMaxPartials <= kLiveGroups ? C::kRowMaxPartials : 1;
     static_assert(kPartials >= 1 && (kPartials & (kPartials - 1)) == 0 && kPartials <= C::kBlockN / kColsPerGroup,
                   "a power of two no larger than the column groups");
     float partial[kPartials];
 #pragma unroll
-    for (int j = 0; j < C::kBlockN / kColsPerGroup; ++j) {
+    for (int j = 0; j < kLiveGroups; ++j) {
       const float pair = max_f32(s[j * kAccPerGroup + r * 2], s[j * kAccPerGroup + r * 2 + 1]);
       partial[j % kPartials] = j < kPartials ? pair : max_f32(partial[j % kPartials], pair);
     }
@@ -165,9 +173,10 @@ __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowStat
     float sum = 0.0f;
     constexpr int kGroups = C::kBlockN / kColsPerGroup;
     constexpr int kChunk = kGroups % kGroupsPerSkipChunk == 0 ? kGroupsPerSkipChunk : 1;
+    static_assert(kLiveGroups % kChunk == 0 || kLiveGroups == kGroups, "live groups end on a chunk");
 #pragma unroll
     for (int chunk = 0; chunk < kGroups; chunk += kChunk) {
-      if (chunk < live_groups) {
+      if (chunk < kLiveGroups && chunk < live_groups) {
 #pragma unroll
         for (int j = chunk; j < chunk + kChunk; ++j)
 #pragma unroll
