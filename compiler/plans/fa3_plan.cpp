@@ -105,7 +105,7 @@ constexpr bool kExpSubtractFirstDefault = false;
 // warp-uniform branch per 16-column chunk and row, or one branch between the block's softmax over all
 // columns and over the first half only. Template form only.
 constexpr int kSkipMaskedNone = 0;
-constexpr int kSkipMaskedHalf = 2; // softmax.cuh's forms: kSkipMaskedBranch 1, kSkipMaskedHalf 2
+constexpr int kSkipMaskedHalf = 2;     // softmax.cuh's forms: kSkipMaskedBranch 1, kSkipMaskedHalf 2
 constexpr int kGroupsPerSkipChunk = 2; // softmax.cuh's: the halves end on whole chunks
 constexpr int kSkipMaskedGroupsDefault = kSkipMaskedNone;
 constexpr int kMaxBlockNMasked = 128; // causal / local
@@ -743,7 +743,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add_bool("kExpSubtractFirst", tuning.exp_subtract_first >= 0
                                           ? tuning.exp_subtract_first != 0
                                           : kExpSubtractFirstDefault && backend != FLASHJIT_BACKEND_MLIR);
-  plan->add("kSkipMaskedGroups", tuning.skip_masked_groups >= 0 ? tuning.skip_masked_groups
+  plan->add("kSkipMaskedGroups", tuning.skip_masked_groups >= 0     ? tuning.skip_masked_groups
                                  : backend != FLASHJIT_BACKEND_MLIR ? kSkipMaskedGroupsDefault
                                                                     : kSkipMaskedNone);
   plan->add("kTmaL2PromotionBytes", tuning.l2_promotion >= 0 ? tuning.l2_promotion : kTmaL2PromotionBytes);
