@@ -34,6 +34,8 @@
 #  session39 ~120 s (H100) / ~550 s (H200): the half-form skip of the prologue's masked exponentials
 #         (skip_masked_groups=2): its bitwise GPU tests, then alternated with the planner's kernel on
 #         the S1024 causal rows at d64/d128/d192; on an H200 then everything h200 runs.
+#  row-sums ~150 s (H100): partial row sums (row_sum_partials=2/4): their GPU test, then alternated
+#         with the planner's one chain on the S1024 causal rows and d128 S4096; on an H200 then h200's.
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
 #         against the default 8, then the stall-by-SASS-line table (NCU_SOURCE=1).
 # Files under $OUT (at most 8 come back): times.txt, ab.txt, gpu-check.txt and gpu-check's own
@@ -48,9 +50,9 @@ t0=$(date +%s)
 stamp() { echo "$1 $(($(date +%s) - t0)) s" >>"$O/times.txt"; }
 # A build-device/ from before session 37 lacks its defaults (drawn causal tiles, Q in registers for
 # the short causal tile up to d64, advanced wgmma descriptors), one from before session 39 its
-# tunings (the half-form skip): stop, don't time it.
+# tunings (the half-form skip, partial row sums): stop, don't time it.
 if ! grep -q "kSkipMaskedGroups" build-device/libflashjit.so ||
-  ! build-device/tests/flashjit_gpu_tests --gtest_list_tests | grep -q HalfFormEqualsTheFullSoftmaxBitwise; then
+  ! build-device/tests/flashjit_gpu_tests --gtest_list_tests | grep -q PrefillRowSumPartialsGpu; then
   echo "stale build-device/: run scripts/pack-device.sh first" >>"$O/times.txt"
   exit 1
 fi
@@ -340,11 +342,30 @@ session39)
   done
   stamp skip-masked-halves
   ;&
+row-sums)
+  # Session 39's partial row sums: their GPU test, then 2 and 4 sums alternated with the planner's one
+  # chain (three rounds) on the S1024 causal rows at d64/d128/d192 and d128 S4096; on an H200 then
+  # the h200 mode's rows.
+  if [ "$mode" = row-sums ]; then
+    timeout 200 bash scripts/gpu-check.sh "$O" --test-jobs=4 --test-timeout=180 --no-parity \
+      --gtest-filter='PrefillRowSumPartialsGpu.*' >"$O/gpu-check.txt" 2>&1
+    stamp "row-sum tests rc=$?"
+    for rep in 1 2 3; do
+      for d in 64 128 192; do
+        knob_sweep $d "" row_sum_partials=2 row_sum_partials=4
+      done
+      for t in "" row_sum_partials=2 row_sum_partials=4; do
+        run "d128 S4096" "$t" -b 4 -s 4096 --heads-q 32 -d 128 --variant fa3 --strict
+      done
+    done
+    stamp row-sums
+  fi
+  ;&
 session38 | h200)
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
   echo "gpu: $gpu" >>"$O/times.txt"
   on_h200=$(echo "$gpu" | grep -q H200 && echo 1 || echo 0)
-  [ "$mode" = session39 ] && [ "$on_h200" = 0 ] && exit 0
+  case $mode in session39 | row-sums) [ "$on_h200" = 0 ] && exit 0 ;; esac
   if [ "$mode" = h200 ] && [ "$on_h200" = 0 ]; then
     # Another GPU: with a third argument `tests`, the GPU suite but decode's tests, without the parity
     # check (run 39b); otherwise nothing.

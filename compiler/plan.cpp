@@ -92,6 +92,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // (.skh) (NVRTC builds only).
   if (const int64_t skip = plan.constant("kSkipMaskedGroups", 0); skip != 0)
     name += skip == 1 ? ".skm" : ".skh";
+  // fa3 summing each row in several interleaved partial sums (NVRTC builds only).
+  if (const int64_t sums = plan.constant("kRowSumPartials", 1); sums > 1)
+    name += ".rs" + std::to_string(sums);
   // fa3 computing the exponent as (s - max) * c (NVRTC builds only).
   if (plan.constant("kExpSubtractFirst", 0) != 0)
     name += ".es";

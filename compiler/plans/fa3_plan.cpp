@@ -125,6 +125,9 @@ constexpr int kExp2PolyEverySmallDim = 0;
 // (all two consumer warpgroups), and loses 1.3% at causal d128, 0.4% at d64 (three warpgroups,
 // where each softmax already hides under two GEMMs).
 constexpr int kRowMaxPartialsTwoWarpgroups = 4;
+// Running sums per row (kRowSumPartials, interleaved over the block's logits, then a tree): the
+// dependent FADD chain of the row sum is kBlockN / 4 / kRowSumPartials long. Template form only.
+constexpr int kRowSumPartialsDefault = 1;
 constexpr int kRowMaxPartialsThreeWarpgroups = 1;
 constexpr int kColsPerGroup = 8; // accumulator columns of one wgmma n8 group (softmax.cuh)
 // Cross-tile overlap (kCrossTileOverlap): the next tile's first QK is issued with this tile's last
@@ -620,6 +623,13 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   if ((row_max_partials & (row_max_partials - 1)) != 0 || row_max_partials > column_groups)
     return refuse("fa3: row_max_partials must be a power of two up to kBlockN / 8 (" + std::to_string(column_groups) +
                   "), got " + std::to_string(row_max_partials));
+  const int row_sum_partials = tuning.row_sum_partials > 0 ? tuning.row_sum_partials : kRowSumPartialsDefault;
+  if (tuning.row_sum_partials < 0 || (row_sum_partials & (row_sum_partials - 1)) != 0 ||
+      row_sum_partials > column_groups)
+    return refuse("fa3: row_sum_partials must be a power of two up to kBlockN / 8 (" + std::to_string(column_groups) +
+                  "), got " + std::to_string(tuning.row_sum_partials));
+  if (row_sum_partials > 1 && backend == FLASHJIT_BACKEND_MLIR)
+    return refuse("fa3: row_sum_partials has a template form only (NVRTC)");
 
   const int k_stage_bytes = block_n * qk_smem_cols * kElemBytes;
   const int v_stage_bytes = block_n * v_smem_cols * kElemBytes;
@@ -713,6 +723,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     return refuse("fa3: lazy_top_rounding needs every exponential on MUFU (exp2_poly_every 0)");
   plan->add("kExp2PolyEvery", exp2_poly_every);
   plan->add("kRowMaxPartials", row_max_partials);
+  plan->add("kRowSumPartials", row_sum_partials);
   plan->add_bool("kCrossTileOverlap", cross_tile_overlap);
   plan->add_bool("kTailSplit", tail_split);
   plan->add_bool("kDynamicTiles", dynamic_tiles);
@@ -782,6 +793,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"lazy_rescale", &Fa3Tuning::lazy_rescale},
       {"lazy_top_rounding", &Fa3Tuning::lazy_top_rounding},
       {"row_max_partials", &Fa3Tuning::row_max_partials},
+      {"row_sum_partials", &Fa3Tuning::row_sum_partials},
       {"cross_tile_overlap", &Fa3Tuning::cross_tile_overlap},
       {"tail_split", &Fa3Tuning::tail_split},
       {"first_block_in_loop", &Fa3Tuning::first_block_in_loop},

@@ -25,6 +25,7 @@ struct Fa3Tuning {
   int lazy_top_rounding = -1;   // -1: the planner's choice (1 for varlen and paged specs, else 0); 1: with
                                 // lazy_rescale, O normalized by the rounded top p
   int row_max_partials = 0;     // 0: the planner's choice; else 1, 2, 4 or 8 running maxima per row
+  int row_sum_partials = 0;     // 0: the planner's choice (1); else 1, 2, 4 or 8 running sums per row
   int cross_tile_overlap = -1;  // -1: the planner's choice; 1: next tile's first QK with this tile's last PV
   int tail_split = -1;          // -1: the planner's choice; 1: the last waves' tiles split by keys (a workspace)
   int first_block_in_loop = -1; // -1: the planner's choice; 1: a tile's first block is the key loop's first step
@@ -66,13 +67,13 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
                     flashjit_backend backend = FLASHJIT_BACKEND_AUTO);
 
 // "key=value,..." with the keys block_n, pingpong, exp2_poly_every, consumer_warpgroups,
-// separate_o, rescale_before_pv, cluster_m, lazy_rescale, lazy_top_rounding, row_max_partials, cross_tile_overlap,
-// tail_split, first_block_in_loop, q_desc_per_step, q_in_registers, desc_advance, pingpong_softmax, exp_subtract_first,
-// skip_masked_groups, l2_promotion, programmatic_launch, unmasked_key_loop, causal_sections, causal_section_pairs,
-// section_pairs, paged, paged_gather, stages, gather_noinc, dynamic_tiles
-// (the fields above; unnamed fields keep the planner's choice), e.g. "consumer_warpgroups=2,block_n=128": the developer
-// override FLASHJIT_FA3_TUNING. False, naming the bad item, on an unknown key or a value that is not an integer;
-// whether the values fit a spec is the planner's answer (plan_fa3_tuned).
+// separate_o, rescale_before_pv, cluster_m, lazy_rescale, lazy_top_rounding, row_max_partials, row_sum_partials,
+// cross_tile_overlap, tail_split, first_block_in_loop, q_desc_per_step, q_in_registers, desc_advance, pingpong_softmax,
+// exp_subtract_first, skip_masked_groups, l2_promotion, programmatic_launch, unmasked_key_loop, causal_sections,
+// causal_section_pairs, section_pairs, paged, paged_gather, stages, gather_noinc, dynamic_tiles (the fields above;
+// unnamed fields keep the planner's choice), e.g. "consumer_warpgroups=2,block_n=128": the developer override
+// FLASHJIT_FA3_TUNING. False, naming the bad item, on an unknown key or a value that is not an integer; whether the
+// values fit a spec is the planner's answer (plan_fa3_tuned).
 bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *error);
 
 } // namespace flashjit

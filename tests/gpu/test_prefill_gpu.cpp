@@ -568,6 +568,30 @@ TEST_F(PrefillExpSubtractFirstGpu, MatchesTheReference) {
   }
 }
 
+class PrefillRowSumPartialsGpu : public GpuTest {};
+
+// Each row summed in four interleaved partial sums (FLASHJIT_FA3_TUNING=row_sum_partials=4,
+// kRowSumPartials, `.rs4`, a tuning): another order of the same additions, so not bit for bit; every
+// element against the float64 reference, on the cases of the exponent's form above.
+TEST_F(PrefillRowSumPartialsGpu, MatchesTheReference) {
+  NamedCases cases = {
+      {"d64_causal_gqa7_sq_lt_sk", as_causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::bf16))},
+      {"d128_varlen_len1", varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::fp16)},
+      {"d96_s900", dense(2, 900, 900, 12, 4, 96, 96, ref::Dtype::bf16)},
+      {"d256_causal", as_causal(dense(1, 700, 1600, 24, 24, 256, 256, ref::Dtype::bf16))},
+      {"d64_window_softcap", window_softcap_d64()},
+  };
+  cases.push_back({"d128_causal_pages16", causal_pages16_d128()});
+  const std::unique_ptr<Runtime> runtime = strict_runtime_with_fa3_tuning("row_sum_partials=4");
+  for (auto &[name, o] : cases) {
+    o.seed = 79;
+    const harness::CaseResult result = harness::run_case(*runtime, o);
+    std::cout << "row_sum_partials_" << name << ": " << result.summary() << "\n";
+    EXPECT_TRUE(result.pass()) << name << ": " << result.summary();
+    EXPECT_NE(result.kernel.find(".rs4"), std::string::npos) << result.kernel;
+  }
+}
+
 class PrefillSkipMaskedGroupsGpu : public GpuTest {};
 
 // The prologue block's exponentials skipped for 16-column chunks the mask hides from a whole warp

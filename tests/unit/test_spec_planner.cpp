@@ -806,6 +806,35 @@ TEST(Fa3Tuning, RowMaxPartialsArePowersOfTwoThatFitTheBlock) {
   EXPECT_FALSE(plan_fa3_tuned(prefill(256, false), wide, &plan, &why));
 }
 
+// Partial row sums (kRowSumPartials, `.rsN`): one chain by default, so the default kernels keep
+// their names and their sums' order; 2, 4 or 8 as a tuning, powers of two up to the column groups,
+// NVRTC only (the MLIR generator sums in one chain).
+TEST(Fa3Tuning, RowSumPartialsAreATemplateTuning) {
+  Plan plan;
+  std::string why;
+  for (bool causal : {false, true}) {
+    ASSERT_TRUE(plan_fa3(prefill(64, causal), &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kRowSumPartials"), 1);
+    EXPECT_EQ(kernel_name(prefill(64, causal), plan).find(".rs"), std::string::npos);
+  }
+  Fa3Tuning tuning;
+  ASSERT_TRUE(parse_fa3_tuning("row_sum_partials=4", &tuning, &why)) << why;
+  EXPECT_EQ(tuning.row_sum_partials, 4);
+  ASSERT_TRUE(plan_fa3_tuned(prefill(64, true), tuning, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kRowSumPartials"), 4);
+  EXPECT_NE(kernel_name(prefill(64, true), plan).find(".rs4."), std::string::npos);
+  EXPECT_FALSE(plan_fa3_tuned(prefill(64, true), tuning, &plan, &why, FLASHJIT_BACKEND_MLIR));
+  EXPECT_NE(why.find("row_sum_partials has a template form only"), std::string::npos) << why;
+  for (int bad : {3, -1, 16}) { // d256's 80-key block has 10 column groups
+    Fa3Tuning wrong;
+    wrong.row_sum_partials = bad;
+    EXPECT_FALSE(plan_fa3_tuned(prefill(256, false), wrong, &plan, &why)) << bad;
+    EXPECT_NE(why.find("row_sum_partials must be a power of two up to kBlockN / 8 (10), got " + std::to_string(bad)),
+              std::string::npos)
+        << why;
+  }
+}
+
 // Cross-tile overlap measured slower (session 8): off by default, a tuning where O has its own
 // region (the next Q loads under this tile), NVRTC only.
 TEST(Fa3Tuning, CrossTileOverlapIsATuningWhereOHasItsOwnRegion) {

@@ -170,7 +170,14 @@ __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowStat
       rescale[r] = keep_max ? 1.0f : ex2_approx((st.max[r] - safe_max) * scale_log2);
     }
     st.max[r] = block_max;
-    float sum = 0.0f;
+    // kRowSumPartials running sums over interleaved logits, combined by a tree: the dependent FADD
+    // chain is kBlockN / 4 / kRowSumPartials long (one chain keeps the sum's order of the MLIR form).
+    constexpr int kSums = C::kRowSumPartials;
+    static_assert(kSums >= 1 && (kSums & (kSums - 1)) == 0, "a power of two");
+    float sums[kSums];
+#pragma unroll
+    for (int i = 0; i < kSums; ++i)
+      sums[i] = 0.0f;
     constexpr int kGroups = C::kBlockN / kColsPerGroup;
     constexpr int kChunk = kGroups % kGroupsPerSkipChunk == 0 ? kGroupsPerSkipChunk : 1;
     static_assert(kLiveGroups % kChunk == 0 || kLiveGroups == kGroups, "live groups end on a chunk");
@@ -185,7 +192,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowStat
             const float arg = exponent<C>(x, safe_max, scale_log2, bias);
             constexpr int kEvery = C::kExp2PolyEvery;
             x = (kEvery > 0 && j % kEvery == kEvery - 1) ? exp2_poly3(arg) : ex2_approx(arg);
-            sum += x;
+            sums[(2 * j + e) % kSums] += x;
           }
       } else {
 #pragma unroll
@@ -195,7 +202,12 @@ __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowStat
             s[j * kAccPerGroup + r * 2 + e] = 0.0f;
       }
     }
-    st.sum[r] = st.sum[r] * rescale[r] + sum;
+#pragma unroll
+    for (int width = 1; width < kSums; width *= 2)
+#pragma unroll
+      for (int i = 0; i + width < kSums; i += 2 * width)
+        sums[i] += sums[i + width];
+    st.sum[r] = st.sum[r] * rescale[r] + sums[0];
   }
 }
 
