@@ -221,6 +221,31 @@ CompiledKernel compile_tuned(const KernelSpec &spec, const Fa3Tuning &tuning) {
   return kernel;
 }
 
+// The short causal tile's spec (issue 3's causal S1024 rows) at head dim d.
+KernelSpec short_causal_spec(int d, flashjit_dtype dtype) {
+  KernelSpec spec = testing::prefill_spec(Arch{90, true}, d, d, dtype, true);
+  spec.key_block = fa3_short_key_block(spec, FLASHJIT_BACKEND_NVRTC);
+  return spec;
+}
+
+// A tuned kernel beside the planner's kernel of the same spec: both compiled, their SASS, the tuned plan.
+struct TunedAgainstDefault {
+  CompiledKernel with, without;
+  std::string sass, reference;
+  Plan plan;
+};
+TunedAgainstDefault compile_against_default(const KernelSpec &spec, const Fa3Tuning &tuning) {
+  TunedAgainstDefault pair{compile_tuned(spec, tuning), compile_tuned(spec, Fa3Tuning{}), {}, {}, {}};
+  std::string error;
+  pair.sass = testing::dump_sass(pair.with.cubin, &error);
+  EXPECT_TRUE(error.empty()) << error;
+  pair.reference = testing::dump_sass(pair.without.cubin, &error);
+  EXPECT_TRUE(error.empty()) << error;
+  std::string why;
+  EXPECT_TRUE(plan_fa3_tuned(spec, tuning, &pair.plan, &why)) << why;
+  return pair;
+}
+
 // r2ur_descriptors_inside_gemm_groups sees descriptors moved from ordinary registers: Q's hoisted descriptors at d256
 // (q_desc_per_step=0), each built from its own address (desc_advance=0), outnumber the uniform registers, and ptxas
 // moves them back per GEMM (compiler/plans/fa3_plan.cpp, kQDescPerStep); an R2UR written on a line of its own into a
@@ -256,8 +281,7 @@ TEST(Fa3Sass, TheDescriptorCheckSeesMovedDescriptors) {
 // registers (the d64 short causal tile), three warpgroups (d96).
 TEST(Fa3Sass, AdvancedDescriptorsTakeFewerUniformOps) {
   const Arch hopper{90, true};
-  KernelSpec short_causal = testing::prefill_spec(hopper, 64, 64, FLASHJIT_BF16, true);
-  short_causal.key_block = fa3_short_key_block(short_causal, FLASHJIT_BACKEND_NVRTC);
+  const KernelSpec short_causal = short_causal_spec(64, FLASHJIT_BF16);
   const std::vector<KernelSpec> specs = {testing::prefill_spec(hopper, 128, 128, FLASHJIT_BF16, false), short_causal,
                                          testing::prefill_spec(hopper, 96, 96, FLASHJIT_BF16, false)};
   Fa3Tuning built;
@@ -337,8 +361,7 @@ std::map<std::string, int> exponent_producers(const std::string &ptx) {
 // No spills and no serialized wgmmas; on the d64 short causal tile (Q in registers) and d128.
 TEST(Fa3CompileFeatures, PingpongTurnsCoverTheChosenPhase) {
   const Arch hopper{90, true};
-  KernelSpec short_causal = testing::prefill_spec(hopper, 64, 64, FLASHJIT_BF16, true);
-  short_causal.key_block = fa3_short_key_block(short_causal, FLASHJIT_BACKEND_NVRTC);
+  const KernelSpec short_causal = short_causal_spec(64, FLASHJIT_BF16);
   constexpr int kTurnThreads = 2 * 128; // a turn's barrier: the waiting and the handing warpgroup
   for (const KernelSpec &spec : {short_causal, testing::prefill_spec(hopper, 128, 128, FLASHJIT_BF16, false)}) {
     Fa3Tuning gemm_turns;
@@ -383,33 +406,23 @@ TEST(Fa3CompileFeatures, PingpongTurnsCoverTheChosenPhase) {
 // warpgroups, d256 causal.
 TEST(Fa3CompileFeatures, SkipMaskedGroupsBranchesAroundExponentials) {
   const Arch hopper{90, true};
-  KernelSpec short_causal = testing::prefill_spec(hopper, 64, 64, FLASHJIT_BF16, true);
-  short_causal.key_block = fa3_short_key_block(short_causal, FLASHJIT_BACKEND_NVRTC);
-  for (const KernelSpec &spec : {short_causal, testing::prefill_spec(hopper, 128, 128, FLASHJIT_FP16, true),
-                                 testing::prefill_spec(hopper, 256, 256, FLASHJIT_BF16, true)}) {
+  for (const KernelSpec &spec :
+       {short_causal_spec(64, FLASHJIT_BF16), testing::prefill_spec(hopper, 128, 128, FLASHJIT_FP16, true),
+        testing::prefill_spec(hopper, 256, 256, FLASHJIT_BF16, true)}) {
     Fa3Tuning skip;
     skip.skip_masked_groups = 1;
-    const CompiledKernel with = compile_tuned(spec, skip);
-    const CompiledKernel without = compile_tuned(spec, Fa3Tuning{});
-    EXPECT_NE(with.name.find(".skm"), std::string::npos) << with.name;
-    EXPECT_EQ(without.name.find(".skm"), std::string::npos) << without.name;
-    std::string error;
-    const std::string sass = testing::dump_sass(with.cubin, &error);
-    ASSERT_TRUE(error.empty()) << error;
-    const std::string reference = testing::dump_sass(without.cubin, &error);
-    ASSERT_TRUE(error.empty()) << error;
-    Plan plan;
-    std::string why;
-    ASSERT_TRUE(plan_fa3_tuned(spec, skip, &plan, &why)) << why;
+    const TunedAgainstDefault k = compile_against_default(spec, skip);
+    EXPECT_NE(k.with.name.find(".skm"), std::string::npos) << k.with.name;
+    EXPECT_EQ(k.without.name.find(".skm"), std::string::npos) << k.without.name;
     constexpr int kColsPerChunk = 16, kColsPerGroup = 8, kRowsPerThread = 2; // odd group counts skip by group
     const int branches =
-        kRowsPerThread * plan.block_n / (plan.block_n % kColsPerChunk == 0 ? kColsPerChunk : kColsPerGroup);
-    EXPECT_GE(count_of(sass, "BRA"), count_of(reference, "BRA") + branches) << with.name;
-    EXPECT_EQ(count_of(sass, "MUFU.EX2"), count_of(reference, "MUFU.EX2")) << with.name;
-    EXPECT_EQ(count_of(sass, "HGMMA"), count_of(reference, "HGMMA")) << with.name;
-    EXPECT_FALSE(wgmmas_serialized(sass)) << with.name << ": a wait after every HGMMA";
-    EXPECT_EQ(with.resources.registers, without.resources.registers) << with.name;
-    EXPECT_EQ(with.resources.spill_store_bytes, 0) << with.name;
+        kRowsPerThread * k.plan.block_n / (k.plan.block_n % kColsPerChunk == 0 ? kColsPerChunk : kColsPerGroup);
+    EXPECT_GE(count_of(k.sass, "BRA"), count_of(k.reference, "BRA") + branches) << k.with.name;
+    EXPECT_EQ(count_of(k.sass, "MUFU.EX2"), count_of(k.reference, "MUFU.EX2")) << k.with.name;
+    EXPECT_EQ(count_of(k.sass, "HGMMA"), count_of(k.reference, "HGMMA")) << k.with.name;
+    EXPECT_FALSE(wgmmas_serialized(k.sass)) << k.with.name << ": a wait after every HGMMA";
+    EXPECT_EQ(k.with.resources.registers, k.without.resources.registers) << k.with.name;
+    EXPECT_EQ(k.with.resources.spill_store_bytes, 0) << k.with.name;
   }
 }
 
@@ -418,33 +431,19 @@ TEST(Fa3CompileFeatures, SkipMaskedGroupsBranchesAroundExponentials) {
 // block's exponentials per row and one branch between the forms; no serialization, no spills, and
 // no more registers.
 TEST(Fa3CompileFeatures, SkipMaskedGroupsHalvesThePrologueSoftmax) {
-  const Arch hopper{90, true};
-  KernelSpec short_causal = testing::prefill_spec(hopper, 64, 64, FLASHJIT_BF16, true);
-  short_causal.key_block = fa3_short_key_block(short_causal, FLASHJIT_BACKEND_NVRTC);
-  KernelSpec short_causal_d128 = testing::prefill_spec(hopper, 128, 128, FLASHJIT_FP16, true);
-  short_causal_d128.key_block = fa3_short_key_block(short_causal_d128, FLASHJIT_BACKEND_NVRTC);
-  for (const KernelSpec &spec : {short_causal, short_causal_d128}) {
+  for (const KernelSpec &spec : {short_causal_spec(64, FLASHJIT_BF16), short_causal_spec(128, FLASHJIT_FP16)}) {
     Fa3Tuning halves;
     halves.skip_masked_groups = 2;
-    const CompiledKernel with = compile_tuned(spec, halves);
-    const CompiledKernel without = compile_tuned(spec, Fa3Tuning{});
-    EXPECT_NE(with.name.find(".skh"), std::string::npos) << with.name;
-    std::string error;
-    const std::string sass = testing::dump_sass(with.cubin, &error);
-    ASSERT_TRUE(error.empty()) << error;
-    const std::string reference = testing::dump_sass(without.cubin, &error);
-    ASSERT_TRUE(error.empty()) << error;
-    Plan plan;
-    std::string why;
-    ASSERT_TRUE(plan_fa3_tuned(spec, halves, &plan, &why)) << why;
+    const TunedAgainstDefault k = compile_against_default(spec, halves);
+    EXPECT_NE(k.with.name.find(".skh"), std::string::npos) << k.with.name;
     constexpr int kRowsPerThread = 2, kColsPerThreadPerGroup = 2, kColsPerGroup = 8;
-    const size_t half_block = kRowsPerThread * kColsPerThreadPerGroup * plan.block_n / kColsPerGroup / 2;
-    EXPECT_GE(count_of(sass, "MUFU.EX2"), count_of(reference, "MUFU.EX2") + half_block) << with.name;
-    EXPECT_GT(count_of(sass, "BRA"), count_of(reference, "BRA")) << with.name;
-    EXPECT_EQ(count_of(sass, "HGMMA"), count_of(reference, "HGMMA")) << with.name;
-    EXPECT_FALSE(wgmmas_serialized(sass)) << with.name << ": a wait after every HGMMA";
-    EXPECT_LE(with.resources.registers, without.resources.registers) << with.name;
-    EXPECT_EQ(with.resources.spill_store_bytes, 0) << with.name;
+    const size_t half_block = kRowsPerThread * kColsPerThreadPerGroup * k.plan.block_n / kColsPerGroup / 2;
+    EXPECT_GE(count_of(k.sass, "MUFU.EX2"), count_of(k.reference, "MUFU.EX2") + half_block) << k.with.name;
+    EXPECT_GT(count_of(k.sass, "BRA"), count_of(k.reference, "BRA")) << k.with.name;
+    EXPECT_EQ(count_of(k.sass, "HGMMA"), count_of(k.reference, "HGMMA")) << k.with.name;
+    EXPECT_FALSE(wgmmas_serialized(k.sass)) << k.with.name << ": a wait after every HGMMA";
+    EXPECT_LE(k.with.resources.registers, k.without.resources.registers) << k.with.name;
+    EXPECT_EQ(k.with.resources.spill_store_bytes, 0) << k.with.name;
   }
 }
 

@@ -543,13 +543,10 @@ TEST_F(PrefillPingpongSoftmaxGpu, EqualsGemmTurnsBitwise) {
   expect_equal_bits("pingpong=1,pingpong_softmax=1", "pingpong=1", ".pps", "pingpong_softmax", "gemm turns", cases, 61);
 }
 
-class PrefillExpSubtractFirstGpu : public GpuTest {};
-
-// The exponent as (s - max) * c (FLASHJIT_FA3_TUNING=exp_subtract_first=1, kExpSubtractFirst, `.es`,
-// a tuning): other roundings than the default's FFMA, so not bit for bit; every element against the
-// float64 reference. Cases: the short causal tile (d64, GQA 7), the lazy rescale's top rounding
-// (varlen with a length-1 sequence), three warpgroups, d256 causal, a window with softcap, pages of 16.
-TEST_F(PrefillExpSubtractFirstGpu, MatchesTheReference) {
+// The cases of a form that changes roundings (checked against float64 only): the short causal tile
+// (d64, GQA 7), the lazy rescale's top rounding (varlen with a length-1 sequence), three warpgroups,
+// d256 causal, a window with softcap, pages of 16.
+NamedCases rounding_form_cases() {
   NamedCases cases = {
       {"d64_causal_gqa7_sq_lt_sk", as_causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::bf16))},
       {"d128_varlen_len1", varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::fp16)},
@@ -558,38 +555,38 @@ TEST_F(PrefillExpSubtractFirstGpu, MatchesTheReference) {
       {"d64_window_softcap", window_softcap_d64()},
   };
   cases.push_back({"d128_causal_pages16", causal_pages16_d128()});
-  const std::unique_ptr<Runtime> runtime = strict_runtime_with_fa3_tuning("exp_subtract_first=1");
+  return cases;
+}
+
+// Every case of rounding_form_cases() with the fa3 tuning `tuning` (kernel names containing
+// `suffix`) against the float64 reference, every element.
+void expect_tuned_matches_reference(const char *tuning, const std::string &suffix, const std::string &label,
+                                    uint64_t seed) {
+  NamedCases cases = rounding_form_cases();
+  const std::unique_ptr<Runtime> runtime = strict_runtime_with_fa3_tuning(tuning);
   for (auto &[name, o] : cases) {
-    o.seed = 67;
+    o.seed = seed;
     const harness::CaseResult result = harness::run_case(*runtime, o);
-    std::cout << "exp_subtract_first_" << name << ": " << result.summary() << "\n";
+    std::cout << label << "_" << name << ": " << result.summary() << "\n";
     EXPECT_TRUE(result.pass()) << name << ": " << result.summary();
-    EXPECT_NE(result.kernel.find(".es"), std::string::npos) << result.kernel;
+    EXPECT_NE(result.kernel.find(suffix), std::string::npos) << result.kernel;
   }
+}
+
+class PrefillExpSubtractFirstGpu : public GpuTest {};
+
+// The exponent as (s - max) * c (FLASHJIT_FA3_TUNING=exp_subtract_first=1, kExpSubtractFirst, `.es`,
+// a tuning): other roundings than the default's FFMA, so not bit for bit.
+TEST_F(PrefillExpSubtractFirstGpu, MatchesTheReference) {
+  expect_tuned_matches_reference("exp_subtract_first=1", ".es", "exp_subtract_first", 67);
 }
 
 class PrefillRowSumPartialsGpu : public GpuTest {};
 
 // Each row summed in four interleaved partial sums (FLASHJIT_FA3_TUNING=row_sum_partials=4,
-// kRowSumPartials, `.rs4`, a tuning): another order of the same additions, so not bit for bit; every
-// element against the float64 reference, on the cases of the exponent's form above.
+// kRowSumPartials, `.rs4`, a tuning): another order of the same additions, so not bit for bit.
 TEST_F(PrefillRowSumPartialsGpu, MatchesTheReference) {
-  NamedCases cases = {
-      {"d64_causal_gqa7_sq_lt_sk", as_causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::bf16))},
-      {"d128_varlen_len1", varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::fp16)},
-      {"d96_s900", dense(2, 900, 900, 12, 4, 96, 96, ref::Dtype::bf16)},
-      {"d256_causal", as_causal(dense(1, 700, 1600, 24, 24, 256, 256, ref::Dtype::bf16))},
-      {"d64_window_softcap", window_softcap_d64()},
-  };
-  cases.push_back({"d128_causal_pages16", causal_pages16_d128()});
-  const std::unique_ptr<Runtime> runtime = strict_runtime_with_fa3_tuning("row_sum_partials=4");
-  for (auto &[name, o] : cases) {
-    o.seed = 79;
-    const harness::CaseResult result = harness::run_case(*runtime, o);
-    std::cout << "row_sum_partials_" << name << ": " << result.summary() << "\n";
-    EXPECT_TRUE(result.pass()) << name << ": " << result.summary();
-    EXPECT_NE(result.kernel.find(".rs4"), std::string::npos) << result.kernel;
-  }
+  expect_tuned_matches_reference("row_sum_partials=4", ".rs4", "row_sum_partials", 79);
 }
 
 class PrefillSkipMaskedGroupsGpu : public GpuTest {};
