@@ -591,20 +591,17 @@ TEST_F(PrefillRowSumPartialsGpu, MatchesTheReference) {
 
 class PrefillSkipMaskedGroupsGpu : public GpuTest {};
 
-// The prologue block's exponentials skipped for 16-column chunks the mask hides from a whole warp
-// (FLASHJIT_FA3_TUNING=skip_masked_groups=1, kSkipMaskedGroups, `.skm`, a tuning): ex2(-inf) is +0, so
-// the outputs must equal the full softmax's bit for bit, and both pass the float64 check. Cases: the
-// short causal tile (d64, GQA 7, seqlen_q < seqlen_k), seqlen_q > seqlen_k (rows that see no key),
-// lengths off the tile (d128 causal, fp16), three warpgroups (d80 causal), d192/128 and d256 causal,
-// varlen causal with a length-1 sequence, a window reaching right of the diagonal, pages of 16.
-TEST_F(PrefillSkipMaskedGroupsGpu, EqualsTheFullSoftmaxBitwise) {
+// The cases of the prologue's masked skips: the short causal tile (d64, GQA 7, seqlen_q < seqlen_k),
+// seqlen_q > seqlen_k (rows that see no key), lengths off the tile (d128 causal, fp16), d192/128,
+// varlen causal with a length-1 sequence, a window reaching right of the diagonal; and, where the key
+// blocks need not be a multiple of 32 (`all_blocks`), three warpgroups of 112-key blocks (d80 causal),
+// d256 causal (80) and pages of 16.
+NamedCases masked_skip_cases(bool all_blocks) {
   NamedCases cases = {
       {"d64_causal_gqa7_sq_lt_sk", as_causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::bf16))},
       {"d64_causal_sq_gt_sk", as_causal(dense(2, 1000, 300, 8, 8, 64, 64, ref::Dtype::fp16))},
       {"d128_causal_s1000", as_causal(dense(2, 1000, 1000, 16, 8, 128, 128, ref::Dtype::fp16))},
-      {"d80_causal_gqa6", as_causal(dense(2, 700, 1300, 12, 2, 80, 80, ref::Dtype::bf16))},
       {"d192v128_causal", as_causal(dense(2, 333, 777, 8, 8, 192, 128, ref::Dtype::bf16))},
-      {"d256_causal", as_causal(dense(1, 700, 1600, 24, 24, 256, 256, ref::Dtype::bf16))},
       {"d64_varlen_causal_len1",
        as_causal(varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 64, ref::Dtype::bf16))},
   };
@@ -612,28 +609,27 @@ TEST_F(PrefillSkipMaskedGroupsGpu, EqualsTheFullSoftmaxBitwise) {
   window.problem.window_left = 150;
   window.problem.window_right = 37;
   cases.push_back({"d96_window_right37", window});
-  cases.push_back({"d128_causal_pages16", causal_pages16_d128()});
+  if (all_blocks) {
+    cases.push_back({"d80_causal_gqa6", as_causal(dense(2, 700, 1300, 12, 2, 80, 80, ref::Dtype::bf16))});
+    cases.push_back({"d256_causal", as_causal(dense(1, 700, 1600, 24, 24, 256, 256, ref::Dtype::bf16))});
+    cases.push_back({"d128_causal_pages16", causal_pages16_d128()});
+  }
+  return cases;
+}
+
+// The prologue block's exponentials skipped for 16-column chunks the mask hides from a whole warp
+// (FLASHJIT_FA3_TUNING=skip_masked_groups=1, kSkipMaskedGroups, `.skm`, a tuning): ex2(-inf) is +0, so
+// the outputs must equal the full softmax's bit for bit, and both pass the float64 check.
+TEST_F(PrefillSkipMaskedGroupsGpu, EqualsTheFullSoftmaxBitwise) {
+  NamedCases cases = masked_skip_cases(true);
   expect_equal_bits("skip_masked_groups=1", "skip_masked_groups=0", ".skm", "skip_masked_groups", "full softmax", cases,
                     71);
 }
 
 // The half form (skip_masked_groups=2, `.skh`): the prologue block's softmax over its first half only
-// where the mask hides the second from the whole warp. Its tiles take key blocks of a multiple of 32:
-// the short causal tile at d64 (GQA 7, seqlen_q below and above seqlen_k), d128 and d192/128,
-// three warpgroups on a varlen causal batch with a length-1 sequence, a window right of the diagonal.
+// where the mask hides the second from the whole warp; key blocks of a multiple of 32 only.
 TEST_F(PrefillSkipMaskedGroupsGpu, HalfFormEqualsTheFullSoftmaxBitwise) {
-  NamedCases cases = {
-      {"d64_causal_gqa7_sq_lt_sk", as_causal(dense(3, 333, 1024, 14, 2, 64, 64, ref::Dtype::bf16))},
-      {"d64_causal_sq_gt_sk", as_causal(dense(2, 1000, 300, 8, 8, 64, 64, ref::Dtype::fp16))},
-      {"d128_causal_s1000", as_causal(dense(2, 1000, 1000, 16, 8, 128, 128, ref::Dtype::fp16))},
-      {"d192v128_causal", as_causal(dense(2, 333, 777, 8, 8, 192, 128, ref::Dtype::bf16))},
-      {"d64_varlen_causal_len1",
-       as_causal(varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 64, ref::Dtype::bf16))},
-  };
-  CaseOptions window = dense(1, 900, 1200, 8, 8, 96, 96, ref::Dtype::bf16);
-  window.problem.window_left = 150;
-  window.problem.window_right = 37;
-  cases.push_back({"d96_window_right37", window});
+  NamedCases cases = masked_skip_cases(false);
   expect_equal_bits("skip_masked_groups=2", "skip_masked_groups=0", ".skh", "skip_masked_groups_half", "full softmax",
                     cases, 73);
 }
