@@ -218,7 +218,9 @@ template <class C> struct Consumer {
     turn_wait<Phase::kSoftmax>();
     constexpr int kGroups = C::kBlockN / kColsPerGroup;
     constexpr int kHalf = kGroups / 2;
-    if constexpr (kSkipMasked == kSkipMaskedHalf && kHalf % kGroupsPerSkipChunk == 0) {
+    static_assert(kSkipMasked != kSkipMaskedHalf || kHalf % kGroupsPerSkipChunk == 0,
+                  "halves of whole skip chunks (the planner refuses other key blocks)");
+    if constexpr (kSkipMasked == kSkipMaskedHalf) {
       if (live <= kHalf)
         softmax_step<C, kHalf>(s, st, lg.scale_log2, scale);
       else
