@@ -185,17 +185,17 @@ template <class C> struct Consumer {
   static_assert(!C::kUnmaskedKeyLoop || !(C::kCausal || C::kLocal), "the planner allows it without masking only");
 
   // The column groups of block n before the first that lies right of every row of this warp (past
-  // the causal / window diagonal or seqlen_k), rounded up to whole chunks of kChunkGroups: the groups
-  // from there on hold only -inf.
-  template <int kChunkGroups> __device__ __forceinline__ int live_groups(const Tile &t, const Window &w, int n) const {
+  // the causal / window diagonal or seqlen_k), rounded up to whole skip chunks: the groups from there
+  // on hold only -inf.
+  __device__ __forceinline__ int live_groups(const Tile &t, const Window &w, int n) const {
     constexpr int kGroups = C::kBlockN / kColsPerGroup;
-    constexpr int kChunkCols = kChunkGroups * kColsPerGroup;
+    constexpr int kChunkCols = kGroupsPerSkipChunk * kColsPerGroup;
     const int warp_last_row = t.m_block * C::kBlockM + wg * kWgmmaM + (tid / kWarpSize + 1) * kRowsPerWarp - 1;
     int col_end = t.seqlen_k; // exclusive, for the warp's lowest row
     if (w.has_right)
       col_end = min(col_end, warp_last_row + w.offset + w.right + 1);
     const int live_cols = max(col_end - n * C::kBlockN, 0);
-    return min((live_cols + kChunkCols - 1) / kChunkCols * kChunkGroups, kGroups);
+    return min((live_cols + kChunkCols - 1) / kChunkCols * kGroupsPerSkipChunk, kGroups);
   }
 
   // Mask / soft cap / online softmax of the block in s (kMayMask false: every key of it is visible;
@@ -213,7 +213,7 @@ template <class C> struct Consumer {
       const int col0 = n * C::kBlockN + 2 * (tid % kQuadLanes);
       apply_mask<C>(s, row0, col0, t, w);
       if constexpr (kSkipMasked != 0)
-        live = live_groups<kGroupsPerSkipChunk>(t, w, n);
+        live = live_groups(t, w, n);
     }
     turn_wait<Phase::kSoftmax>();
     constexpr int kGroups = C::kBlockN / kColsPerGroup;
