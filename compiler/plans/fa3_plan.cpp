@@ -106,7 +106,7 @@ constexpr bool kExpSubtractFirstDefault = false;
 // columns and over the first half only. Template form only.
 constexpr int kSkipMaskedNone = 0;
 constexpr int kSkipMaskedHalf = 2;     // softmax.cuh's forms: kSkipMaskedBranch 1, kSkipMaskedHalf 2
-constexpr int kGroupsPerSkipChunk = 2; // softmax.cuh's: the halves end on whole chunks
+constexpr int kGroupsPerSkipChunk = 2; // 16 columns a branch (kBlockNGranule: they tile every key block)
 constexpr int kSkipMaskedGroupsDefault = kSkipMaskedNone;
 constexpr int kMaxBlockNMasked = 128; // causal / local
 constexpr int kMinHeadDim = 8;
@@ -757,6 +757,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add("kSkipMaskedGroups", tuning.skip_masked_groups >= 0     ? tuning.skip_masked_groups
                                  : backend != FLASHJIT_BACKEND_MLIR ? kSkipMaskedGroupsDefault
                                                                     : kSkipMaskedNone);
+  plan->add("kSkipChunkGroups", kGroupsPerSkipChunk);
   plan->add("kTmaL2PromotionBytes", tuning.l2_promotion >= 0 ? tuning.l2_promotion : kTmaL2PromotionBytes);
   if (spec.causal) {
     plan->add("kCausalSections", tuning.causal_sections >= 0 ? tuning.causal_sections : kCausalSectionsByPairs);

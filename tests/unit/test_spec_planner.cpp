@@ -1188,6 +1188,21 @@ TEST(Fa3Tuning, SoftmaxFormsAreTunings) {
   EXPECT_NE(why.find("pingpong_softmax needs pingpong"), std::string::npos) << why;
 }
 
+// The skipped chunks' width is the plan's (kSkipChunkGroups, which the template's live-group count
+// and softmax both read): 16 columns, which tile every key block (block_n is a multiple of 16).
+TEST(Fa3Tuning, SkipChunksTileTheKeyBlock) {
+  Plan plan;
+  std::string why;
+  Fa3Tuning chunks;
+  ASSERT_TRUE(parse_fa3_tuning("skip_masked_groups=1", &chunks, &why)) << why;
+  for (int d : {64, 96, 192, 256}) {
+    ASSERT_TRUE(plan_fa3_tuned(prefill(d, true), chunks, &plan, &why)) << why;
+    const int chunk_cols = static_cast<int>(plan.constant("kSkipChunkGroups")) * 8;
+    EXPECT_EQ(chunk_cols, 16) << "d" << d;
+    EXPECT_EQ(plan.block_n % chunk_cols, 0) << "d" << d << " block_n " << plan.block_n;
+  }
+}
+
 // skip_masked_groups=2 (`.skh`) halves the prologue block's softmax, so it needs key blocks of a
 // multiple of 32 (whole 16-column chunks per half): d64's 128 and d96's 96 take it, d256 causal's 80
 // is refused by name; 3 and -2 are no form.

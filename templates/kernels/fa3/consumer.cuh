@@ -189,13 +189,13 @@ template <class C> struct Consumer {
   // on hold only -inf.
   __device__ __forceinline__ int live_groups(const Tile &t, const Window &w, int n) const {
     constexpr int kGroups = C::kBlockN / kColsPerGroup;
-    constexpr int kChunkCols = kGroupsPerSkipChunk * kColsPerGroup;
+    constexpr int kChunkCols = C::kSkipChunkGroups * kColsPerGroup;
     const int warp_last_row = t.m_block * C::kBlockM + wg * kWgmmaM + (tid / kWarpSize + 1) * kRowsPerWarp - 1;
     int col_end = t.seqlen_k; // exclusive, for the warp's lowest row
     if (w.has_right)
       col_end = min(col_end, warp_last_row + w.offset + w.right + 1);
     const int live_cols = max(col_end - n * C::kBlockN, 0);
-    return min((live_cols + kChunkCols - 1) / kChunkCols * kGroupsPerSkipChunk, kGroups);
+    return min((live_cols + kChunkCols - 1) / kChunkCols * C::kSkipChunkGroups, kGroups);
   }
 
   // Mask / soft cap / online softmax of the block in s (kMayMask false: every key of it is visible;
@@ -218,7 +218,7 @@ template <class C> struct Consumer {
     turn_wait<Phase::kSoftmax>();
     constexpr int kGroups = C::kBlockN / kColsPerGroup;
     constexpr int kHalf = kGroups / 2;
-    static_assert(kSkipMasked != kSkipMaskedHalf || kHalf % kGroupsPerSkipChunk == 0,
+    static_assert(kSkipMasked != kSkipMaskedHalf || kHalf % C::kSkipChunkGroups == 0,
                   "halves of whole skip chunks (the planner refuses other key blocks)");
     if constexpr (kSkipMasked == kSkipMaskedHalf) {
       if (live <= kHalf)

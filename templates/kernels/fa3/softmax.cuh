@@ -101,7 +101,7 @@ template <class C> __device__ __forceinline__ float exponent(float s, float max,
 }
 
 // The forms of kSkipMaskedGroups: the prologue block's column groups that the mask hides from every
-// row of a warp are skipped in chunks of kGroupsPerSkipChunk (16 columns), one warp-uniform branch
+// row of a warp are skipped in chunks of kSkipChunkGroups (the plan's), one warp-uniform branch
 // per chunk and row (kSkipMaskedBranch), or the block's softmax is compiled twice, over all of its
 // columns and over the first half only, and one warp-uniform branch takes the half form where the
 // mask hides the second half from the whole warp (kSkipMaskedHalf: each form is one straight block
@@ -109,11 +109,10 @@ template <class C> __device__ __forceinline__ float exponent(float s, float max,
 // if-converts `@p ex2` into an unconditional MUFU.EX2 and an FSEL.
 constexpr int kSkipMaskedBranch = 1;
 constexpr int kSkipMaskedHalf = 2;
-constexpr int kGroupsPerSkipChunk = 2;
 
 // One online-softmax step: updates the row max, returns the factor the old O and sum must be
 // multiplied by, turns s into p = exp2((s - max) * scale_log2) and adds it to the row sum. Column
-// groups from `live_groups` (a multiple of kGroupsPerSkipChunk, kSkipMaskedBranch) or kLiveGroups
+// groups from `live_groups` (a multiple of kSkipChunkGroups, kSkipMaskedBranch) or kLiveGroups
 // on hold only -inf for every row of the warp: their p is 0, set without an exponential (ex2(-inf)
 // is +0, and max ignores -inf, so the result is the same bit for bit).
 template <class C, int kLiveGroups = C::kBlockN / kColsPerGroup>
@@ -179,7 +178,8 @@ __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowStat
     for (int i = 0; i < kSums; ++i)
       sums[i] = 0.0f;
     constexpr int kGroups = C::kBlockN / kColsPerGroup;
-    constexpr int kChunk = kGroups % kGroupsPerSkipChunk == 0 ? kGroupsPerSkipChunk : 1;
+    constexpr int kChunk = C::kSkipChunkGroups;
+    static_assert(kGroups % kChunk == 0, "the plan's chunks tile the block");
     static_assert(kLiveGroups % kChunk == 0 || kLiveGroups == kGroups, "live groups end on a chunk");
 #pragma unroll
     for (int chunk = 0; chunk < kGroups; chunk += kChunk) {
