@@ -36,6 +36,9 @@
 #         the S1024 causal rows at d64/d128/d192; on an H200 then everything h200 runs.
 #  row-sums ~150 s (H100): partial row sums (row_sum_partials=2/4): their GPU test, then alternated
 #         with the planner's one chain on the S1024 causal rows and d128 S4096; on an H200 then h200's.
+#  ptxas ~150 s (H100) / ~650 s (H200: give it the whole call): ptxas -O1 (ptxas_opt_level=1): its
+#         GPU test, then alternated with the default -O3 on d64/d192 S1024 causal and d128/d256 S4096;
+#         on an H200 then everything h200 runs.
 #  ncu    ~320 s: Nsight Compute of d128 S4096, DRAM bytes and SM clock with L2 sections of 2 pairs
 #         against the default 8, then the stall-by-SASS-line table (NCU_SOURCE=1).
 # Files under $OUT (at most 8 come back): times.txt, ab.txt, gpu-check.txt and gpu-check's own
@@ -50,9 +53,10 @@ t0=$(date +%s)
 stamp() { echo "$1 $(($(date +%s) - t0)) s" >>"$O/times.txt"; }
 # A build-device/ from before session 37 lacks its defaults (drawn causal tiles, Q in registers for
 # the short causal tile up to d64, advanced wgmma descriptors), one from before session 39 its
-# tunings (the half-form skip, partial row sums): stop, don't time it.
-if ! grep -q "kSkipMaskedGroups" build-device/libflashjit.so ||
-  ! build-device/tests/flashjit_gpu_tests --gtest_list_tests | grep -q PrefillRowSumPartialsGpu; then
+# tunings (the half-form skip, partial row sums), one from before session 40 its ptxas level: stop,
+# don't time it.
+if ! grep -q "ptxas_opt_level" build-device/libflashjit.so ||
+  ! build-device/tests/flashjit_gpu_tests --gtest_list_tests | grep -q PrefillPtxasOptLevelGpu; then
   echo "stale build-device/: run scripts/pack-device.sh first" >>"$O/times.txt"
   exit 1
 fi
@@ -361,11 +365,29 @@ row-sums)
     stamp row-sums
   fi
   ;&
+ptxas)
+  # Session 40's ptxas -O1 (ptxas_opt_level=1, ~70 ms less cold compile at d128): its GPU test, then
+  # alternated with ptxas's default -O3 (three rounds) on issue 3's rows; on an H200 then the h200
+  # mode's rows.
+  timeout 150 bash scripts/gpu-check.sh "$O" --test-jobs=4 --test-timeout=130 --no-parity \
+    --gtest-filter='PrefillPtxasOptLevelGpu.*' >"$O/gpu-check.txt" 2>&1
+  stamp "ptxas-level tests rc=$?"
+  for rep in 1 2 3; do
+    for d in 64 192; do
+      knob_sweep $d "" ptxas_opt_level=1
+    done
+    for t in "" ptxas_opt_level=1; do
+      run "d128 S4096" "$t" -b 4 -s 4096 --heads-q 32 -d 128 --variant fa3 --strict
+      run "d256 S4096" "$t" -b 4 -s 4096 --heads-q 8 -d 256 --variant fa3 --strict
+    done
+  done
+  stamp ptxas-level
+  ;&
 session38 | h200)
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
   echo "gpu: $gpu" >>"$O/times.txt"
   on_h200=$(echo "$gpu" | grep -q H200 && echo 1 || echo 0)
-  case $mode in session39 | row-sums) [ "$on_h200" = 0 ] && exit 0 ;; esac
+  case $mode in session39 | row-sums | ptxas) [ "$on_h200" = 0 ] && exit 0 ;; esac
   if [ "$mode" = h200 ] && [ "$on_h200" = 0 ]; then
     # Another GPU: with a third argument `tests`, the GPU suite but decode's tests, without the parity
     # check (run 39b); otherwise only the tunings' softmax-form tests (~30 s).

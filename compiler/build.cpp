@@ -17,7 +17,9 @@
 
 namespace flashjit {
 
-std::string backend_name(flashjit_backend backend) { return backend == FLASHJIT_BACKEND_MLIR ? "mlir" : "nvrtc"; }
+std::string backend_name(flashjit_backend backend) {
+  return backend == FLASHJIT_BACKEND_MLIR ? "mlir" : "nvrtc";
+}
 
 flashjit_backend resolve_backend(flashjit_backend requested, Variant) {
   return requested == FLASHJIT_BACKEND_AUTO ? FLASHJIT_BACKEND_NVRTC : requested;
@@ -29,7 +31,7 @@ std::string cache_key(const KernelSpec &spec, const Plan &plan, flashjit_backend
                        "|" + backend_name(backend);
   if (backend == FLASHJIT_BACKEND_NVRTC) {
     record += "|" + nvrtc::version_string();
-    for (const std::string &option : nvrtc_options(spec.arch))
+    for (const std::string &option : nvrtc_options(spec.arch, plan))
       record += "|" + option;
   }
 #ifdef FLASHJIT_WITH_MLIR

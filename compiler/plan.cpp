@@ -95,6 +95,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 summing each row in several interleaved partial sums (NVRTC builds only).
   if (const int64_t sums = plan.constant("kRowSumPartials", 1); sums > 1)
     name += ".rs" + std::to_string(sums);
+  // fa3 compiled at a lower ptxas optimization level (NVRTC builds only).
+  if (const int64_t level = plan.constant("kPtxasOptLevel", 0); level > 0)
+    name += ".o" + std::to_string(level);
   // fa3 computing the exponent as (s - max) * c (NVRTC builds only).
   if (plan.constant("kExpSubtractFirst", 0) != 0)
     name += ".es";

@@ -9,9 +9,12 @@
 
 namespace flashjit {
 
-std::vector<std::string> nvrtc_options(const Arch &arch) {
-  return {"--gpu-architecture=" + arch.nvrtc_target(), "-std=c++17", "--device-as-default-execution-space",
-          "--ptxas-options=-v"};
+std::vector<std::string> nvrtc_options(const Arch &arch, const Plan &plan) {
+  std::vector<std::string> options = {"--gpu-architecture=" + arch.nvrtc_target(), "-std=c++17",
+                                      "--device-as-default-execution-space", "--ptxas-options=-v"};
+  if (const int64_t level = plan.constant("kPtxasOptLevel", 0); level > 0)
+    options.push_back("--ptxas-options=-O" + std::to_string(level));
+  return options;
 }
 
 namespace {
@@ -71,7 +74,7 @@ Status compile_with_nvrtc(const KernelSpec &spec, const Plan &plan, CompiledKern
                          "NVRTC could not create a program for " + kernel.name + ": " + api->error_string(result));
   Program program(raw, ProgramDeleter{api});
 
-  std::vector<std::string> options = nvrtc_options(spec.arch);
+  std::vector<std::string> options = nvrtc_options(spec.arch, plan);
   std::vector<const char *> option_ptrs;
   for (const auto &option : options)
     option_ptrs.push_back(option.c_str());

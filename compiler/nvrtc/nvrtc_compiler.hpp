@@ -11,8 +11,9 @@
 
 namespace flashjit {
 
-// The exact NVRTC options for an arch (part of the cache key).
-std::vector<std::string> nvrtc_options(const Arch &arch);
+// The exact NVRTC options for an arch and plan (part of the cache key): a plan's kPtxasOptLevel
+// lowers ptxas's optimization level.
+std::vector<std::string> nvrtc_options(const Arch &arch, const Plan &plan);
 
 // Compiles `spec` realized by `plan`. On failure the message names the kernel and carries the log.
 Status compile_with_nvrtc(const KernelSpec &spec, const Plan &plan, CompiledKernel *out);

@@ -128,6 +128,10 @@ constexpr int kRowMaxPartialsTwoWarpgroups = 4;
 // Running sums per row (kRowSumPartials, interleaved over the block's logits, then a tree): the
 // dependent FADD chain of the row sum is kBlockN / 4 / kRowSumPartials long. Template form only.
 constexpr int kRowSumPartialsDefault = 1;
+// ptxas's optimization level. Of the d128 S4096 kernel's ~0.95 s cold compile, ptxas takes ~0.46 s
+// at its default -O3 and ~0.39 s at -O1 (NVRTC --time, session 40); the SASS differs (constant loads
+// are not hoisted), so a lower level is a tuning until the GPU says it costs nothing.
+constexpr int kPtxasOptLevelDefault = 3;
 constexpr int kRowMaxPartialsThreeWarpgroups = 1;
 constexpr int kColsPerGroup = 8; // accumulator columns of one wgmma n8 group (softmax.cuh)
 // Cross-tile overlap (kCrossTileOverlap): the next tile's first QK is issued with this tile's last
@@ -623,6 +627,11 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   if ((row_max_partials & (row_max_partials - 1)) != 0 || row_max_partials > column_groups)
     return refuse("fa3: row_max_partials must be a power of two up to kBlockN / 8 (" + std::to_string(column_groups) +
                   "), got " + std::to_string(row_max_partials));
+  if (tuning.ptxas_opt_level < 0 || tuning.ptxas_opt_level > kPtxasOptLevelDefault)
+    return refuse("fa3: ptxas_opt_level must be 0 (ptxas's default), 1, 2 or 3, got " +
+                  std::to_string(tuning.ptxas_opt_level));
+  if (tuning.ptxas_opt_level > 0 && tuning.ptxas_opt_level < kPtxasOptLevelDefault && backend == FLASHJIT_BACKEND_MLIR)
+    return refuse("fa3: ptxas_opt_level is an NVRTC option only");
   const int row_sum_partials = tuning.row_sum_partials > 0 ? tuning.row_sum_partials : kRowSumPartialsDefault;
   if (tuning.row_sum_partials < 0 || (row_sum_partials & (row_sum_partials - 1)) != 0 ||
       row_sum_partials > column_groups)
@@ -724,6 +733,9 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add("kExp2PolyEvery", exp2_poly_every);
   plan->add("kRowMaxPartials", row_max_partials);
   plan->add("kRowSumPartials", row_sum_partials);
+  // Only a lowered level is a constant: the default kernels' sources (and cache keys) stay as they were.
+  if (tuning.ptxas_opt_level > 0 && tuning.ptxas_opt_level < kPtxasOptLevelDefault)
+    plan->add("kPtxasOptLevel", tuning.ptxas_opt_level);
   plan->add_bool("kCrossTileOverlap", cross_tile_overlap);
   plan->add_bool("kTailSplit", tail_split);
   plan->add_bool("kDynamicTiles", dynamic_tiles);
@@ -810,6 +822,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"causal_sections", &Fa3Tuning::causal_sections},
       {"causal_section_pairs", &Fa3Tuning::causal_section_pairs},
       {"section_pairs", &Fa3Tuning::section_pairs},
+      {"ptxas_opt_level", &Fa3Tuning::ptxas_opt_level},
       {"paged", &Fa3Tuning::paged},
       {"paged_gather", &Fa3Tuning::paged_gather},
       {"stages", &Fa3Tuning::stages},

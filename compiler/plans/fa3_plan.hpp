@@ -53,6 +53,8 @@ struct Fa3Tuning {
   int gather_noinc = -1;        // -1: the planner's choice (1); 1: a gather's copies arrive on the full barrier as they
                                 // land (cp.async.mbarrier.arrive.noinc, as FA-3's paged path counts); 0: each block
                                 // published after the next is issued (wait_group, the proxy fence, an arrival)
+  int ptxas_opt_level = 0;      // 0: the planner's choice (ptxas's default, -O3); 1 or 2: a lower ptxas level, which
+                                // compiles faster (NVRTC only; kPtxasOptLevel, kernel name `.oN`)
   int dynamic_tiles = -1;       // -1: the planner's choice (causal walks of contiguous K/V, except the short causal
                                 // tile at d72-d128); 1: tiles drawn from a counter in the workspace as CTAs finish
                                 // (kDynamicTiles; causal walks in L2 sections of kDrawnSectionPairs)
@@ -70,10 +72,10 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
 // separate_o, rescale_before_pv, cluster_m, lazy_rescale, lazy_top_rounding, row_max_partials, row_sum_partials,
 // cross_tile_overlap, tail_split, first_block_in_loop, q_desc_per_step, q_in_registers, desc_advance, pingpong_softmax,
 // exp_subtract_first, skip_masked_groups, l2_promotion, programmatic_launch, unmasked_key_loop, causal_sections,
-// causal_section_pairs, section_pairs, paged, paged_gather, stages, gather_noinc, dynamic_tiles (the fields above;
-// unnamed fields keep the planner's choice), e.g. "consumer_warpgroups=2,block_n=128": the developer override
-// FLASHJIT_FA3_TUNING. False, naming the bad item, on an unknown key or a value that is not an integer; whether the
-// values fit a spec is the planner's answer (plan_fa3_tuned).
+// causal_section_pairs, section_pairs, paged, paged_gather, stages, gather_noinc, ptxas_opt_level, dynamic_tiles (the
+// fields above; unnamed fields keep the planner's choice), e.g. "consumer_warpgroups=2,block_n=128": the developer
+// override FLASHJIT_FA3_TUNING. False, naming the bad item, on an unknown key or a value that is not an integer;
+// whether the values fit a spec is the planner's answer (plan_fa3_tuned).
 bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *error);
 
 } // namespace flashjit

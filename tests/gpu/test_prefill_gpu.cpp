@@ -589,6 +589,14 @@ TEST_F(PrefillRowSumPartialsGpu, MatchesTheReference) {
   expect_tuned_matches_reference("row_sum_partials=4", ".rs4", "row_sum_partials", 79);
 }
 
+class PrefillPtxasOptLevelGpu : public GpuTest {};
+
+// The same kernels through ptxas -O1 (FLASHJIT_FA3_TUNING=ptxas_opt_level=1, kPtxasOptLevel, `.o1`, a
+// tuning for cold compile time): ptxas may contract and schedule differently, so not bit for bit.
+TEST_F(PrefillPtxasOptLevelGpu, MatchesTheReference) {
+  expect_tuned_matches_reference("ptxas_opt_level=1", ".o1", "ptxas_opt_level", 83);
+}
+
 class PrefillSkipMaskedGroupsGpu : public GpuTest {};
 
 // The cases of the prologue's masked skips: the short causal tile (d64, GQA 7, seqlen_q < seqlen_k),

@@ -1,5 +1,6 @@
 // KernelSpec names and hashes, arch parsing, and the planner's choices and fallbacks.
 #include "compiler/codegen.hpp"
+#include "compiler/nvrtc/nvrtc_compiler.hpp"
 #include "compiler/planner.hpp"
 #include "compiler/plans/fa3_plan.hpp"
 
@@ -1186,6 +1187,34 @@ TEST(Fa3Tuning, SoftmaxFormsAreTunings) {
   without_pingpong.pingpong_softmax = 1;
   EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), without_pingpong, &plan, &why));
   EXPECT_NE(why.find("pingpong_softmax needs pingpong"), std::string::npos) << why;
+}
+
+// ptxas_opt_level (`.oN`): a lowered ptxas level is a plan constant that names the kernel and lands
+// in the NVRTC options (so in the cache key); the default adds neither, so default sources and keys
+// stay as they were. MLIR plans refuse it; 4 and -1 are no level.
+TEST(Fa3Tuning, PtxasOptLevelIsAnOptionOfItsKernel) {
+  Plan plan;
+  std::string why;
+  ASSERT_TRUE(plan_fa3_tuned(prefill(128, false), Fa3Tuning{}, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kPtxasOptLevel", 0), 0);
+  const std::string default_name = kernel_name(prefill(128, false), plan);
+  const size_t default_options = nvrtc_options(prefill(128, false).arch, plan).size();
+  Fa3Tuning lowered;
+  ASSERT_TRUE(parse_fa3_tuning("ptxas_opt_level=1", &lowered, &why)) << why;
+  ASSERT_TRUE(plan_fa3_tuned(prefill(128, false), lowered, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kPtxasOptLevel"), 1);
+  EXPECT_EQ(kernel_name(prefill(128, false), plan), default_name.substr(0, default_name.size() - 5) + ".o1.al16");
+  const std::vector<std::string> options = nvrtc_options(prefill(128, false).arch, plan);
+  ASSERT_EQ(options.size(), default_options + 1);
+  EXPECT_EQ(options.back(), "--ptxas-options=-O1");
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), lowered, &plan, &why, FLASHJIT_BACKEND_MLIR));
+  EXPECT_NE(why.find("ptxas_opt_level is an NVRTC option only"), std::string::npos) << why;
+  for (int level : {4, -1}) {
+    Fa3Tuning bad;
+    bad.ptxas_opt_level = level;
+    EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), bad, &plan, &why)) << level;
+    EXPECT_NE(why.find("ptxas_opt_level must be 0"), std::string::npos) << why;
+  }
 }
 
 // The skipped chunks' width is the plan's (kSkipChunkGroups, which the template's live-group count
