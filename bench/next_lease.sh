@@ -36,6 +36,11 @@
 #         the S1024 causal rows at d64/d128/d192; on an H200 then everything h200 runs.
 #  row-sums ~150 s (H100): partial row sums (row_sum_partials=2/4): their GPU test, then alternated
 #         with the planner's one chain on the S1024 causal rows and d128 S4096; on an H200 then h200's.
+#  knobs40 / knobs40b ~100 s each (H200): the open rows' knobs alternated with the planner's kernel.
+#  sections40 ~150 s (H200): unmasked walks' L2 section sizes at S4096, d64-d256.
+#  sections40b ~100 s (H200): the sizes of ~8 MiB of K/V a section at S1024 and d80 S4096.
+#  sections40c ~350 s: the prefill GPU tests, the library before kL2UnmaskedSectionShare (old-lib)
+#         against this one, then TARGETS.md's prefill rows beside cuDNN.
 #  ptxas ~150 s (H100) / ~650 s (H200: give it the whole call): ptxas -O1 (ptxas_opt_level=1): its
 #         GPU test, then alternated with the default -O3 on d64/d192 S1024 causal and d128/d256 S4096;
 #         on an H200 then everything h200 runs.
@@ -365,6 +370,93 @@ row-sums)
     stamp row-sums
   fi
   ;&
+knobs40)
+  # Session 40: the open rows' knobs on the H200 (the defaults since session 33 were chosen on H100s),
+  # each tuning alternated with the planner's kernel, two rounds.
+  for rep in 1 2; do
+    for t in "" desc_advance=0 q_desc_per_step=0 cluster_m=1 tail_split=0 lazy_rescale=1 block_n=128 block_n=176; do
+      run "d128 S4096" "$t" -b 4 -s 4096 --heads-q 16 -d 128 --variant fa3 --strict
+    done
+    for t in "" desc_advance=0 lazy_rescale=0 pingpong=1 cluster_m=1 block_n=64 block_n=96; do
+      run "d256 S4096" "$t" -b 4 -s 4096 --heads-q 8 -d 256 --variant fa3 --strict
+    done
+    knob_sweep 64 "" q_in_registers=0 dynamic_tiles=0 desc_advance=1 lazy_rescale=1 block_n=112 pingpong_softmax=1
+    knob_sweep 192 "" dynamic_tiles=0 desc_advance=0 lazy_rescale=1 block_n=112 block_n=80 q_in_registers=1
+  done
+  stamp knobs40
+  ;;
+knobs40b)
+  # Session 40, second sweep on the H200: walk order, L2 promotion, launch and softmax knobs.
+  for rep in 1 2; do
+    for t in "" section_pairs=4 section_pairs=16 l2_promotion=256 programmatic_launch=1 rescale_before_pv=1 \
+      first_block_in_loop=1 row_max_partials=2 row_max_partials=8 consumer_warpgroups=3; do
+      run "d128 S4096" "$t" -b 4 -s 4096 --heads-q 16 -d 128 --variant fa3 --strict
+    done
+    for t in "" section_pairs=4 l2_promotion=256 programmatic_launch=1 rescale_before_pv=1 q_desc_per_step=0; do
+      run "d256 S4096" "$t" -b 4 -s 4096 --heads-q 8 -d 256 --variant fa3 --strict
+    done
+    knob_sweep 64 "" causal_section_pairs=2 causal_section_pairs=8 programmatic_launch=1 l2_promotion=256 \
+      row_max_partials=2 exp2_poly_every=8
+    knob_sweep 192 "" causal_section_pairs=2 causal_section_pairs=8 programmatic_launch=1 l2_promotion=256 lazy_rescale=1
+  done
+  stamp knobs40b
+  ;;
+sections40)
+  # Session 40: unmasked walks' L2 sections on the H200 (run 41e: 4 pairs +0.9% at d128 S4096), the
+  # planner's size alternated with others, three rounds, both dtypes at d128.
+  for rep in 1 2 3; do
+    for t in "" section_pairs=2 section_pairs=3 section_pairs=4 section_pairs=6; do
+      run "d128 S4096" "$t" -b 4 -s 4096 --heads-q 16 -d 128 --variant fa3 --strict
+      run "d128 S4096 fp16" "$t" -b 4 -s 4096 --heads-q 16 -d 128 --dtype fp16 --variant fa3 --strict
+    done
+    for t in "" section_pairs=4 section_pairs=8; do
+      run "d64 S4096" "$t" -b 4 -s 4096 --heads-q 32 -d 64 --variant fa3 --strict
+      run "d96 S4096" "$t" -b 4 -s 4096 --heads-q 21 -d 96 --variant fa3 --strict
+    done
+    for t in "" section_pairs=2 section_pairs=4; do
+      run "d192 S4096" "$t" -b 4 -s 4096 --heads-q 11 -d 192 --variant fa3 --strict
+      run "d256 S4096" "$t" -b 4 -s 4096 --heads-q 8 -d 256 --variant fa3 --strict
+    done
+  done
+  stamp sections40
+  ;;
+sections40b)
+  # Session 40: the sizes a rule of ~8 MiB of K/V per section would give, on the rows sections40 left
+  # out (S1024 unmasked, d80 S4096), alternated with the planner's, three rounds.
+  for rep in 1 2 3; do
+    for t in "" section_pairs=4; do
+      run "d80 S4096" "$t" -b 4 -s 4096 --heads-q 26 -d 80 --variant fa3 --strict
+    done
+    for dp in 64:32:32 80:26:16 96:21:16 128:16:16 192:11:8 256:8:8; do
+      IFS=: read -r d h n <<<"$dp"
+      for t in "" section_pairs=$n; do
+        run "d$d S1024" "$t" -b 16 -s 1024 --heads-q "$h" -d "$d" --variant fa3 --strict
+      done
+    done
+  done
+  stamp sections40b
+  ;;
+sections40c)
+  # Session 40's unmasked sections of ~8 MiB (kL2UnmaskedSectionShare): the prefill GPU tests, then the
+  # library before it (build-device/old-lib) alternated with this one, then TARGETS' prefill rows.
+  timeout 200 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=180 --no-parity \
+    --gtest-filter='Prefill/PrefillGpu.*:PrefillTailSplitGpu.*' >"$O/gpu-check.txt" 2>&1
+  stamp "prefill tests rc=$?"
+  for rep in 1 2; do
+    for row in "d128 S4096:-b 4 -s 4096 --heads-q 16 -d 128" "d128 S4096 fp16:-b 4 -s 4096 --heads-q 16 -d 128 --dtype fp16" \
+      "d96 S4096:-b 4 -s 4096 --heads-q 21 -d 96" "d80 S4096:-b 4 -s 4096 --heads-q 26 -d 80" \
+      "d64 S1024:-b 16 -s 1024 --heads-q 32 -d 64" "d128 S1024:-b 16 -s 1024 --heads-q 16 -d 128" \
+      "d192 S1024:-b 16 -s 1024 --heads-q 11 -d 192" "d256 S1024:-b 16 -s 1024 --heads-q 8 -d 256"; do
+      read -r -a args <<<"${row#*:}"
+      LD_LIBRARY_PATH=$PWD/build-device/old-lib:$PWD/build-device run "${row%%:*} old" "" "${args[@]}" --variant fa3 --strict
+      run "${row%%:*} new" "" "${args[@]}" --variant fa3 --strict
+    done
+  done
+  stamp sections-ab
+  timeout 200 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/targets.json" --ops prefill \
+    2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/targets.txt"
+  stamp targets
+  ;;
 ptxas)
   # Session 40's ptxas -O1 (ptxas_opt_level=1, ~70 ms less cold compile at d128): its GPU test, then
   # alternated with ptxas's default -O3 (three rounds) on issue 3's rows; on an H200 then the h200

@@ -23,8 +23,13 @@ constexpr int kMapRank = 4;               // fa3 {dim, tokens, heads, batch}; de
 constexpr uint32_t kDecodePanelCols = 64; // one 128-byte swizzle span of 16-bit elements
 constexpr uint64_t kTmaAddressAlign = 16;
 constexpr uint64_t kTmaStrideAlign = 16;
-// Share of L2 a section's K/V may fill: FA-3 uses 32 MB on a 50 MB L2.
+// Share of L2 a section's K/V may fill: FA-3 uses 32 MB on a 50 MB L2. Causal and windowed walks.
 constexpr double kL2SectionShare = 0.6;
+// Unmasked walks: sections of about 8 MiB of K/V on the H200's 50 MiB L2. Against 0.6, run 41f-g
+// (H200, bf16, three alternated rounds): d128 S4096 +0.9% (8 -> 4 pairs; 2, 3 and 6 the same), d96
+// S4096 +1.6%, d80 S4096 +1.2%, S1024 d64 +1.0%, d96 +1.2%, d128 +1.6%, d192 +1.9%, d256 +1.5%; d64,
+// d192 and d256 S4096 and d80 S1024 even (docs/perf-notes.md, session 40).
+constexpr double kL2UnmaskedSectionShare = 0.16;
 // Causal walks by pair count (kCausalSections 0): one heaviest-first section while every wave holds at
 // least this many tiles of each (batch, head) pair, else L2 sections. Measured (run 28d): 8-16 pairs
 // on 132 walkers (S16384) run 1.14-1.6x faster in one section, 64 (d128 S4096) 2% slower.
@@ -362,8 +367,10 @@ int fa3_fill_schedule(const KernelSpec &spec, const Plan &plan, int num_sms, int
   if (resident_clusters > 0)
     walkers = std::min(walkers, resident_clusters);
   walkers = std::max(1, std::min(walkers, params->num_tiles));
+  const bool masked = spec.causal || spec.local;
+  const double section_budget = (masked ? kL2SectionShare : kL2UnmaskedSectionShare) * l2_bytes;
   int section = 1;
-  while (section * 2 <= pairs && (section * 2) * pair_bytes <= kL2SectionShare * l2_bytes)
+  while (section * 2 <= pairs && (section * 2) * pair_bytes <= section_budget)
     section *= 2;
   if (const int64_t forced = plan.constant("kSectionPairs", 0); forced > 0) // Fa3Tuning::section_pairs (an A/B)
     section = static_cast<int>(std::min<int64_t>(forced, pairs));

@@ -408,8 +408,16 @@ TEST(Fa3Schedule, TilesSectionsAndGrid) {
   EXPECT_EQ(fa3_fill_schedule(spec, plan, 133, 50 * 1024 * 1024, &params), 132) << "whole clusters only";
   EXPECT_EQ(fa3_fill_schedule(spec, plan, 132, 50 * 1024 * 1024, &params, 60), 120) << "only resident clusters";
   EXPECT_EQ(fa3_fill_schedule(spec, plan, 132, 50 * 1024 * 1024, &params, 80), 132);
-  // 4096 x 256 x 2 B = 2 MiB per head: a power-of-two section within 60% of L2.
-  EXPECT_EQ(params.heads_per_section, 8);
+  // 4096 x 256 x 2 B = 2 MiB per head: unmasked, a power-of-two section within 16% of L2 (8 MiB).
+  EXPECT_EQ(params.heads_per_section, 4);
+  params.base = batch_params(16, 1024, 1024, 16, 16, 128, 128); // 0.5 MiB per head
+  fa3_fill_schedule(spec, plan, 132, 50 * 1024 * 1024, &params);
+  EXPECT_EQ(params.heads_per_section, 16);
+  KernelSpec windowed = spec;
+  windowed.local = true; // masked walks keep sections within 60% of L2 (30 MiB: 32 pairs of 0.5 MiB)
+  fa3_fill_schedule(windowed, fa3_plan(windowed), 132, 50 * 1024 * 1024, &params);
+  EXPECT_EQ(params.heads_per_section, 32);
+  params.base = batch_params(4, 4096, 4096, 16, 16, 128, 128);
   const KernelSpec causal = fa3_spec(128, 128, true);
   fa3_fill_schedule(causal, fa3_snake_plan(causal), 132, 50 * 1024 * 1024, &params);
   EXPECT_EQ(params.heads_per_section, 14); // causal, 64 pairs: L2 sections, the model's (CausalSectionsByRule)
