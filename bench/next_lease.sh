@@ -39,8 +39,8 @@
 #  knobs40 / knobs40b ~100 s each (H200): the open rows' knobs alternated with the planner's kernel.
 #  sections40 ~150 s (H200): unmasked walks' L2 section sizes at S4096, d64-d256.
 #  sections40b ~100 s (H200): the sizes of ~8 MiB of K/V a section at S1024 and d80 S4096.
-#  sections40c ~350 s: the prefill GPU tests, the library before kL2UnmaskedSectionShare (old-lib)
-#         against this one, then TARGETS.md's prefill rows beside cuDNN.
+#  sections40c ~350 s: the library before kL2UnmaskedSectionShare (old-lib) against this one,
+#         TARGETS.md's prefill rows beside cuDNN, then the prefill GPU tests.
 #  ptxas ~150 s (H100) / ~650 s (H200: give it the whole call): ptxas -O1 (ptxas_opt_level=1): its
 #         GPU test, then alternated with the default -O3 on d64/d192 S1024 causal and d128/d256 S4096;
 #         on an H200 then everything h200 runs.
@@ -437,11 +437,9 @@ sections40b)
   stamp sections40b
   ;;
 sections40c)
-  # Session 40's unmasked sections of ~8 MiB (kL2UnmaskedSectionShare): the prefill GPU tests, then the
-  # library before it (build-device/old-lib) alternated with this one, then TARGETS' prefill rows.
-  timeout 200 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=180 --no-parity \
-    --gtest-filter='Prefill/PrefillGpu.*:PrefillTailSplitGpu.*' >"$O/gpu-check.txt" 2>&1
-  stamp "prefill tests rc=$?"
+  # Session 40's unmasked sections of ~8 MiB (kL2UnmaskedSectionShare): the library before it
+  # (build-device/old-lib) alternated with this one, TARGETS' prefill rows beside cuDNN (outputs
+  # compared with cuDNN's), then the prefill GPU tests.
   for rep in 1 2; do
     for row in "d128 S4096:-b 4 -s 4096 --heads-q 16 -d 128" "d128 S4096 fp16:-b 4 -s 4096 --heads-q 16 -d 128 --dtype fp16" \
       "d96 S4096:-b 4 -s 4096 --heads-q 21 -d 96" "d80 S4096:-b 4 -s 4096 --heads-q 26 -d 80" \
@@ -453,9 +451,12 @@ sections40c)
     done
   done
   stamp sections-ab
-  timeout 200 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/targets.json" --ops prefill \
+  timeout 150 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/targets.json" --ops prefill \
     2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/targets.txt"
   stamp targets
+  timeout 150 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=140 --no-parity \
+    --gtest-filter='Prefill/PrefillGpu.*:PrefillTailSplitGpu.*' >"$O/gpu-check.txt" 2>&1
+  stamp "prefill tests rc=$?"
   ;;
 ptxas)
   # Session 40's ptxas -O1 (ptxas_opt_level=1, ~70 ms less cold compile at d128): its GPU test, then
