@@ -128,12 +128,12 @@ constexpr int kRowMaxPartialsTwoWarpgroups = 4;
 // Running sums per row (kRowSumPartials, interleaved over the block's logits, then a tree): the
 // dependent FADD chain of the row sum is kBlockN / 4 / kRowSumPartials long. Template form only.
 constexpr int kRowSumPartialsDefault = 1;
-// ptxas's optimization level. Of the d128 S4096 kernel's ~0.95 s cold compile, ptxas takes ~0.46 s
-// at its default -O3 and ~0.39 s at -O1 (NVRTC --time, session 40); the SASS differs (constant loads
-// are not hoisted), so a lower level is a tuning until the GPU says it costs nothing.
-constexpr int kPtxasOptLevelDefault = 3;
 constexpr int kRowMaxPartialsThreeWarpgroups = 1;
 constexpr int kColsPerGroup = 8; // accumulator columns of one wgmma n8 group (softmax.cuh)
+// ptxas's optimization level. Of the d128 S4096 kernel's ~0.95 s cold compile, ptxas takes ~0.46 s
+// at its default -O3 and ~0.39 s at -O1 (NVRTC --time, session 40), but -O1 costs the short causal
+// tiles 4-9% on the H200 (run 41b: d64 S1024 −8.6%, d192 −3.7%), so ptxas's default stays.
+constexpr int kPtxasOptLevelDefault = 3;
 // Cross-tile overlap (kCrossTileOverlap): the next tile's first QK is issued with this tile's last
 // PV and the epilogue runs under it (consumer.cuh). Needs the separate O region; NVRTC only (the
 // MLIR generator renders one tile at a time). Predicted +4..8% at d128 S1024; measured (session 8,
