@@ -337,39 +337,6 @@ knobs36)
     l2_promotion=0 q_in_registers=1 ""
   stamp knobs36
   ;;
-session39)
-  # Session 39's half-form skip of the prologue's masked exponentials: its bitwise GPU tests, then
-  # alternated with the planner's kernel (three pairs) on the short causal tile's S1024 rows; on an
-  # H200 then the h200 mode's rows.
-  timeout 200 bash scripts/gpu-check.sh "$O" --test-jobs=4 --test-timeout=180 --no-parity \
-    --gtest-filter='PrefillSkipMaskedGroupsGpu.*' >"$O/gpu-check.txt" 2>&1
-  stamp "skip-masked tests rc=$?"
-  for rep in 1 2 3; do
-    for d in 64 128 192; do
-      knob_sweep $d "" skip_masked_groups=2
-    done
-  done
-  stamp skip-masked-halves
-  ;&
-row-sums)
-  # Session 39's partial row sums: their GPU test, then 2 and 4 sums alternated with the planner's one
-  # chain (three rounds) on the S1024 causal rows at d64/d128/d192 and d128 S4096; on an H200 then
-  # the h200 mode's rows.
-  if [ "$mode" = row-sums ]; then
-    timeout 200 bash scripts/gpu-check.sh "$O" --test-jobs=4 --test-timeout=180 --no-parity \
-      --gtest-filter='PrefillRowSumPartialsGpu.*' >"$O/gpu-check.txt" 2>&1
-    stamp "row-sum tests rc=$?"
-    for rep in 1 2 3; do
-      for d in 64 128 192; do
-        knob_sweep $d "" row_sum_partials=2 row_sum_partials=4
-      done
-      for t in "" row_sum_partials=2 row_sum_partials=4; do
-        run "d128 S4096" "$t" -b 4 -s 4096 --heads-q 32 -d 128 --variant fa3 --strict
-      done
-    done
-    stamp row-sums
-  fi
-  ;&
 knobs40)
   # Session 40: the open rows' knobs on the H200 (the defaults since session 33 were chosen on H100s),
   # each tuning alternated with the planner's kernel, two rounds.
@@ -458,23 +425,59 @@ sections40c)
     --gtest-filter='Prefill/PrefillGpu.*:PrefillTailSplitGpu.*' >"$O/gpu-check.txt" 2>&1
   stamp "prefill tests rc=$?"
   ;;
+session39)
+  # Session 39's half-form skip of the prologue's masked exponentials: its bitwise GPU tests, then
+  # alternated with the planner's kernel (three pairs) on the short causal tile's S1024 rows; on an
+  # H200 then the h200 mode's rows.
+  timeout 200 bash scripts/gpu-check.sh "$O" --test-jobs=4 --test-timeout=180 --no-parity \
+    --gtest-filter='PrefillSkipMaskedGroupsGpu.*' >"$O/gpu-check.txt" 2>&1
+  stamp "skip-masked tests rc=$?"
+  for rep in 1 2 3; do
+    for d in 64 128 192; do
+      knob_sweep $d "" skip_masked_groups=2
+    done
+  done
+  stamp skip-masked-halves
+  ;&
+row-sums)
+  # Session 39's partial row sums: their GPU test, then 2 and 4 sums alternated with the planner's one
+  # chain (three rounds) on the S1024 causal rows at d64/d128/d192 and d128 S4096; on an H200 then
+  # the h200 mode's rows.
+  if [ "$mode" = row-sums ]; then
+    timeout 200 bash scripts/gpu-check.sh "$O" --test-jobs=4 --test-timeout=180 --no-parity \
+      --gtest-filter='PrefillRowSumPartialsGpu.*' >"$O/gpu-check.txt" 2>&1
+    stamp "row-sum tests rc=$?"
+    for rep in 1 2 3; do
+      for d in 64 128 192; do
+        knob_sweep $d "" row_sum_partials=2 row_sum_partials=4
+      done
+      for t in "" row_sum_partials=2 row_sum_partials=4; do
+        run "d128 S4096" "$t" -b 4 -s 4096 --heads-q 32 -d 128 --variant fa3 --strict
+      done
+    done
+    stamp row-sums
+  fi
+  ;&
 ptxas)
   # Session 40's ptxas -O1 (ptxas_opt_level=1, ~70 ms less cold compile at d128): its GPU test, then
   # alternated with ptxas's default -O3 (three rounds) on issue 3's rows; on an H200 then the h200
   # mode's rows.
-  timeout 150 bash scripts/gpu-check.sh "$O" --test-jobs=4 --test-timeout=130 --no-parity \
-    --gtest-filter='PrefillPtxasOptLevelGpu.*' >"$O/gpu-check.txt" 2>&1
-  stamp "ptxas-level tests rc=$?"
-  for rep in 1 2 3; do
-    for d in 64 192; do
-      knob_sweep $d "" ptxas_opt_level=1
+  # (session39 and row-sums fall through here to reach the h200 rows: only this mode runs it.)
+  if [ "$mode" = ptxas ]; then
+    timeout 150 bash scripts/gpu-check.sh "$O" --test-jobs=4 --test-timeout=130 --no-parity \
+      --gtest-filter='PrefillPtxasOptLevelGpu.*' >"$O/gpu-check.txt" 2>&1
+    stamp "ptxas-level tests rc=$?"
+    for rep in 1 2 3; do
+      for d in 64 192; do
+        knob_sweep $d "" ptxas_opt_level=1
+      done
+      for t in "" ptxas_opt_level=1; do
+        run "d128 S4096" "$t" -b 4 -s 4096 --heads-q 32 -d 128 --variant fa3 --strict
+        run "d256 S4096" "$t" -b 4 -s 4096 --heads-q 8 -d 256 --variant fa3 --strict
+      done
     done
-    for t in "" ptxas_opt_level=1; do
-      run "d128 S4096" "$t" -b 4 -s 4096 --heads-q 32 -d 128 --variant fa3 --strict
-      run "d256 S4096" "$t" -b 4 -s 4096 --heads-q 8 -d 256 --variant fa3 --strict
-    done
-  done
-  stamp ptxas-level
+    stamp ptxas-level
+  fi
   ;&
 session38 | h200)
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
