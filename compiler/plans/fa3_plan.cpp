@@ -630,7 +630,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   if (tuning.ptxas_opt_level < 0 || tuning.ptxas_opt_level > kPtxasOptLevelDefault)
     return refuse("fa3: ptxas_opt_level must be 0 (ptxas's default), 1, 2 or 3, got " +
                   std::to_string(tuning.ptxas_opt_level));
-  if (tuning.ptxas_opt_level > 0 && tuning.ptxas_opt_level < kPtxasOptLevelDefault && backend == FLASHJIT_BACKEND_MLIR)
+  const bool ptxas_level_lowered = tuning.ptxas_opt_level > 0 && tuning.ptxas_opt_level < kPtxasOptLevelDefault;
+  if (ptxas_level_lowered && backend == FLASHJIT_BACKEND_MLIR)
     return refuse("fa3: ptxas_opt_level is an NVRTC option only");
   const int row_sum_partials = tuning.row_sum_partials > 0 ? tuning.row_sum_partials : kRowSumPartialsDefault;
   if (tuning.row_sum_partials < 0 || (row_sum_partials & (row_sum_partials - 1)) != 0 ||
@@ -734,7 +735,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add("kRowMaxPartials", row_max_partials);
   plan->add("kRowSumPartials", row_sum_partials);
   // Only a lowered level is a constant: the default kernels' sources (and cache keys) stay as they were.
-  if (tuning.ptxas_opt_level > 0 && tuning.ptxas_opt_level < kPtxasOptLevelDefault)
+  if (ptxas_level_lowered)
     plan->add("kPtxasOptLevel", tuning.ptxas_opt_level);
   plan->add_bool("kCrossTileOverlap", cross_tile_overlap);
   plan->add_bool("kTailSplit", tail_split);
