@@ -41,6 +41,8 @@
 #  sections40b ~100 s (H200): the sizes of ~8 MiB of K/V a section at S1024 and d80 S4096.
 #  sections40c ~350 s: the library before kL2UnmaskedSectionShare (old-lib) against this one,
 #         TARGETS.md's prefill rows beside cuDNN, then the prefill GPU tests.
+#  causal-sections41 ~80 s: causal S1024 walks in L2 sections larger than the drawn default (d64 32
+#         pairs, d192 16), alternated with it, two rounds.
 #  ptxas ~150 s (H100) / ~650 s (H200: give it the whole call): ptxas -O1 (ptxas_opt_level=1): its
 #         GPU test, then alternated with the default -O3 on d64/d192 S1024 causal and d128/d256 S4096;
 #         on an H200 then everything h200 runs.
@@ -424,6 +426,15 @@ sections40c)
   timeout 150 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=140 --no-parity \
     --gtest-filter='Prefill/PrefillGpu.*:PrefillTailSplitGpu.*' >"$O/gpu-check.txt" 2>&1
   stamp "prefill tests rc=$?"
+  ;;
+causal-sections41)
+  # Session 41: drawn causal walks in larger L2 sections than kDrawnSectionPairs(SmallDim), on the H200
+  # for the first time since the drawn tiles came (run 35b-c chose 16 / 32 pairs on an H100).
+  for rep in 1 2; do
+    knob_sweep 64 "" causal_section_pairs=64 causal_section_pairs=128
+    knob_sweep 192 "" causal_section_pairs=32 causal_section_pairs=64
+  done
+  stamp causal-sections41
   ;;
 session39)
   # Session 39's half-form skip of the prologue's masked exponentials: its bitwise GPU tests, then
