@@ -41,6 +41,8 @@
 #  sections40b ~100 s (H200): the sizes of ~8 MiB of K/V a section at S1024 and d80 S4096.
 #  sections40c ~350 s: the library before kL2UnmaskedSectionShare (old-lib) against this one,
 #         TARGETS.md's prefill rows beside cuDNN, then the prefill GPU tests.
+#  check41 ~200 s: sections40c cut short for a small device budget: the prefill GPU tests first, then
+#         one round of the two libraries on four rows.
 #  causal-sections41 ~80 s: causal S1024 walks in L2 sections larger than the drawn default (d64 32
 #         pairs, d192 16), alternated with it, two rounds.
 #  ptxas ~150 s (H100) / ~650 s (H200: give it the whole call): ptxas -O1 (ptxas_opt_level=1): its
@@ -426,6 +428,18 @@ sections40c)
   timeout 150 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=140 --no-parity \
     --gtest-filter='Prefill/PrefillGpu.*:PrefillTailSplitGpu.*' >"$O/gpu-check.txt" 2>&1
   stamp "prefill tests rc=$?"
+  ;;
+check41)
+  timeout 150 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=140 --no-parity \
+    --gtest-filter='Prefill/PrefillGpu.*:PrefillTailSplitGpu.*' >"$O/gpu-check.txt" 2>&1
+  stamp "prefill tests rc=$?"
+  for row in "d128 S4096:-b 4 -s 4096 --heads-q 16 -d 128" "d96 S4096:-b 4 -s 4096 --heads-q 21 -d 96" \
+    "d128 S1024:-b 16 -s 1024 --heads-q 16 -d 128" "d192 S1024:-b 16 -s 1024 --heads-q 11 -d 192"; do
+    read -r -a args <<<"${row#*:}"
+    LD_LIBRARY_PATH=$PWD/build-device/old-lib:$PWD/build-device run "${row%%:*} old" "" "${args[@]}" --variant fa3 --strict
+    run "${row%%:*} new" "" "${args[@]}" --variant fa3 --strict
+  done
+  stamp sections-ab
   ;;
 causal-sections41)
   # Session 41: drawn causal walks in larger L2 sections than kDrawnSectionPairs(SmallDim), on the H200
