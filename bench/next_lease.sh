@@ -104,6 +104,21 @@ knob_sweep() {
     run "d$d S1024 causal" "$t" -b 16 -s 1024 --heads-q "$heads" -d "$d" --causal --variant fa3 --strict
   done
 }
+# The library in build-device/old-lib, then this one, on each "LABEL:BENCH_ARGS" row (fa3, strict).
+old_against_new() {
+  local row args
+  for row in "$@"; do
+    read -r -a args <<<"${row#*:}"
+    LD_LIBRARY_PATH=$PWD/build-device/old-lib:$PWD/build-device run "${row%%:*} old" "" "${args[@]}" --variant fa3 --strict
+    run "${row%%:*} new" "" "${args[@]}" --variant fa3 --strict
+  done
+}
+# The prefill GPU tests (the dense cases and the tail split's) into $O/gpu-check.txt.
+prefill_tests() {
+  timeout 150 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=140 --no-parity \
+    --gtest-filter='Prefill/PrefillGpu.*:PrefillTailSplitGpu.*' >"$O/gpu-check.txt" 2>&1
+  stamp "prefill tests rc=$?"
+}
 # compute-sanitizer on gpu-check's problems, no tests; the summary lines into $O/sanitize.txt.
 sanitize_summary() { # timeout in seconds
   timeout "$1" bash scripts/gpu-check.sh /tmp/san --no-tests --no-parity --sanitize >"$O/sanitize.txt" 2>&1
@@ -412,33 +427,23 @@ sections40c)
   # (build-device/old-lib) alternated with this one, TARGETS' prefill rows beside cuDNN (outputs
   # compared with cuDNN's), then the prefill GPU tests.
   for rep in 1 2; do
-    for row in "d128 S4096:-b 4 -s 4096 --heads-q 16 -d 128" "d128 S4096 fp16:-b 4 -s 4096 --heads-q 16 -d 128 --dtype fp16" \
+    old_against_new "d128 S4096:-b 4 -s 4096 --heads-q 16 -d 128" \
+      "d128 S4096 fp16:-b 4 -s 4096 --heads-q 16 -d 128 --dtype fp16" \
       "d96 S4096:-b 4 -s 4096 --heads-q 21 -d 96" "d80 S4096:-b 4 -s 4096 --heads-q 26 -d 80" \
       "d64 S1024:-b 16 -s 1024 --heads-q 32 -d 64" "d128 S1024:-b 16 -s 1024 --heads-q 16 -d 128" \
-      "d192 S1024:-b 16 -s 1024 --heads-q 11 -d 192" "d256 S1024:-b 16 -s 1024 --heads-q 8 -d 256"; do
-      read -r -a args <<<"${row#*:}"
-      LD_LIBRARY_PATH=$PWD/build-device/old-lib:$PWD/build-device run "${row%%:*} old" "" "${args[@]}" --variant fa3 --strict
-      run "${row%%:*} new" "" "${args[@]}" --variant fa3 --strict
-    done
+      "d192 S1024:-b 16 -s 1024 --heads-q 11 -d 192" "d256 S1024:-b 16 -s 1024 --heads-q 8 -d 256"
   done
   stamp sections-ab
   timeout 150 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/targets.json" --ops prefill \
     2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/targets.txt"
   stamp targets
-  timeout 150 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=140 --no-parity \
-    --gtest-filter='Prefill/PrefillGpu.*:PrefillTailSplitGpu.*' >"$O/gpu-check.txt" 2>&1
-  stamp "prefill tests rc=$?"
+  prefill_tests
   ;;
 check41)
-  timeout 150 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=140 --no-parity \
-    --gtest-filter='Prefill/PrefillGpu.*:PrefillTailSplitGpu.*' >"$O/gpu-check.txt" 2>&1
-  stamp "prefill tests rc=$?"
-  for row in "d128 S4096:-b 4 -s 4096 --heads-q 16 -d 128" "d96 S4096:-b 4 -s 4096 --heads-q 21 -d 96" \
-    "d128 S1024:-b 16 -s 1024 --heads-q 16 -d 128" "d192 S1024:-b 16 -s 1024 --heads-q 11 -d 192"; do
-    read -r -a args <<<"${row#*:}"
-    LD_LIBRARY_PATH=$PWD/build-device/old-lib:$PWD/build-device run "${row%%:*} old" "" "${args[@]}" --variant fa3 --strict
-    run "${row%%:*} new" "" "${args[@]}" --variant fa3 --strict
-  done
+  # sections40c for a small budget: the prefill GPU tests first, then one round of the libraries.
+  prefill_tests
+  old_against_new "d128 S4096:-b 4 -s 4096 --heads-q 16 -d 128" "d96 S4096:-b 4 -s 4096 --heads-q 21 -d 96" \
+    "d128 S1024:-b 16 -s 1024 --heads-q 16 -d 128" "d192 S1024:-b 16 -s 1024 --heads-q 11 -d 192"
   stamp sections-ab
   ;;
 causal-sections41)
