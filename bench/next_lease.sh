@@ -113,12 +113,15 @@ old_against_new() {
     run "${row%%:*} new" "" "${args[@]}" --variant fa3 --strict
   done
 }
-# The prefill GPU tests (the dense cases and the tail split's) into $O/gpu-check.txt.
-prefill_tests() {
-  timeout 150 bash scripts/gpu-check.sh "$O" --test-jobs=8 --test-timeout=140 --no-parity \
-    --gtest-filter='Prefill/PrefillGpu.*:PrefillTailSplitGpu.*' >"$O/gpu-check.txt" 2>&1
-  stamp "prefill tests rc=$?"
+# GPU tests matching FILTER into $O/gpu-check.txt, stopped after TIMEOUT s, each test after
+# TEST_TIMEOUT s: gpu_tests LABEL TIMEOUT TEST_TIMEOUT JOBS FILTER.
+gpu_tests() {
+  timeout "$2" bash scripts/gpu-check.sh "$O" --test-jobs="$4" --test-timeout="$3" --no-parity \
+    --gtest-filter="$5" >"$O/gpu-check.txt" 2>&1
+  stamp "$1 tests rc=$?"
 }
+# The prefill GPU tests: the dense cases and the tail split's.
+prefill_tests() { gpu_tests prefill 150 140 8 'Prefill/PrefillGpu.*:PrefillTailSplitGpu.*'; }
 # compute-sanitizer on gpu-check's problems, no tests; the summary lines into $O/sanitize.txt.
 sanitize_summary() { # timeout in seconds
   timeout "$1" bash scripts/gpu-check.sh /tmp/san --no-tests --no-parity --sanitize >"$O/sanitize.txt" 2>&1
@@ -459,9 +462,7 @@ session39)
   # Session 39's half-form skip of the prologue's masked exponentials: its bitwise GPU tests, then
   # alternated with the planner's kernel (three pairs) on the short causal tile's S1024 rows; on an
   # H200 then the h200 mode's rows.
-  timeout 200 bash scripts/gpu-check.sh "$O" --test-jobs=4 --test-timeout=180 --no-parity \
-    --gtest-filter='PrefillSkipMaskedGroupsGpu.*' >"$O/gpu-check.txt" 2>&1
-  stamp "skip-masked tests rc=$?"
+  gpu_tests skip-masked 200 180 4 'PrefillSkipMaskedGroupsGpu.*'
   for rep in 1 2 3; do
     for d in 64 128 192; do
       knob_sweep $d "" skip_masked_groups=2
@@ -474,9 +475,7 @@ row-sums)
   # chain (three rounds) on the S1024 causal rows at d64/d128/d192 and d128 S4096; on an H200 then
   # the h200 mode's rows.
   if [ "$mode" = row-sums ]; then
-    timeout 200 bash scripts/gpu-check.sh "$O" --test-jobs=4 --test-timeout=180 --no-parity \
-      --gtest-filter='PrefillRowSumPartialsGpu.*' >"$O/gpu-check.txt" 2>&1
-    stamp "row-sum tests rc=$?"
+    gpu_tests row-sum 200 180 4 'PrefillRowSumPartialsGpu.*'
     for rep in 1 2 3; do
       for d in 64 128 192; do
         knob_sweep $d "" row_sum_partials=2 row_sum_partials=4
@@ -494,9 +493,7 @@ ptxas)
   # mode's rows.
   # (session39 and row-sums fall through here to reach the h200 rows: only this mode runs it.)
   if [ "$mode" = ptxas ]; then
-    timeout 150 bash scripts/gpu-check.sh "$O" --test-jobs=4 --test-timeout=130 --no-parity \
-      --gtest-filter='PrefillPtxasOptLevelGpu.*' >"$O/gpu-check.txt" 2>&1
-    stamp "ptxas-level tests rc=$?"
+    gpu_tests ptxas-level 150 130 4 'PrefillPtxasOptLevelGpu.*'
     for rep in 1 2 3; do
       for d in 64 192; do
         knob_sweep $d "" ptxas_opt_level=1
