@@ -45,6 +45,8 @@
 #         one round of the two libraries on four rows.
 #  causal-sections41 ~80 s: causal S1024 walks in L2 sections larger than the drawn default (d64 32
 #         pairs, d192 16), alternated with it, two rounds.
+#  brief42 ~180 s: for a budget under ~300 s: the two libraries on d128 S4096 (bf16, fp16), then the
+#         prefill GPU tests, so that a call cut short still brings back the open row's A/B.
 #  session42 ~430 s: sections40c, then causal-sections41, in one call (a failed machine start costs
 #         90-180 s of device time, more than the shorter mode takes).
 #  ptxas ~150 s (H100) / ~650 s (H200: give it the whole call): ptxas -O1 (ptxas_opt_level=1): its
@@ -450,6 +452,12 @@ check41)
   old_against_new "d128 S4096:-b 4 -s 4096 --heads-q 16 -d 128" "d96 S4096:-b 4 -s 4096 --heads-q 21 -d 96" \
     "d128 S1024:-b 16 -s 1024 --heads-q 16 -d 128" "d192 S1024:-b 16 -s 1024 --heads-q 11 -d 192"
   stamp sections-ab
+  ;;
+brief42)
+  old_against_new "d128 S4096:-b 4 -s 4096 --heads-q 16 -d 128" \
+    "d128 S4096 fp16:-b 4 -s 4096 --heads-q 16 -d 128 --dtype fp16"
+  stamp sections-ab
+  prefill_tests
   ;;
 session42)
   bash "$0" "$O" sections40c
