@@ -117,6 +117,12 @@ old_against_new() {
     run "${row%%:*} new" "" "${args[@]}" --variant fa3 --strict
   done
 }
+# The rows old_against_new runs in more than one mode.
+d128_s4096="d128 S4096:-b 4 -s 4096 --heads-q 16 -d 128"
+d128_s4096_fp16="d128 S4096 fp16:-b 4 -s 4096 --heads-q 16 -d 128 --dtype fp16"
+d96_s4096="d96 S4096:-b 4 -s 4096 --heads-q 21 -d 96"
+d128_s1024="d128 S1024:-b 16 -s 1024 --heads-q 16 -d 128"
+d192_s1024="d192 S1024:-b 16 -s 1024 --heads-q 11 -d 192"
 # GPU tests matching FILTER into $O/gpu-check.txt, stopped after TIMEOUT s, each test after
 # TEST_TIMEOUT s: gpu_tests LABEL TIMEOUT TEST_TIMEOUT JOBS FILTER.
 gpu_tests() {
@@ -434,11 +440,9 @@ sections40c)
   # (build-device/old-lib) alternated with this one, TARGETS' prefill rows beside cuDNN (outputs
   # compared with cuDNN's), then the prefill GPU tests.
   for rep in 1 2; do
-    old_against_new "d128 S4096:-b 4 -s 4096 --heads-q 16 -d 128" \
-      "d128 S4096 fp16:-b 4 -s 4096 --heads-q 16 -d 128 --dtype fp16" \
-      "d96 S4096:-b 4 -s 4096 --heads-q 21 -d 96" "d80 S4096:-b 4 -s 4096 --heads-q 26 -d 80" \
-      "d64 S1024:-b 16 -s 1024 --heads-q 32 -d 64" "d128 S1024:-b 16 -s 1024 --heads-q 16 -d 128" \
-      "d192 S1024:-b 16 -s 1024 --heads-q 11 -d 192" "d256 S1024:-b 16 -s 1024 --heads-q 8 -d 256"
+    old_against_new "$d128_s4096" "$d128_s4096_fp16" "$d96_s4096" "d80 S4096:-b 4 -s 4096 --heads-q 26 -d 80" \
+      "d64 S1024:-b 16 -s 1024 --heads-q 32 -d 64" "$d128_s1024" "$d192_s1024" \
+      "d256 S1024:-b 16 -s 1024 --heads-q 8 -d 256"
   done
   stamp sections-ab
   timeout 150 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/targets.json" --ops prefill \
@@ -449,13 +453,11 @@ sections40c)
 check41)
   # sections40c for a small budget: the prefill GPU tests first, then one round of the libraries.
   prefill_tests
-  old_against_new "d128 S4096:-b 4 -s 4096 --heads-q 16 -d 128" "d96 S4096:-b 4 -s 4096 --heads-q 21 -d 96" \
-    "d128 S1024:-b 16 -s 1024 --heads-q 16 -d 128" "d192 S1024:-b 16 -s 1024 --heads-q 11 -d 192"
+  old_against_new "$d128_s4096" "$d96_s4096" "$d128_s1024" "$d192_s1024"
   stamp sections-ab
   ;;
 brief42)
-  old_against_new "d128 S4096:-b 4 -s 4096 --heads-q 16 -d 128" \
-    "d128 S4096 fp16:-b 4 -s 4096 --heads-q 16 -d 128 --dtype fp16"
+  old_against_new "$d128_s4096" "$d128_s4096_fp16"
   stamp sections-ab
   prefill_tests
   ;;
