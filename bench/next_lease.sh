@@ -49,6 +49,8 @@
 #         prefill GPU tests, so that a call cut short still brings back the open row's A/B.
 #  session42 ~430 s: sections40c, then causal-sections41, in one call (a failed machine start costs
 #         90-180 s of device time, more than the shorter mode takes).
+#  session43 ~330 s: drawn causal sections of 48 and 64 pairs at d64 S1024 against the default 32,
+#         three rounds; every S1024 row (d64-d256, causal and not) beside cuDNN; compute-sanitizer.
 #  ptxas ~150 s (H100) / ~650 s (H200: give it the whole call): ptxas -O1 (ptxas_opt_level=1): its
 #         GPU test, then alternated with the default -O3 on d64/d192 S1024 causal and d128/d256 S4096;
 #         on an H200 then everything h200 runs.
@@ -464,6 +466,21 @@ brief42)
 session42)
   bash "$0" "$O" sections40c
   bash "$0" "$O" causal-sections41
+  ;;
+session43)
+  # Run 43a had d64 S1024 causal in sections of 64 pairs lead the default 32 by 1.7% and then 0.3%:
+  # three more rounds, with 48 beside them.
+  for rep in 1 2 3; do
+    knob_sweep 64 "" causal_section_pairs=48 causal_section_pairs=64
+  done
+  stamp d64-sections
+  # The unmasked-section rule (5da542b) moved the S1024 rows on the H100 (run 43a, +0.5..4%): every
+  # S1024 row beside cuDNN, causal and not.
+  timeout 220 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/s1024.json" --ops prefill \
+    --prefill-rows d64s1024,d64s1024c,d80s1024,d80s1024c,d96s1024,d96s1024c,d128s1024,d128s1024c,d192s1024,d192s1024c,d256s1024,d256s1024c \
+    2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/s1024.txt"
+  stamp s1024-rows
+  sanitize_summary 200
   ;;
 causal-sections41)
   # Session 41: drawn causal walks in larger L2 sections than kDrawnSectionPairs(SmallDim), on the H200
