@@ -51,6 +51,8 @@
 #         90-180 s of device time, more than the shorter mode takes).
 #  session43 ~330 s: drawn causal sections of 48 and 64 pairs at d64 S1024 against the default 32,
 #         three rounds; every S1024 row (d64-d256, causal and not) beside cuDNN; compute-sanitizer.
+#  d256-causal43 ~120 s: the planner's knobs one at a time on d256 S1024 causal (×0.97 beside cuDNN on the
+#         H100 in run 43b, ×1.00-1.01 on the H200 in run 41c), alternated with its kernel, two rounds.
 #  ptxas ~150 s (H100) / ~650 s (H200: give it the whole call): ptxas -O1 (ptxas_opt_level=1): its
 #         GPU test, then alternated with the default -O3 on d64/d192 S1024 causal and d128/d256 S4096;
 #         on an H200 then everything h200 runs.
@@ -100,12 +102,12 @@ snake_against_drawn() {
   args=(-b "$b" -s "$s" --heads-q "$h" -d "$d" --causal --variant fa3 --strict)
   alternate "d$d S$s causal" snake dynamic_tiles=0 drawn dynamic_tiles=1 "${args[@]}"
 }
-# Issue 3's causal S1024 row at head dim $1 (compare.py's shape: d64 32 heads, d192 11, batch 16),
+# Issue 3's causal S1024 row at head dim $1 (compare.py's shape: d64 32 heads, d192 11, d256 8, batch 16),
 # one run per tuning in the rest of the arguments ("": the planner's kernel).
 knob_sweep() {
   local d=$1
   shift
-  local heads=$([ "$d" = 192 ] && echo 11 || echo 32)
+  local heads=$(( d == 192 ? 11 : d == 256 ? 8 : 32 ))
   for t in "$@"; do
     run "d$d S1024 causal" "$t" -b 16 -s 1024 --heads-q "$heads" -d "$d" --causal --variant fa3 --strict
   done
@@ -481,6 +483,14 @@ session43)
     2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/s1024.txt"
   stamp s1024-rows
   sanitize_summary 200
+  ;;
+d256-causal43)
+  for rep in 1 2; do
+    knob_sweep 256 "" lazy_rescale=1 pingpong=0 pingpong=0,lazy_rescale=0 block_n=64 stages=3 \
+      causal_section_pairs=8 causal_section_pairs=32 desc_advance=0 q_desc_per_step=0 dynamic_tiles=0 \
+      programmatic_launch=1
+  done
+  stamp d256-knobs
   ;;
 causal-sections41)
   # Session 41: drawn causal walks in larger L2 sections than kDrawnSectionPairs(SmallDim), on the H200
