@@ -53,6 +53,8 @@
 #         three rounds; every S1024 row (d64-d256, causal and not) beside cuDNN; compute-sanitizer.
 #  d256-causal43 ~120 s: the planner's knobs one at a time on d256 S1024 causal (×0.97 beside cuDNN on the
 #         H100 in run 43b, ×1.00-1.01 on the H200 in run 41c), alternated with its kernel, two rounds.
+#  d256-causal43b ~200 s: run 43c's two leaders at d256 causal (lazy rescale, sections of 32 pairs) and
+#         their sum alternated with the planner's kernel, S1024 and S16384, then beside cuDNN.
 #  ptxas ~150 s (H100) / ~650 s (H200: give it the whole call): ptxas -O1 (ptxas_opt_level=1): its
 #         GPU test, then alternated with the default -O3 on d64/d192 S1024 causal and d128/d256 S4096;
 #         on an H200 then everything h200 runs.
@@ -491,6 +493,23 @@ d256-causal43)
       programmatic_launch=1
   done
   stamp d256-knobs
+  ;;
+d256-causal43b)
+  lead="lazy_rescale=1,causal_section_pairs=32"
+  for rep in 1 2 3; do
+    for t in "" lazy_rescale=1 causal_section_pairs=32 "$lead"; do
+      knob_sweep 256 "$t"
+      run "d256 S16384 causal" "$t" -b 1 -s 16384 --heads-q 8 -d 256 --causal --variant fa3 --strict
+    done
+  done
+  stamp d256-leaders
+  n=0
+  for alt in lazy_rescale=1 "$lead"; do
+    n=$((n + 1))
+    timeout 100 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/d256-alt$n.json" --ops prefill \
+      --prefill-rows d256s1024c,d256s16384c --alt-tuning "$alt" 2>&1 | grep -v "info: \(compil\|bundle\)" >>"$O/d256-rows.txt"
+  done
+  stamp d256-rows
   ;;
 causal-sections41)
   # Session 41: drawn causal walks in larger L2 sections than kDrawnSectionPairs(SmallDim), on the H200
