@@ -55,6 +55,9 @@
 #         H100 in run 43b, ×1.00-1.01 on the H200 in run 41c), alternated with its kernel, two rounds.
 #  d256-causal43b ~200 s: run 43c's two leaders at d256 causal (lazy rescale, sections of 32 pairs) and
 #         their sum alternated with the planner's kernel, S1024 and S16384, then beside cuDNN.
+#  session43b ~400 s: session 43's planner change (lazy rescale and sections of 32 pairs for d256 causal):
+#         HEAD before it (old-lib) alternated with this one on the d256 causal rows, the lazy rescale
+#         tried at d192 causal, the rows beside cuDNN, then the prefill GPU tests.
 #  ptxas ~150 s (H100) / ~650 s (H200: give it the whole call): ptxas -O1 (ptxas_opt_level=1): its
 #         GPU test, then alternated with the default -O3 on d64/d192 S1024 causal and d128/d256 S4096;
 #         on an H200 then everything h200 runs.
@@ -510,6 +513,26 @@ d256-causal43b)
       --prefill-rows d256s1024c,d256s16384c --alt-tuning "$alt" 2>&1 | grep -v "info: \(compil\|bundle\)" >>"$O/d256-rows.txt"
   done
   stamp d256-rows
+  ;;
+session43b)
+  for rep in 1 2 3; do
+    old_against_new "d256 S1024 causal:-b 16 -s 1024 --heads-q 8 -d 256 --causal" \
+      "d256 S1024 causal fp16:-b 16 -s 1024 --heads-q 8 -d 256 --causal --dtype fp16" \
+      "d256 S4096 causal:-b 4 -s 4096 --heads-q 8 -d 256 --causal" \
+      "d256 S16384 causal:-b 1 -s 16384 --heads-q 8 -d 256 --causal"
+  done
+  stamp d256-ab
+  for rep in 1 2 3; do
+    knob_sweep 192 "" lazy_rescale=1
+    for t in "" lazy_rescale=1; do
+      run "d192 S4096 causal" "$t" -b 4 -s 4096 --heads-q 11 -d 192 --causal --variant fa3 --strict
+    done
+  done
+  stamp d192-lazy
+  timeout 100 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/rows.json" --ops prefill \
+    --prefill-rows d256s1024c,d256s16384c,d192s1024c 2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/rows.txt"
+  stamp rows
+  prefill_tests
   ;;
 causal-sections41)
   # Session 41: drawn causal walks in larger L2 sections than kDrawnSectionPairs(SmallDim), on the H200

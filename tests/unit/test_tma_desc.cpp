@@ -732,7 +732,8 @@ TEST(Fa3Schedule, TailSplitCutsTheLastWavesEvenlyByKeys) {
 }
 
 // Dynamic tiles (the default for causal walks): one counter at the workspace's start, causal walks in
-// L2 sections of 16 pairs, 32 up to d64 (drawing evens the load, so the sections follow L2 alone).
+// L2 sections of 16 pairs, 32 up to d64 and above d192 (drawing evens the load, so the sections follow
+// L2 alone).
 TEST(Fa3Schedule, DrawnTilesTakeACounterAndSectionsOfSixteenPairs) {
   Plan drawn, snake;
   std::string why;
@@ -761,6 +762,11 @@ TEST(Fa3Schedule, DrawnTilesTakeACounterAndSectionsOfSixteenPairs) {
   ASSERT_TRUE(plan_fa3(small, &drawn, &why)) << why;
   params.base = batch_params(16, 1024, 1024, 32, 32, 64, 64); // compare.py's d64 S1024 row
   fa3_fill_schedule(small, drawn, 132, 50 * 1024 * 1024, &params);
+  EXPECT_EQ(params.heads_per_section, 32);
+  const KernelSpec large = fa3_spec(256, 256, true);
+  ASSERT_TRUE(plan_fa3(large, &drawn, &why)) << why;
+  params.base = batch_params(16, 1024, 1024, 8, 8, 256, 256); // compare.py's d256 S1024 row
+  fa3_fill_schedule(large, drawn, 132, 50 * 1024 * 1024, &params);
   EXPECT_EQ(params.heads_per_section, 32);
   Fa3Tuning forced;
   forced.causal_section_pairs = 8; // an A/B's forced size wins
