@@ -58,6 +58,9 @@
 #  session43b ~400 s: session 43's planner change (lazy rescale and sections of 32 pairs for d256 causal):
 #         HEAD before it (old-lib) alternated with this one on the d256 causal rows, the lazy rescale
 #         tried at d192 causal, the rows beside cuDNN, then the prefill GPU tests.
+#  session43c ~380 s: session 43's final planner (lazy rescale at d192/d256 causal, 32-pair sections for
+#         d256's short walks) against HEAD before it (old-lib), 32 pairs forced on d256's longer walks,
+#         the rows beside cuDNN, then the prefill GPU tests.
 #  ptxas ~150 s (H100) / ~650 s (H200: give it the whole call): ptxas -O1 (ptxas_opt_level=1): its
 #         GPU test, then alternated with the default -O3 on d64/d192 S1024 causal and d128/d256 S4096;
 #         on an H200 then everything h200 runs.
@@ -531,6 +534,24 @@ session43b)
   stamp d192-lazy
   timeout 100 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/rows.json" --ops prefill \
     --prefill-rows d256s1024c,d256s16384c,d192s1024c 2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/rows.txt"
+  stamp rows
+  prefill_tests
+  ;;
+session43c)
+  for rep in 1 2 3; do
+    old_against_new "d256 S1024 causal:-b 16 -s 1024 --heads-q 8 -d 256 --causal" \
+      "d256 S4096 causal:-b 4 -s 4096 --heads-q 8 -d 256 --causal" \
+      "d256 S16384 causal:-b 1 -s 16384 --heads-q 8 -d 256 --causal" \
+      "d192 S1024 causal:-b 16 -s 1024 --heads-q 11 -d 192 --causal" \
+      "d192 S4096 causal:-b 4 -s 4096 --heads-q 11 -d 192 --causal"
+    for t in "" causal_section_pairs=32; do
+      run "d256 S2048 causal" "$t" -b 8 -s 2048 --heads-q 8 -d 256 --causal --variant fa3 --strict
+      run "d256 S4096 causal" "$t" -b 4 -s 4096 --heads-q 8 -d 256 --causal --variant fa3 --strict
+    done
+  done
+  stamp causal-ab
+  timeout 100 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/rows.json" --ops prefill \
+    --prefill-rows d256s1024c,d192s1024c,d256s16384c 2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/rows.txt"
   stamp rows
   prefill_tests
   ;;

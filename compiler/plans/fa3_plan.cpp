@@ -71,13 +71,15 @@ constexpr int kMaxHeadDimSnakeShortCausal = 128;
 // the order, so the section serves L2 alone. Run 35b-c (H100, bf16; 1, 2, 4, 8, 16, 32, 64 pairs and
 // one section): 16 led at d192 S1024 (433 TFLOP/s against 425 for 8, 421 for 32, 416 for 1 and 259 for
 // one section), d192 S4096, d96 and d256 S1024 and tied 32 at d128 S1024 and S4096; at head dims up to
-// kSmallHeadDim 32 led (d64 S1024: 326 against 323 for 16). Above kMaxHeadDimMidDrawnSections 32 leads
-// again (runs 43c-d, H100, bf16, d256 S1024: +0.6..2.8% in five rounds of five), where d192 lost 2-4%
-// with 32 (run 43a).
+// kSmallHeadDim 32 led (d64 S1024: 326 against 323 for 16). Above kMaxHeadDimMidDrawnSections, walks of
+// at most kMaxMBlocksShortDrawnWalk m-blocks a pair take kDrawnSectionPairsShortWalk (runs 43c-d, H100,
+// bf16, d256 S1024: 32 pairs +0.6..2.8% in five rounds of five), longer ones keep 16 (d256 S4096 causal
+// lost 1.5-1.9% in run 43e with 32), and d192 lost 2-4% with 32 at S1024 (run 43a).
 constexpr int kDrawnSectionPairs = 16;
 constexpr int kDrawnSectionPairsSmallDim = 32;
-constexpr int kDrawnSectionPairsLargeDim = 32;
+constexpr int kDrawnSectionPairsShortWalk = 32;
 constexpr int kMaxHeadDimMidDrawnSections = 192;
+constexpr int kMaxMBlocksShortDrawnWalk = 8;
 constexpr int kKStep = 16;         // wgmma K for 16-bit inputs
 constexpr int kBlockNGranule = 16; // PV reduces over kBlockN in k-steps of 16
 constexpr int kMaxBlockN = 192;
@@ -271,10 +273,11 @@ constexpr bool kLazyTopRoundingFixedLengths = false;
 constexpr bool kLazyTopRoundingVaryingLengths = true;
 constexpr int kMinHeadDimLazyRescale3Wg = 72;
 constexpr int kMaxHeadDimLazyRescale3Wg = 80;
-// Causal pingpong tiles rescale lazily from this head dim (runs 43c-d, H100, eager -> lazy, three
-// alternated rounds: d256 S1024 causal +0.2..1.2%, S16384 +0.5..2.3%; beside cuDNN +1.4% / +1.8% at
-// S1024, +2.5% at S16384, bf16 / fp16). The d128 short causal tile lost 1% (run 29g).
-constexpr int kMinHeadDimLazyRescalePingpongCausal = 256;
+// Causal pingpong tiles rescale lazily from this head dim (H100, eager -> lazy, three alternated rounds
+// each: d256 S1024 causal +0.2..1.2% and S16384 +0.5..2.3%, beside cuDNN +1.4% / +1.8% at S1024 and
+// +2.5% at S16384, bf16 / fp16, runs 43c-d; d192 S1024 causal +0.9..1.7%, S4096 +0.9..1.7%, run 43e).
+// The d128 short causal tile lost 1% (run 29g).
+constexpr int kMinHeadDimLazyRescalePingpongCausal = 192;
 // Bytes the TMA maps promote into L2 per miss (runtime/tma_desc.cpp; Fa3Tuning::l2_promotion A/Bs
 // it). 256 since the first fa3 kernel; the decode maps measured 256 at 6-9% below 0/64/128 (run 22d).
 constexpr int kTmaL2PromotionBytes = 256;
@@ -785,10 +788,13 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
     plan->add("kCausalSections", tuning.causal_sections >= 0 ? tuning.causal_sections : kCausalSectionsByPairs);
     if (tuning.causal_section_pairs > 0)
       plan->add("kCausalSectionPairs", tuning.causal_section_pairs);
-    if (dynamic_tiles)
-      plan->add("kDrawnSectionPairs", small_dim                               ? kDrawnSectionPairsSmallDim
-                                      : max_dim > kMaxHeadDimMidDrawnSections ? kDrawnSectionPairsLargeDim
-                                                                              : kDrawnSectionPairs);
+    if (dynamic_tiles) {
+      plan->add("kDrawnSectionPairs", small_dim ? kDrawnSectionPairsSmallDim : kDrawnSectionPairs);
+      if (max_dim > kMaxHeadDimMidDrawnSections) {
+        plan->add("kDrawnSectionPairsShortWalk", kDrawnSectionPairsShortWalk);
+        plan->add("kMaxMBlocksShortDrawnWalk", kMaxMBlocksShortDrawnWalk);
+      }
+    }
   }
   if (tuning.section_pairs > 0)
     plan->add("kSectionPairs", tuning.section_pairs);

@@ -373,12 +373,13 @@ TEST(Planner, Fa3LazyRescaleWhereItMeasuredFaster) {
   };
   for (const Case &c : {Case{80, false, FLASHJIT_BACKEND_AUTO, true}, Case{72, true, FLASHJIT_BACKEND_NVRTC, true},
                         Case{256, false, FLASHJIT_BACKEND_AUTO, true}, Case{192, false, FLASHJIT_BACKEND_AUTO, true},
-                        Case{256, true, FLASHJIT_BACKEND_AUTO, true}, Case{192, true, FLASHJIT_BACKEND_AUTO, false},
-                        Case{256, true, FLASHJIT_BACKEND_MLIR, false}, Case{128, false, FLASHJIT_BACKEND_AUTO, false},
-                        Case{64, false, FLASHJIT_BACKEND_AUTO, false}, Case{96, false, FLASHJIT_BACKEND_AUTO, false},
-                        Case{80, false, FLASHJIT_BACKEND_MLIR, false}, Case{256, false, FLASHJIT_BACKEND_MLIR, false},
-                        Case{128, true, FLASHJIT_BACKEND_AUTO, true}, Case{96, true, FLASHJIT_BACKEND_AUTO, true},
-                        Case{64, true, FLASHJIT_BACKEND_AUTO, false}, Case{128, true, FLASHJIT_BACKEND_MLIR, false}}) {
+                        Case{256, true, FLASHJIT_BACKEND_AUTO, true}, Case{192, true, FLASHJIT_BACKEND_AUTO, true},
+                        Case{256, true, FLASHJIT_BACKEND_MLIR, false}, Case{160, true, FLASHJIT_BACKEND_AUTO, false},
+                        Case{128, false, FLASHJIT_BACKEND_AUTO, false}, Case{64, false, FLASHJIT_BACKEND_AUTO, false},
+                        Case{96, false, FLASHJIT_BACKEND_AUTO, false}, Case{80, false, FLASHJIT_BACKEND_MLIR, false},
+                        Case{256, false, FLASHJIT_BACKEND_MLIR, false}, Case{128, true, FLASHJIT_BACKEND_AUTO, true},
+                        Case{96, true, FLASHJIT_BACKEND_AUTO, true}, Case{64, true, FLASHJIT_BACKEND_AUTO, false},
+                        Case{128, true, FLASHJIT_BACKEND_MLIR, false}}) {
     Plan plan;
     std::string why;
     ASSERT_TRUE(plan_fa3(prefill(c.d, c.causal), &plan, &why, c.backend)) << why;

@@ -732,8 +732,8 @@ TEST(Fa3Schedule, TailSplitCutsTheLastWavesEvenlyByKeys) {
 }
 
 // Dynamic tiles (the default for causal walks): one counter at the workspace's start, causal walks in
-// L2 sections of 16 pairs, 32 up to d64 and above d192 (drawing evens the load, so the sections follow
-// L2 alone).
+// L2 sections of 16 pairs, 32 up to d64 and above d192 in walks of up to 8 m-blocks (drawing evens the
+// load, so the sections follow L2 alone).
 TEST(Fa3Schedule, DrawnTilesTakeACounterAndSectionsOfSixteenPairs) {
   Plan drawn, snake;
   std::string why;
@@ -768,6 +768,9 @@ TEST(Fa3Schedule, DrawnTilesTakeACounterAndSectionsOfSixteenPairs) {
   params.base = batch_params(16, 1024, 1024, 8, 8, 256, 256); // compare.py's d256 S1024 row
   fa3_fill_schedule(large, drawn, 132, 50 * 1024 * 1024, &params);
   EXPECT_EQ(params.heads_per_section, 32);
+  params.base = batch_params(4, 4096, 4096, 8, 8, 256, 256); // 32 m-blocks a pair: a long walk
+  fa3_fill_schedule(large, drawn, 132, 50 * 1024 * 1024, &params);
+  EXPECT_EQ(params.heads_per_section, 16);
   Fa3Tuning forced;
   forced.causal_section_pairs = 8; // an A/B's forced size wins
   ASSERT_TRUE(plan_fa3_tuned(causal, forced, &drawn, &why)) << why;
