@@ -61,6 +61,9 @@
 #  session43c ~380 s: session 43's final planner (lazy rescale at d192/d256 causal, 32-pair sections for
 #         d256's short walks) against HEAD before it (old-lib), 32 pairs forced on d256's longer walks,
 #         the rows beside cuDNN, then the prefill GPU tests.
+#  rest43 ~300 s: the GPU tests session43c left out (paged, decode, the tunings' own; the lazy kernels
+#         at d192/d256 causal now serve paged and varlen specs too), then d192 S1024 causal eager
+#         against lazy, three more rounds.
 #  ptxas ~150 s (H100) / ~650 s (H200: give it the whole call): ptxas -O1 (ptxas_opt_level=1): its
 #         GPU test, then alternated with the default -O3 on d64/d192 S1024 causal and d128/d256 S4096;
 #         on an H200 then everything h200 runs.
@@ -554,6 +557,13 @@ session43c)
     --prefill-rows d256s1024c,d192s1024c,d256s16384c 2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/rows.txt"
   stamp rows
   prefill_tests
+  ;;
+rest43)
+  gpu_tests rest 300 280 8 '*-Prefill/PrefillGpu.*:PrefillTailSplitGpu.*'
+  for rep in 1 2 3; do
+    knob_sweep 192 lazy_rescale=0 ""
+  done
+  stamp d192-lazy
   ;;
 causal-sections41)
   # Session 41: drawn causal walks in larger L2 sections than kDrawnSectionPairs(SmallDim), on the H200
