@@ -64,6 +64,8 @@
 #  rest43 ~300 s: the GPU tests session43c left out (paged, decode, the tunings' own; the lazy kernels
 #         at d192/d256 causal now serve paged and varlen specs too), then d192 S1024 causal eager
 #         against lazy, three more rounds.
+#  d192-causal43 ~100 s: d192 S1024 causal's knobs again now that it rescales lazily, each beside the
+#         planner's kernel, two rounds.
 #  ptxas ~150 s (H100) / ~650 s (H200: give it the whole call): ptxas -O1 (ptxas_opt_level=1): its
 #         GPU test, then alternated with the default -O3 on d64/d192 S1024 causal and d128/d256 S4096;
 #         on an H200 then everything h200 runs.
@@ -564,6 +566,14 @@ rest43)
     knob_sweep 192 lazy_rescale=0 ""
   done
   stamp d192-lazy
+  ;;
+d192-causal43)
+  for rep in 1 2; do
+    for t in block_n=112 block_n=80 pingpong=0 causal_section_pairs=8 causal_section_pairs=24 dynamic_tiles=0; do
+      knob_sweep 192 "" "$t"
+    done
+  done
+  stamp d192-knobs
   ;;
 causal-sections41)
   # Session 41: drawn causal walks in larger L2 sections than kDrawnSectionPairs(SmallDim), on the H200
