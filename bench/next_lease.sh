@@ -140,6 +140,19 @@ d128_s4096_fp16="d128 S4096 fp16:-b 4 -s 4096 --heads-q 16 -d 128 --dtype fp16"
 d96_s4096="d96 S4096:-b 4 -s 4096 --heads-q 21 -d 96"
 d128_s1024="d128 S1024:-b 16 -s 1024 --heads-q 16 -d 128"
 d192_s1024="d192 S1024:-b 16 -s 1024 --heads-q 11 -d 192"
+d192_s1024c="d192 S1024 causal:-b 16 -s 1024 --heads-q 11 -d 192 --causal"
+d192_s4096c="d192 S4096 causal:-b 4 -s 4096 --heads-q 11 -d 192 --causal"
+d256_s1024c="d256 S1024 causal:-b 16 -s 1024 --heads-q 8 -d 256 --causal"
+d256_s4096c="d256 S4096 causal:-b 4 -s 4096 --heads-q 8 -d 256 --causal"
+d256_s16384c="d256 S16384 causal:-b 1 -s 16384 --heads-q 8 -d 256 --causal"
+# compare.py's prefill ROWS beside cuDNN, appended to $O/TXT, the JSON to $O/JSON:
+# compare_rows TXT JSON TIMEOUT ROWS [compare.py ARGS...].
+compare_rows() {
+  local txt=$1 json=$2 limit=$3 rows=$4
+  shift 4
+  timeout "$limit" python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/$json" --ops prefill \
+    --prefill-rows "$rows" "$@" 2>&1 | grep -v "info: \(compil\|bundle\)" >>"$O/$txt"
+}
 # GPU tests matching FILTER into $O/gpu-check.txt, stopped after TIMEOUT s, each test after
 # TEST_TIMEOUT s: gpu_tests LABEL TIMEOUT TEST_TIMEOUT JOBS FILTER.
 gpu_tests() {
@@ -491,9 +504,8 @@ session43)
   stamp d64-sections
   # The unmasked-section rule (5da542b) moved the S1024 rows on the H100 (run 43a, +0.5..4%): every
   # S1024 row beside cuDNN, causal and not.
-  timeout 220 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/s1024.json" --ops prefill \
-    --prefill-rows d64s1024,d64s1024c,d80s1024,d80s1024c,d96s1024,d96s1024c,d128s1024,d128s1024c,d192s1024,d192s1024c,d256s1024,d256s1024c \
-    2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/s1024.txt"
+  compare_rows s1024.txt s1024.json 220 \
+    d64s1024,d64s1024c,d80s1024,d80s1024c,d96s1024,d96s1024c,d128s1024,d128s1024c,d192s1024,d192s1024c,d256s1024,d256s1024c
   stamp s1024-rows
   sanitize_summary 200
   ;;
@@ -517,17 +529,13 @@ d256-causal43b)
   n=0
   for alt in lazy_rescale=1 "$lead"; do
     n=$((n + 1))
-    timeout 100 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/d256-alt$n.json" --ops prefill \
-      --prefill-rows d256s1024c,d256s16384c --alt-tuning "$alt" 2>&1 | grep -v "info: \(compil\|bundle\)" >>"$O/d256-rows.txt"
+    compare_rows d256-rows.txt "d256-alt$n.json" 100 d256s1024c,d256s16384c --alt-tuning "$alt"
   done
   stamp d256-rows
   ;;
 session43b)
   for rep in 1 2 3; do
-    old_against_new "d256 S1024 causal:-b 16 -s 1024 --heads-q 8 -d 256 --causal" \
-      "d256 S1024 causal fp16:-b 16 -s 1024 --heads-q 8 -d 256 --causal --dtype fp16" \
-      "d256 S4096 causal:-b 4 -s 4096 --heads-q 8 -d 256 --causal" \
-      "d256 S16384 causal:-b 1 -s 16384 --heads-q 8 -d 256 --causal"
+    old_against_new "$d256_s1024c" "d256 S1024 causal fp16:${d256_s1024c#*:} --dtype fp16" "$d256_s4096c" "$d256_s16384c"
   done
   stamp d256-ab
   for rep in 1 2 3; do
@@ -537,26 +545,20 @@ session43b)
     done
   done
   stamp d192-lazy
-  timeout 100 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/rows.json" --ops prefill \
-    --prefill-rows d256s1024c,d256s16384c,d192s1024c 2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/rows.txt"
+  compare_rows rows.txt rows.json 100 d256s1024c,d256s16384c,d192s1024c
   stamp rows
   prefill_tests
   ;;
 session43c)
   for rep in 1 2 3; do
-    old_against_new "d256 S1024 causal:-b 16 -s 1024 --heads-q 8 -d 256 --causal" \
-      "d256 S4096 causal:-b 4 -s 4096 --heads-q 8 -d 256 --causal" \
-      "d256 S16384 causal:-b 1 -s 16384 --heads-q 8 -d 256 --causal" \
-      "d192 S1024 causal:-b 16 -s 1024 --heads-q 11 -d 192 --causal" \
-      "d192 S4096 causal:-b 4 -s 4096 --heads-q 11 -d 192 --causal"
+    old_against_new "$d256_s1024c" "$d256_s4096c" "$d256_s16384c" "$d192_s1024c" "$d192_s4096c"
     for t in "" causal_section_pairs=32; do
       run "d256 S2048 causal" "$t" -b 8 -s 2048 --heads-q 8 -d 256 --causal --variant fa3 --strict
       run "d256 S4096 causal" "$t" -b 4 -s 4096 --heads-q 8 -d 256 --causal --variant fa3 --strict
     done
   done
   stamp causal-ab
-  timeout 100 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/rows.json" --ops prefill \
-    --prefill-rows d256s1024c,d192s1024c,d256s16384c 2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/rows.txt"
+  compare_rows rows.txt rows.json 100 d256s1024c,d192s1024c,d256s16384c
   stamp rows
   prefill_tests
   ;;
