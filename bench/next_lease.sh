@@ -143,8 +143,15 @@ d192_s1024="d192 S1024:-b 16 -s 1024 --heads-q 11 -d 192"
 d192_s1024c="d192 S1024 causal:-b 16 -s 1024 --heads-q 11 -d 192 --causal"
 d192_s4096c="d192 S4096 causal:-b 4 -s 4096 --heads-q 11 -d 192 --causal"
 d256_s1024c="d256 S1024 causal:-b 16 -s 1024 --heads-q 8 -d 256 --causal"
+d256_s2048c="d256 S2048 causal:-b 8 -s 2048 --heads-q 8 -d 256 --causal"
 d256_s4096c="d256 S4096 causal:-b 4 -s 4096 --heads-q 8 -d 256 --causal"
 d256_s16384c="d256 S16384 causal:-b 1 -s 16384 --heads-q 8 -d 256 --causal"
+# One "LABEL:BENCH_ARGS" row under TUNING (fa3, strict): run_row ROW TUNING.
+run_row() {
+  local args
+  read -r -a args <<<"${1#*:}"
+  run "${1%%:*}" "$2" "${args[@]}" --variant fa3 --strict
+}
 # compare.py's prefill ROWS beside cuDNN, appended to $O/TXT, the JSON to $O/JSON:
 # compare_rows TXT JSON TIMEOUT ROWS [compare.py ARGS...].
 compare_rows() {
@@ -540,9 +547,8 @@ session43b)
   stamp d256-ab
   for rep in 1 2 3; do
     knob_sweep 192 "" lazy_rescale=1
-    for t in "" lazy_rescale=1; do
-      run "d192 S4096 causal" "$t" -b 4 -s 4096 --heads-q 11 -d 192 --causal --variant fa3 --strict
-    done
+    run_row "$d192_s4096c" ""
+    run_row "$d192_s4096c" lazy_rescale=1
   done
   stamp d192-lazy
   compare_rows rows.txt rows.json 100 d256s1024c,d256s16384c,d192s1024c
@@ -553,8 +559,8 @@ session43c)
   for rep in 1 2 3; do
     old_against_new "$d256_s1024c" "$d256_s4096c" "$d256_s16384c" "$d192_s1024c" "$d192_s4096c"
     for t in "" causal_section_pairs=32; do
-      run "d256 S2048 causal" "$t" -b 8 -s 2048 --heads-q 8 -d 256 --causal --variant fa3 --strict
-      run "d256 S4096 causal" "$t" -b 4 -s 4096 --heads-q 8 -d 256 --causal --variant fa3 --strict
+      run_row "$d256_s2048c" "$t"
+      run_row "$d256_s4096c" "$t"
     done
   done
   stamp causal-ab
