@@ -171,6 +171,22 @@ std::vector<PrefillCase> cases() {
   };
   add("d80_bf16_lazy_rescale_sharp_logits", dense(2, 500, 1500, 8, 2, 80, 80, Dtype::bf16), sharp(1.5f), ".lz");
   add("d256_fp16_lazy_rescale_sharp_logits", dense(1, 300, 2000, 4, 4, 256, 256, Dtype::fp16), sharp(0.6f), ".lz");
+  // Causal pingpong tiles rescale lazily from d192 (session 43): sharp logits on the diagonal blocks,
+  // a window whose rows start masked, and a walk of 40 pairs in drawn sections of 32 and 8 (d256's
+  // short walks).
+  auto causal_sharp = [&](CaseOptions &c) {
+    sharp(0.5f)(c);
+    c.problem.causal = true;
+  };
+  auto causal_window = [](CaseOptions &c) {
+    c.problem.causal = true;
+    c.problem.window_left = 300;
+  };
+  add("d192_bf16_causal_lazy_sharp_logits_gqa3", dense(2, 700, 1100, 6, 2, 192, 192, Dtype::bf16), causal_sharp,
+      "wg2pp.lz.dt");
+  add("d256_fp16_causal_window_lazy", dense(1, 900, 1200, 8, 4, 256, 256, Dtype::fp16), causal_window,
+      "causal.window.m128n80s2.wg2pp.lz");
+  add("d256_bf16_causal_forty_pairs", dense(4, 1000, 1000, 10, 5, 256, 256, Dtype::bf16), causal, "wg2pp.lz.dt");
   // More tiles than walkers, so every CTA walks several tiles (ring slots and Q/O parity carried
   // across tiles): pairs, three warpgroups with causal tiles of different lengths, and varlen with
   // sequences that have no rows or no keys. These passed with kCrossTileOverlap on (run 12d) too.
