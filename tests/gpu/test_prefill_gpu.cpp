@@ -172,8 +172,7 @@ std::vector<PrefillCase> cases() {
   add("d80_bf16_lazy_rescale_sharp_logits", dense(2, 500, 1500, 8, 2, 80, 80, Dtype::bf16), sharp(1.5f), ".lz");
   add("d256_fp16_lazy_rescale_sharp_logits", dense(1, 300, 2000, 4, 4, 256, 256, Dtype::fp16), sharp(0.6f), ".lz");
   // Causal pingpong tiles rescale lazily from d192 (session 43): sharp logits on the diagonal blocks,
-  // a window whose rows start masked, and a walk of 40 pairs in drawn sections of 32 and 8 (d256's
-  // short walks).
+  // and a window whose rows start masked. (Drawn sections of 32 pairs: PrefillDynamicTilesGpu.)
   auto causal_sharp = [&](CaseOptions &c) {
     sharp(0.5f)(c);
     c.problem.causal = true;
@@ -186,7 +185,6 @@ std::vector<PrefillCase> cases() {
       "wg2pp.lz.dt");
   add("d256_fp16_causal_window_lazy", dense(1, 900, 1200, 8, 4, 256, 256, Dtype::fp16), causal_window,
       "causal.window.m128n80s2.wg2pp.lz");
-  add("d256_bf16_causal_forty_pairs", dense(4, 1000, 1000, 10, 5, 256, 256, Dtype::bf16), causal, "wg2pp.lz.dt");
   // More tiles than walkers, so every CTA walks several tiles (ring slots and Q/O parity carried
   // across tiles): pairs, three warpgroups with causal tiles of different lengths, and varlen with
   // sequences that have no rows or no keys. These passed with kCrossTileOverlap on (run 12d) too.
@@ -352,8 +350,9 @@ class PrefillDynamicTilesGpu : public GpuTest {};
 // tiles after the first wave as NaN), and without a workspace (the snake's tiles through the same
 // ring). More tiles than the 132 walkers in most cases, so tiles are drawn: causal d192 (the row it
 // was built for), causal d64 with seqlen_q < seqlen_k and GQA 6, causal d80 on three warpgroups,
-// causal rows that see no key (seqlen_q > seqlen_k), varlen with a length-1 sequence, and an unmasked
-// d128 walk (single CTAs, no tail split).
+// causal rows that see no key (seqlen_q > seqlen_k), varlen with a length-1 sequence, causal d256 short
+// walks of 40 pairs (drawn sections of 32 and 8 pairs), and an unmasked d128 walk (single CTAs, no tail
+// split).
 TEST_F(PrefillDynamicTilesGpu, DrawnTilesMatchTheReferenceAndTheSnake) {
   struct Case {
     std::string name;
@@ -370,6 +369,7 @@ TEST_F(PrefillDynamicTilesGpu, DrawnTilesMatchTheReferenceAndTheSnake) {
        kDrawn},
       {"d128_causal_varlen_len1",
        as_causal(varlen({1, 513, 77, 1024}, {300, 600, 1, 1024}, 8, 8, 128, ref::Dtype::bf16)), kSnake, kDrawn},
+      {"d256_causal_forty_pairs", as_causal(dense(4, 1000, 1000, 10, 5, 256, 256, ref::Dtype::bf16)), kSnake, kDrawn},
       {"d128_unmasked", dense(2, 1000, 1300, 40, 8, 128, 128, ref::Dtype::bf16), "cluster_m=1,tail_split=0",
        "cluster_m=1,tail_split=0,dynamic_tiles=1"},
   };
