@@ -273,11 +273,12 @@ int causal_section(const Plan &plan, int walkers, int fits, int power_of_two, bo
   const int pairs = p.batch * p.heads_q, m_blocks = p.num_m_blocks;
   const int64_t rule = plan.constant("kCausalSections", 0);
   const int64_t forced = plan.constant("kCausalSectionPairs", 0); // Fa3Tuning::causal_section_pairs
+  // kDynamicTiles' walks; short ones may have a size of their own (kDrawnSectionPairsShortWalk).
+  const int64_t drawn_pairs = plan.constant("kDrawnSectionPairs", 0);
   const bool short_walk = m_blocks <= plan.constant("kMaxMBlocksShortDrawnWalk", 0);
-  const int64_t drawn = !tiles_drawn ? 0 // kDynamicTiles' walks
-                        : short_walk
-                            ? plan.constant("kDrawnSectionPairsShortWalk", plan.constant("kDrawnSectionPairs", 0))
-                            : plan.constant("kDrawnSectionPairs", 0);
+  const int64_t drawn = !tiles_drawn ? 0
+                        : short_walk ? plan.constant("kDrawnSectionPairsShortWalk", drawn_pairs)
+                                     : drawn_pairs;
   const CausalSectionKey key{rule,  forced,   drawn,        walkers,      fits,       power_of_two,
                              pairs, m_blocks, plan.block_m, plan.block_n, p.seqlen_q, p.seqlen_k};
   for (const auto &[k, section] : causal_section_memo)

@@ -275,7 +275,8 @@ constexpr int kMinHeadDimLazyRescale3Wg = 72;
 constexpr int kMaxHeadDimLazyRescale3Wg = 80;
 // Causal pingpong tiles rescale lazily from this head dim (H100, eager -> lazy, three alternated rounds
 // each: d256 S1024 causal +0.2..1.2% and S16384 +0.5..2.3%, beside cuDNN +1.4% / +1.8% at S1024 and
-// +2.5% at S16384, bf16 / fp16, runs 43c-d; d192 S1024 causal +0.9..1.7%, S4096 +0.9..1.7%, run 43e).
+// +2.5% at S16384, bf16 / fp16, runs 43c-d; d192 S1024 causal +0.1..1.7% in nine rounds, S4096
+// +0.9..1.8% in six, runs 43e-g).
 // The d128 short causal tile lost 1% (run 29g).
 constexpr int kMinHeadDimLazyRescalePingpongCausal = 192;
 // Bytes the TMA maps promote into L2 per miss (runtime/tma_desc.cpp; Fa3Tuning::l2_promotion A/Bs
