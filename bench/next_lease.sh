@@ -66,6 +66,9 @@
 #         against lazy, three more rounds.
 #  d192-causal43 ~100 s: d192 S1024 causal's knobs again now that it rescales lazily, each beside the
 #         planner's kernel, two rounds.
+#  h200-check44 ~480 s, for an H200: session43c (old-lib: the library of ed889b6, before session 43's
+#         planner), then, where build-device/old-lib40 holds the library before 5da542b, that rule's
+#         d128 S4096 A/B, then TARGETS.md's prefill rows and every S1024 row beside cuDNN.
 #  ptxas ~150 s (H100) / ~650 s (H200: give it the whole call): ptxas -O1 (ptxas_opt_level=1): its
 #         GPU test, then alternated with the default -O3 on d64/d192 S1024 causal and d128/d256 S4096;
 #         on an H200 then everything h200 runs.
@@ -125,12 +128,13 @@ knob_sweep() {
     run "d$d S1024 causal" "$t" -b 16 -s 1024 --heads-q "$heads" -d "$d" --causal --variant fa3 --strict
   done
 }
-# The library in build-device/old-lib, then this one, on each "LABEL:BENCH_ARGS" row (fa3, strict).
+# The library in build-device/$OLD_LIB (default old-lib), then this one, on each "LABEL:BENCH_ARGS" row
+# (fa3, strict).
 old_against_new() {
   local row args
   for row in "$@"; do
     read -r -a args <<<"${row#*:}"
-    LD_LIBRARY_PATH=$PWD/build-device/old-lib:$PWD/build-device run "${row%%:*} old" "" "${args[@]}" --variant fa3 --strict
+    LD_LIBRARY_PATH=$PWD/build-device/${OLD_LIB:-old-lib}:$PWD/build-device run "${row%%:*} old" "" "${args[@]}" --variant fa3 --strict
     run "${row%%:*} new" "" "${args[@]}" --variant fa3 --strict
   done
 }
@@ -152,13 +156,14 @@ run_row() {
   read -r -a args <<<"${1#*:}"
   run "${1%%:*}" "$2" "${args[@]}" --variant fa3 --strict
 }
-# compare.py's prefill ROWS beside cuDNN, appended to $O/TXT, the JSON to $O/JSON:
-# compare_rows TXT JSON TIMEOUT ROWS [compare.py ARGS...].
+# compare.py's prefill ROWS ("targets": TARGETS.md's) beside cuDNN, appended to $O/TXT, the JSON to
+# $O/JSON: compare_rows TXT JSON TIMEOUT ROWS [compare.py ARGS...].
 compare_rows() {
-  local txt=$1 json=$2 limit=$3 rows=$4
+  local txt=$1 json=$2 limit=$3 rows=()
+  [ "$4" = targets ] || rows=(--prefill-rows "$4")
   shift 4
   timeout "$limit" python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/$json" --ops prefill \
-    --prefill-rows "$rows" "$@" 2>&1 | grep -v "info: \(compil\|bundle\)" >>"$O/$txt"
+    "${rows[@]}" "$@" 2>&1 | grep -v "info: \(compil\|bundle\)" >>"$O/$txt"
 }
 # GPU tests matching FILTER into $O/gpu-check.txt, stopped after TIMEOUT s, each test after
 # TEST_TIMEOUT s: gpu_tests LABEL TIMEOUT TEST_TIMEOUT JOBS FILTER.
@@ -574,6 +579,20 @@ rest43)
     knob_sweep 192 lazy_rescale=0 ""
   done
   stamp d192-lazy
+  ;;
+h200-check44)
+  bash "$0" "$O" session43c
+  if [ -e build-device/old-lib40/libflashjit.so.0 ]; then
+    for rep in 1 2; do
+      OLD_LIB=old-lib40 old_against_new "$d128_s4096" "$d128_s4096_fp16"
+    done
+    stamp sections-ab
+  fi
+  compare_rows targets.txt targets.json 170 targets
+  stamp targets
+  compare_rows s1024.txt s1024.json 130 \
+    d64s1024,d64s1024c,d80s1024,d80s1024c,d96s1024,d96s1024c,d128s1024c,d192s1024,d192s1024c,d256s1024,d256s1024c
+  stamp s1024-rows
   ;;
 d192-causal43)
   for rep in 1 2; do
