@@ -128,14 +128,19 @@ knob_sweep() {
     run "d$d S1024 causal" "$t" -b 16 -s 1024 --heads-q "$heads" -d "$d" --causal --variant fa3 --strict
   done
 }
+# One "LABEL:BENCH_ARGS" row under TUNING (fa3, strict): run_row ROW TUNING.
+run_row() {
+  local args
+  read -r -a args <<<"${1#*:}"
+  run "${1%%:*}" "$2" "${args[@]}" --variant fa3 --strict
+}
 # The library in build-device/$OLD_LIB (default old-lib), then this one, on each "LABEL:BENCH_ARGS" row
 # (fa3, strict).
 old_against_new() {
-  local row args
+  local row
   for row in "$@"; do
-    read -r -a args <<<"${row#*:}"
-    LD_LIBRARY_PATH=$PWD/build-device/${OLD_LIB:-old-lib}:$PWD/build-device run "${row%%:*} old" "" "${args[@]}" --variant fa3 --strict
-    run "${row%%:*} new" "" "${args[@]}" --variant fa3 --strict
+    LD_LIBRARY_PATH=$PWD/build-device/${OLD_LIB:-old-lib}:$PWD/build-device run_row "${row%%:*} old:${row#*:}" ""
+    run_row "${row%%:*} new:${row#*:}" ""
   done
 }
 # The rows old_against_new runs in more than one mode.
@@ -150,12 +155,6 @@ d256_s1024c="d256 S1024 causal:-b 16 -s 1024 --heads-q 8 -d 256 --causal"
 d256_s2048c="d256 S2048 causal:-b 8 -s 2048 --heads-q 8 -d 256 --causal"
 d256_s4096c="d256 S4096 causal:-b 4 -s 4096 --heads-q 8 -d 256 --causal"
 d256_s16384c="d256 S16384 causal:-b 1 -s 16384 --heads-q 8 -d 256 --causal"
-# One "LABEL:BENCH_ARGS" row under TUNING (fa3, strict): run_row ROW TUNING.
-run_row() {
-  local args
-  read -r -a args <<<"${1#*:}"
-  run "${1%%:*}" "$2" "${args[@]}" --variant fa3 --strict
-}
 # compare.py's prefill ROWS ("targets": TARGETS.md's) beside cuDNN, appended to $O/TXT, the JSON to
 # $O/JSON: compare_rows TXT JSON TIMEOUT ROWS [compare.py ARGS...].
 compare_rows() {
@@ -487,8 +486,7 @@ sections40c)
       "d256 S1024:-b 16 -s 1024 --heads-q 8 -d 256"
   done
   stamp sections-ab
-  timeout 150 python3 bench/compare.py --lib build-device/libflashjit.so --out "$O/targets.json" --ops prefill \
-    2>&1 | grep -v "info: \(compil\|bundle\)" >"$O/targets.txt"
+  compare_rows targets.txt targets.json 150 targets
   stamp targets
   prefill_tests
   ;;
@@ -534,7 +532,7 @@ d256-causal43b)
   for rep in 1 2 3; do
     for t in "" lazy_rescale=1 causal_section_pairs=32 "$lead"; do
       knob_sweep 256 "$t"
-      run "d256 S16384 causal" "$t" -b 1 -s 16384 --heads-q 8 -d 256 --causal --variant fa3 --strict
+      run_row "$d256_s16384c" "$t"
     done
   done
   stamp d256-leaders
