@@ -69,6 +69,8 @@
 #  h200-check44 ~480 s, for an H200: session43c (old-lib: the library of ed889b6, before session 43's
 #         planner), then, where build-device/old-lib40 holds the library before 5da542b, that rule's
 #         d128 S4096 A/B, then TARGETS.md's prefill rows and every S1024 row beside cuDNN.
+#  h100-alt44 ~60 s, when an H100 comes instead: d64 S1024 causal in drawn sections of 64 pairs
+#         alternated with the planner's 32, five rounds (session 43: +0.7% on average, not adopted).
 #  ptxas ~150 s (H100) / ~650 s (H200: give it the whole call): ptxas -O1 (ptxas_opt_level=1): its
 #         GPU test, then alternated with the default -O3 on d64/d192 S1024 causal and d128/d256 S4096;
 #         on an H200 then everything h200 runs.
@@ -591,6 +593,12 @@ h200-check44)
   compare_rows s1024.txt s1024.json 130 \
     d64s1024,d64s1024c,d80s1024,d80s1024c,d96s1024,d96s1024c,d128s1024c,d192s1024,d192s1024c,d256s1024,d256s1024c
   stamp s1024-rows
+  ;;
+h100-alt44)
+  for rep in 1 2 3 4 5; do
+    knob_sweep 64 "" causal_section_pairs=64
+  done
+  stamp d64-sections64
   ;;
 d192-causal43)
   for rep in 1 2; do
