@@ -71,6 +71,9 @@
 #         d128 S4096 A/B, then TARGETS.md's prefill rows and every S1024 row beside cuDNN.
 #  h100-alt44 ~60 s, when an H100 comes instead: d64 S1024 causal in drawn sections of 64 pairs
 #         alternated with the planner's 32, five rounds (session 43: +0.7% on average, not adopted).
+#  early-qk44 ~200 s: session 44's QK descriptors built before the K wait (early_qk_desc=1): its
+#         bitwise GPU test, then alternated with the planner's kernel, three rounds, on the rows whose
+#         pingpong turns it shortens (d128 S4096 / S1024, d192 and d256 S1024 causal, d256 S4096 causal).
 #  ptxas ~150 s (H100) / ~650 s (H200: give it the whole call): ptxas -O1 (ptxas_opt_level=1): its
 #         GPU test, then alternated with the default -O3 on d64/d192 S1024 causal and d128/d256 S4096;
 #         on an H200 then everything h200 runs.
@@ -593,6 +596,16 @@ h200-check44)
   compare_rows s1024.txt s1024.json 130 \
     d64s1024,d64s1024c,d80s1024,d80s1024c,d96s1024,d96s1024c,d128s1024c,d192s1024,d192s1024c,d256s1024,d256s1024c
   stamp s1024-rows
+  ;;
+early-qk44)
+  gpu_tests early-qk 120 110 4 'PrefillEarlyQkDescGpu.*'
+  for rep in 1 2 3; do
+    for row in "$d128_s4096" "$d128_s4096_fp16" "$d128_s1024" "$d192_s1024c" "$d256_s1024c" "$d256_s4096c"; do
+      run_row "$row" ""
+      run_row "$row" early_qk_desc=1
+    done
+  done
+  stamp early-qk-ab
   ;;
 h100-alt44)
   for rep in 1 2 3 4 5; do

@@ -88,6 +88,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 whose pingpong turn covers the softmax rather than the GEMM issue (NVRTC builds only).
   if (plan.constant("kPingpongSoftmax", 0) != 0)
     name += ".pps";
+  // fa3 building a QK's first wgmma descriptors before the K wait (NVRTC builds only).
+  if (plan.constant("kEarlyQkDesc", 0) != 0)
+    name += ".eqd";
   // fa3 skipping the exponentials of the prologue block's fully masked column chunks (.skm) or half
   // (.skh) (NVRTC builds only).
   if (const int64_t skip = plan.constant("kSkipMaskedGroups", 0); skip != 0)

@@ -101,6 +101,11 @@ constexpr bool kDescAdvanceDefault = true;
 // softmax under the other's GEMMs), or its softmax (cuDNN's order in the session 36 profile: the
 // exponential phases never overlap on MUFU, the GEMMs queue as issued). Template form only.
 constexpr bool kPingpongSoftmaxDefault = false;
+// Where a QK's first wgmma descriptors are built: after the pingpong's turn barrier, where ptxas puts
+// them when the source does (a dozen uniform-datapath instructions between the hand-off and the
+// warpgroup's first wgmma in the d128 S4096 kernel), or before the K wait (kEarlyQkDesc, session 44:
+// five). Template form only; not yet timed, so off.
+constexpr bool kEarlyQkDescDefault = false;
 // The exponent of p: s * c - max * c as one FFMA, or (s - max) * c as an FADD and an FMUL (cuDNN's
 // form in the session 36 profile, which spreads the MUFU issue). Template form only.
 constexpr bool kExpSubtractFirstDefault = false;
@@ -577,10 +582,13 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   if (tuning.first_block_in_loop > 0 && cross_tile_overlap)
     return refuse("fa3: first_block_in_loop walks one tile at a time (no cross_tile_overlap)");
   // Forms the MLIR generator does not render: asked for by name, they refuse an MLIR plan.
-  const std::pair<const char *, int> template_only_forms[] = {
-      {"q_desc_per_step", tuning.q_desc_per_step},         {"desc_advance", tuning.desc_advance},
-      {"programmatic_launch", tuning.programmatic_launch}, {"pingpong_softmax", tuning.pingpong_softmax},
-      {"exp_subtract_first", tuning.exp_subtract_first},   {"skip_masked_groups", tuning.skip_masked_groups}};
+  const std::pair<const char *, int> template_only_forms[] = {{"q_desc_per_step", tuning.q_desc_per_step},
+                                                              {"desc_advance", tuning.desc_advance},
+                                                              {"programmatic_launch", tuning.programmatic_launch},
+                                                              {"pingpong_softmax", tuning.pingpong_softmax},
+                                                              {"exp_subtract_first", tuning.exp_subtract_first},
+                                                              {"skip_masked_groups", tuning.skip_masked_groups},
+                                                              {"early_qk_desc", tuning.early_qk_desc}};
   for (const auto &[form, value] : template_only_forms)
     if (value > 0 && backend == FLASHJIT_BACKEND_MLIR)
       return refuse(std::string("fa3: ") + form + " has a template form only (NVRTC)");
@@ -777,6 +785,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add_bool("kPingpongSoftmax", tuning.pingpong_softmax >= 0 ? tuning.pingpong_softmax != 0
                                                                   : kPingpongSoftmaxDefault && plan->pingpong &&
                                                                         backend != FLASHJIT_BACKEND_MLIR);
+  plan->add_bool("kEarlyQkDesc", tuning.early_qk_desc >= 0 ? tuning.early_qk_desc != 0
+                                                           : kEarlyQkDescDefault && backend != FLASHJIT_BACKEND_MLIR);
   plan->add_bool("kExpSubtractFirst", tuning.exp_subtract_first >= 0
                                           ? tuning.exp_subtract_first != 0
                                           : kExpSubtractFirstDefault && backend != FLASHJIT_BACKEND_MLIR);
@@ -833,6 +843,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"q_in_registers", &Fa3Tuning::q_in_registers},
       {"desc_advance", &Fa3Tuning::desc_advance},
       {"pingpong_softmax", &Fa3Tuning::pingpong_softmax},
+      {"early_qk_desc", &Fa3Tuning::early_qk_desc},
       {"exp_subtract_first", &Fa3Tuning::exp_subtract_first},
       {"skip_masked_groups", &Fa3Tuning::skip_masked_groups},
       {"l2_promotion", &Fa3Tuning::l2_promotion},

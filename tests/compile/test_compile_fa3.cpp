@@ -309,6 +309,69 @@ TEST(Fa3Sass, AdvancedDescriptorsTakeFewerUniformOps) {
   }
 }
 
+// The instructions between each pingpong turn's barrier in the SASS (BAR.SYNC on a register id, for the
+// two warpgroups of a turn: 0x100 threads) and the first HGMMA after it.
+std::vector<int> turn_to_first_wgmma(const std::string &sass) {
+  const std::regex instruction(R"(/\*[0-9a-f]+\*/\s+[^;]+;)");
+  const std::regex turn_barrier(R"(BAR\.SYNC\.DEFER_BLOCKING R\d+, 0x100\s*;)");
+  std::vector<int> gaps;
+  int since_turn = -1; // instructions since the last turn barrier, -1 outside a turn
+  std::istringstream lines(sass);
+  for (std::string line; std::getline(lines, line);) {
+    if (!std::regex_search(line, instruction))
+      continue;
+    if (std::regex_search(line, turn_barrier)) {
+      since_turn = 0;
+    } else if (since_turn >= 0 && line.find("HGMMA") != std::string::npos) {
+      gaps.push_back(since_turn);
+      since_turn = -1;
+    } else if (since_turn >= 0) {
+      ++since_turn;
+    }
+  }
+  return gaps;
+}
+
+// A QK's first descriptors built before the K wait (kEarlyQkDesc, `.eqd`, a tuning): written after the
+// turn's barrier, ptxas schedules their uniform-datapath instructions between the hand-off and the
+// warpgroup's first HGMMA (12-15 in session 44's d128 S4096 and d256 causal kernels); built early, the
+// key loop's turns reach their first HGMMA in fewer. The same instructions otherwise: count, HGMMAs,
+// registers, no spills, no serialization.
+TEST(Fa3Sass, EarlyQkDescriptorsShortenTheTurn) {
+  const Arch hopper{90, true};
+  for (const KernelSpec &spec : {testing::prefill_spec(hopper, 128, 128, FLASHJIT_BF16, false),
+                                 testing::prefill_spec(hopper, 256, 256, FLASHJIT_BF16, true)}) {
+    Fa3Tuning late;
+    late.early_qk_desc = 0;
+    Fa3Tuning early_tuning;
+    early_tuning.early_qk_desc = 1;
+    const CompiledKernel early_kernel = compile_tuned(spec, early_tuning);
+    const CompiledKernel late_kernel = compile_tuned(spec, late);
+    EXPECT_NE(early_kernel.name.find(".eqd"), std::string::npos) << early_kernel.name;
+    EXPECT_EQ(late_kernel.name.find(".eqd"), std::string::npos) << late_kernel.name;
+    std::string error;
+    const std::string early = testing::dump_sass(early_kernel.cubin, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    const std::string reference = testing::dump_sass(late_kernel.cubin, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    const std::vector<int> early_gaps = turn_to_first_wgmma(early), late_gaps = turn_to_first_wgmma(reference);
+    ASSERT_FALSE(early_gaps.empty()) << early_kernel.name << ": no pingpong turn found";
+    ASSERT_EQ(early_gaps.size(), late_gaps.size()) << early_kernel.name;
+    constexpr int kFewerInTheLoopTurn = 4; // session 44: 13 -> 7 (d128), 11 -> 6 (d256 causal)
+    EXPECT_LE(*std::min_element(early_gaps.begin(), early_gaps.end()) + kFewerInTheLoopTurn,
+              *std::min_element(late_gaps.begin(), late_gaps.end()))
+        << early_kernel.name << ": " << ::testing::PrintToString(early_gaps) << " against "
+        << ::testing::PrintToString(late_gaps);
+    EXPECT_EQ(count_of(early, "HGMMA"), count_of(reference, "HGMMA")) << early_kernel.name;
+    EXPECT_FALSE(wgmmas_serialized(early)) << early_kernel.name << ": a wait after every HGMMA";
+    EXPECT_EQ(r2ur_descriptors_inside_gemm_groups(early), 0) << early_kernel.name;
+    EXPECT_EQ(early_kernel.resources.registers, late_kernel.resources.registers) << early_kernel.name;
+    EXPECT_EQ(early_kernel.resources.spill_store_bytes, 0) << early_kernel.name;
+    for (const std::string &warning : early_kernel.resources.warnings)
+      ADD_FAILURE() << early_kernel.name << ": ptxas warning: " << warning;
+  }
+}
+
 // What each pingpong turn holds, read from the PTX: the instructions between a warpgroup's wait for
 // its turn (bar.sync on the barrier count of two warpgroups, a register the PTX sets by mov) and its
 // hand-over (bar.arrive on it), in PTX order.

@@ -547,6 +547,17 @@ TEST_F(PrefillDescAdvanceGpu, EqualsBuiltDescriptorsBitwise) {
   expect_equal_bits("desc_advance=1", "desc_advance=0", ".da", "desc_advance", "built descriptors", cases, 59);
 }
 
+class PrefillEarlyQkDescGpu : public GpuTest {};
+
+// A QK's first wgmma descriptors built before the K wait (FLASHJIT_FA3_TUNING=early_qk_desc=1,
+// kEarlyQkDesc, `.eqd`, a tuning) against after the turn's barrier: the same descriptors, only built
+// earlier, so the outputs must be equal bit for bit, and both pass the float64 check;
+// kernel_form_cases().
+TEST_F(PrefillEarlyQkDescGpu, EqualsLateDescriptorsBitwise) {
+  NamedCases cases = kernel_form_cases();
+  expect_equal_bits("early_qk_desc=1", "early_qk_desc=0", ".eqd", "early_qk_desc", "late descriptors", cases, 67);
+}
+
 class PrefillPingpongSoftmaxGpu : public GpuTest {};
 
 // The pingpong's turn over the softmax (FLASHJIT_FA3_TUNING=pingpong_softmax=1, kPingpongSoftmax,

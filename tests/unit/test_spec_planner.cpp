@@ -1146,6 +1146,29 @@ TEST(Fa3Tuning, DescAdvanceIsTheTemplateDefault) {
   EXPECT_NE(why.find("desc_advance"), std::string::npos) << why;
 }
 
+// A QK's first wgmma descriptors built before the K wait (kEarlyQkDesc, `.eqd`, session 44): a tuning,
+// off by default at every head dim and for MLIR plans, which refuse it by name.
+TEST(Fa3Tuning, EarlyQkDescIsATuningOffByDefault) {
+  for (int d : {64, 128, 256})
+    for (bool causal : {false, true}) {
+      Plan plan;
+      std::string why;
+      ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why)) << why;
+      EXPECT_EQ(plan.constant("kEarlyQkDesc"), 0) << "d" << d << (causal ? " causal" : "");
+      EXPECT_EQ(kernel_name(prefill(d, causal), plan).find(".eqd"), std::string::npos) << "d" << d;
+    }
+  Fa3Tuning tuning;
+  std::string why;
+  ASSERT_TRUE(parse_fa3_tuning("early_qk_desc=1", &tuning, &why)) << why;
+  EXPECT_EQ(tuning.early_qk_desc, 1);
+  Plan plan;
+  ASSERT_TRUE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kEarlyQkDesc"), 1);
+  EXPECT_NE(kernel_name(prefill(128, false), plan).find(".eqd"), std::string::npos);
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why, FLASHJIT_BACKEND_MLIR));
+  EXPECT_NE(why.find("early_qk_desc"), std::string::npos) << why;
+}
+
 // Three softmax forms, tunings off by default (session 37): the pingpong's turn over the softmax
 // (kPingpongSoftmax, `.pps`; only with pingpong), the exponent as (s - max) * c (kExpSubtractFirst,
 // `.es`) and the prologue block's masked chunks without exponentials (kSkipMaskedGroups, `.skm`).

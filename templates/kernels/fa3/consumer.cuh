@@ -109,14 +109,24 @@ template <class C> struct Consumer {
       return wgmma_desc(address, lead_bytes, kSwizzleAtomBytes, C::kWgmmaSwizzle);
   }
 
-  __device__ __forceinline__ void issue_qk(float (&s)[C::kBlockN / 2], int stage) const {
+  // The first descriptors of a QK, from which its k-steps' are advanced or beside which they are built.
+  struct QkFirst {
+    u32 q_base;
+    u64 q_first, k_first;
+  };
+  __device__ __forceinline__ QkFirst qk_first(int stage) const {
     // kQDescPerStep: an opaque copy of Q's base keeps the descriptors in the loop, rebuilt per step
     // on the uniform datapath (compiler/plans/fa3_plan.cpp says why).
     u32 q_base = smem.q_panel(0) + wg * kWgmmaM * C::kSwizzleBytes;
     if constexpr (C::kQDescPerStep)
       opaque_u32(q_base);
-    const u64 q_first = wgmma_desc(q_base, kChunkBytes, kSwizzleAtomBytes, C::kWgmmaSwizzle);
-    const u64 k_first = wgmma_desc(smem.k_panel(stage, 0), kChunkBytes, kSwizzleAtomBytes, C::kWgmmaSwizzle);
+    return {q_base, wgmma_desc(q_base, kChunkBytes, kSwizzleAtomBytes, C::kWgmmaSwizzle),
+            wgmma_desc(smem.k_panel(stage, 0), kChunkBytes, kSwizzleAtomBytes, C::kWgmmaSwizzle)};
+  }
+
+  __device__ __forceinline__ void issue_qk(float (&s)[C::kBlockN / 2], int stage, const QkFirst &first) const {
+    const u32 q_base = first.q_base;
+    const u64 q_first = first.q_first, k_first = first.k_first;
 #pragma unroll
     for (int k = 0; k < C::kKStepsQK; ++k) {
       const int panel = k / kKStepsPerPanel;
@@ -269,11 +279,18 @@ template <class C> struct Consumer {
   __device__ __forceinline__ void issue_step(float (&s)[C::kBlockN / 2], float (&o)[C::kHeadDimV / 2],
                                              const u32 (&frag)[C::kBlockN / 4], const float (&scale)[kRowsPerThread],
                                              const RingSlot<C> &cur, const RingSlot<C> &prev, bool with_pv) const {
+    // kEarlyQkDesc: the QK's first descriptors before the K wait, where ptxas keeps them; written after
+    // it, they land behind the turn's barrier, between the hand-off and the warpgroup's first wgmma.
+    QkFirst first{};
+    if constexpr (C::kEarlyQkDesc)
+      first = qk_first(cur.stage);
     mbarrier_wait_parity(smem.k_full(cur.stage), cur.phase);
     turn_wait();
+    if constexpr (!C::kEarlyQkDesc)
+      first = qk_first(cur.stage);
     if (with_pv) {
       wgmma_fence();
-      issue_qk(s, cur.stage);
+      issue_qk(s, cur.stage, first);
       if constexpr (C::kRescaleBeforePv)
         rescale_o(o, scale); // FMULs under the QK GEMM instead of after the PV wait
       mbarrier_wait_parity(smem.v_full(prev.stage), prev.phase);
@@ -283,7 +300,7 @@ template <class C> struct Consumer {
       wgmma_wait_group<1>(); // S ready; the PV may still run
     } else {
       wgmma_fence();
-      issue_qk(s, cur.stage);
+      issue_qk(s, cur.stage, first);
       turn_pass();
       wgmma_wait_group<0>();
     }
