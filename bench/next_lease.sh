@@ -71,9 +71,10 @@
 #         d128 S4096 A/B, then TARGETS.md's prefill rows and every S1024 row beside cuDNN.
 #  h100-alt44 ~60 s, when an H100 comes instead: d64 S1024 causal in drawn sections of 64 pairs
 #         alternated with the planner's 32, five rounds (session 43: +0.7% on average, not adopted).
-#  early-qk44 ~200 s: session 44's QK descriptors built before the K wait (early_qk_desc=1): its
-#         bitwise GPU test, then alternated with the planner's kernel, three rounds, on the rows whose
-#         pingpong turns it shortens (d128 S4096 / S1024, d192 and d256 S1024 causal, d256 S4096 causal).
+#  early-qk44 ~250 s: session 44's two pingpong-turn tunings, the QK's descriptors built before the K
+#         wait (early_qk_desc=1) and turns over the QK only (turn_over_qk=1): their bitwise GPU tests,
+#         then each alternated with the planner's kernel, three rounds, on the pingpong rows (d128 S4096 /
+#         S1024, d64 / d192 / d256 S1024 causal, d256 S4096 causal).
 #  ptxas ~150 s (H100) / ~650 s (H200: give it the whole call): ptxas -O1 (ptxas_opt_level=1): its
 #         GPU test, then alternated with the default -O3 on d64/d192 S1024 causal and d128/d256 S4096;
 #         on an H200 then everything h200 runs.
@@ -154,6 +155,7 @@ d128_s4096_fp16="d128 S4096 fp16:-b 4 -s 4096 --heads-q 16 -d 128 --dtype fp16"
 d96_s4096="d96 S4096:-b 4 -s 4096 --heads-q 21 -d 96"
 d128_s1024="d128 S1024:-b 16 -s 1024 --heads-q 16 -d 128"
 d192_s1024="d192 S1024:-b 16 -s 1024 --heads-q 11 -d 192"
+d64_s1024c="d64 S1024 causal:-b 16 -s 1024 --heads-q 32 -d 64 --causal"
 d192_s1024c="d192 S1024 causal:-b 16 -s 1024 --heads-q 11 -d 192 --causal"
 d192_s4096c="d192 S4096 causal:-b 4 -s 4096 --heads-q 11 -d 192 --causal"
 d256_s1024c="d256 S1024 causal:-b 16 -s 1024 --heads-q 8 -d 256 --causal"
@@ -598,14 +600,16 @@ h200-check44)
   stamp s1024-rows
   ;;
 early-qk44)
-  gpu_tests early-qk 120 110 4 'PrefillEarlyQkDescGpu.*'
+  gpu_tests pingpong-turns 150 140 4 'PrefillEarlyQkDescGpu.*:PrefillTurnOverQkGpu.*'
   for rep in 1 2 3; do
-    for row in "$d128_s4096" "$d128_s4096_fp16" "$d128_s1024" "$d192_s1024c" "$d256_s1024c" "$d256_s4096c"; do
+    for row in "$d128_s4096" "$d128_s4096_fp16" "$d128_s1024" "$d64_s1024c" "$d192_s1024c" "$d256_s1024c" \
+      "$d256_s4096c"; do
       run_row "$row" ""
       run_row "$row" early_qk_desc=1
+      run_row "$row" turn_over_qk=1
     done
   done
-  stamp early-qk-ab
+  stamp pingpong-turns-ab
   ;;
 h100-alt44)
   for rep in 1 2 3 4 5; do

@@ -106,6 +106,10 @@ constexpr bool kPingpongSoftmaxDefault = false;
 // warpgroup's first wgmma in the d128 S4096 kernel), or before the K wait (kEarlyQkDesc, session 44:
 // five). Template form only; not yet timed, so off.
 constexpr bool kEarlyQkDescDefault = false;
+// What a GEMM-phase pingpong turn holds: the QK and the PV issue (FA-3's turn), or the QK only
+// (kTurnOverQk, session 44), so that the other warpgroup's QK may reach the tensor cores before this
+// one's PV and the V wait never holds the turn. Template form only; not yet timed, so off.
+constexpr bool kTurnOverQkDefault = false;
 // The exponent of p: s * c - max * c as one FFMA, or (s - max) * c as an FADD and an FMUL (cuDNN's
 // form in the session 36 profile, which spreads the MUFU issue). Template form only.
 constexpr bool kExpSubtractFirstDefault = false;
@@ -588,7 +592,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
                                                               {"pingpong_softmax", tuning.pingpong_softmax},
                                                               {"exp_subtract_first", tuning.exp_subtract_first},
                                                               {"skip_masked_groups", tuning.skip_masked_groups},
-                                                              {"early_qk_desc", tuning.early_qk_desc}};
+                                                              {"early_qk_desc", tuning.early_qk_desc},
+                                                              {"turn_over_qk", tuning.turn_over_qk}};
   for (const auto &[form, value] : template_only_forms)
     if (value > 0 && backend == FLASHJIT_BACKEND_MLIR)
       return refuse(std::string("fa3: ") + form + " has a template form only (NVRTC)");
@@ -787,6 +792,11 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
                                                                         backend != FLASHJIT_BACKEND_MLIR);
   plan->add_bool("kEarlyQkDesc", tuning.early_qk_desc >= 0 ? tuning.early_qk_desc != 0
                                                            : kEarlyQkDescDefault && backend != FLASHJIT_BACKEND_MLIR);
+  if (tuning.turn_over_qk > 0 && (!plan->pingpong || tuning.pingpong_softmax > 0))
+    return refuse("fa3: turn_over_qk needs pingpong turns over the GEMMs (no pingpong_softmax)");
+  plan->add_bool("kTurnOverQk", tuning.turn_over_qk >= 0
+                                    ? tuning.turn_over_qk != 0
+                                    : kTurnOverQkDefault && plan->pingpong && backend != FLASHJIT_BACKEND_MLIR);
   plan->add_bool("kExpSubtractFirst", tuning.exp_subtract_first >= 0
                                           ? tuning.exp_subtract_first != 0
                                           : kExpSubtractFirstDefault && backend != FLASHJIT_BACKEND_MLIR);
@@ -844,6 +854,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"desc_advance", &Fa3Tuning::desc_advance},
       {"pingpong_softmax", &Fa3Tuning::pingpong_softmax},
       {"early_qk_desc", &Fa3Tuning::early_qk_desc},
+      {"turn_over_qk", &Fa3Tuning::turn_over_qk},
       {"exp_subtract_first", &Fa3Tuning::exp_subtract_first},
       {"skip_masked_groups", &Fa3Tuning::skip_masked_groups},
       {"l2_promotion", &Fa3Tuning::l2_promotion},

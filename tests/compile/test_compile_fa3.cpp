@@ -421,7 +421,9 @@ std::map<std::string, int> exponent_producers(const std::string &ptx) {
 // inside the turns and the wgmmas outside, where FA-3's order (the default) has them the other way
 // round. The exponent as (s - max) * c (kExpSubtractFirst, `.es`): a multiply computes each ex2's
 // argument, where the default's s * c - max * c ends in a subtract (which ptxas fuses into an FFMA).
-// No spills and no serialized wgmmas; on the d64 short causal tile (Q in registers) and d128.
+// A turn over the QK only (kTurnOverQk, `.tq`): as many turns, each with fewer wgmmas (the PV's are
+// issued after the hand-off). No spills and no serialized wgmmas; on the d64 short causal tile (Q in
+// registers) and d128.
 TEST(Fa3CompileFeatures, PingpongTurnsCoverTheChosenPhase) {
   const Arch hopper{90, true};
   const KernelSpec short_causal = short_causal_spec(64, FLASHJIT_BF16);
@@ -437,6 +439,11 @@ TEST(Fa3CompileFeatures, PingpongTurnsCoverTheChosenPhase) {
     const CompiledKernel gemm = compile_tuned(spec, gemm_turns);
     const CompiledKernel softmax = compile_tuned(spec, softmax_turns);
     const CompiledKernel subtract = compile_tuned(spec, subtract_first);
+    Fa3Tuning qk_turns = gemm_turns;
+    qk_turns.turn_over_qk = 1;
+    const CompiledKernel qk = compile_tuned(spec, qk_turns);
+    EXPECT_NE(qk.name.find(".tq"), std::string::npos) << qk.name;
+    EXPECT_EQ(gemm.name.find(".tq"), std::string::npos) << gemm.name;
     EXPECT_EQ(gemm.name.find(".pps"), std::string::npos) << gemm.name;
     EXPECT_NE(softmax.name.find(".pps"), std::string::npos) << softmax.name;
     EXPECT_NE(subtract.name.find(".es"), std::string::npos) << subtract.name;
@@ -448,11 +455,16 @@ TEST(Fa3CompileFeatures, PingpongTurnsCoverTheChosenPhase) {
     EXPECT_GT(by_softmax.turns, 0) << softmax.name;
     EXPECT_EQ(by_softmax.wgmmas, 0) << softmax.name;
     EXPECT_GE(by_softmax.exponentials, spec.key_block / 2) << softmax.name; // a thread's share of one block
+    const TurnContents by_qk = turn_contents(qk.ptx, kTurnThreads);
+    EXPECT_EQ(by_qk.turns, by_gemm.turns) << qk.name;
+    EXPECT_GT(by_qk.wgmmas, 0) << qk.name;
+    EXPECT_LT(by_qk.wgmmas, by_gemm.wgmmas) << qk.name;
+    EXPECT_EQ(count_of(qk.ptx, "wgmma.mma_async"), count_of(gemm.ptx, "wgmma.mma_async")) << qk.name;
     const int exponentials = count_of(gemm.ptx, "ex2.approx");
     EXPECT_EQ(count_of(subtract.ptx, "ex2.approx"), exponentials) << subtract.name;
     EXPECT_GE(exponent_producers(gemm.ptx)["sub.f32"], exponentials - 2 * 2) << gemm.name; // but the rows' factors
     EXPECT_GE(exponent_producers(subtract.ptx)["mul.f32"], exponentials - 2 * 2) << subtract.name;
-    for (const CompiledKernel *kernel : {&gemm, &softmax, &subtract}) {
+    for (const CompiledKernel *kernel : {&gemm, &softmax, &subtract, &qk}) {
       std::string error;
       const std::string sass = testing::dump_sass(kernel->cubin, &error);
       ASSERT_TRUE(error.empty()) << error;

@@ -558,6 +558,17 @@ TEST_F(PrefillEarlyQkDescGpu, EqualsLateDescriptorsBitwise) {
   expect_equal_bits("early_qk_desc=1", "early_qk_desc=0", ".eqd", "early_qk_desc", "late descriptors", cases, 67);
 }
 
+class PrefillTurnOverQkGpu : public GpuTest {};
+
+// A pingpong turn over the QK only (FLASHJIT_FA3_TUNING=pingpong=1,turn_over_qk=1, kTurnOverQk, `.tq`, a
+// tuning) against FA-3's turn over both GEMMs: only the order in which the warpgroups' GEMMs reach the
+// tensor cores moves, so the outputs must be equal bit for bit, and both pass the float64 check.
+// Pingpong is forced on both sides, as for the softmax turns; kernel_form_cases().
+TEST_F(PrefillTurnOverQkGpu, EqualsTurnsOverBothGemmsBitwise) {
+  NamedCases cases = kernel_form_cases();
+  expect_equal_bits("pingpong=1,turn_over_qk=1", "pingpong=1", ".tq", "turn_over_qk", "both gemms", cases, 79);
+}
+
 class PrefillPingpongSoftmaxGpu : public GpuTest {};
 
 // The pingpong's turn over the softmax (FLASHJIT_FA3_TUNING=pingpong_softmax=1, kPingpongSoftmax,

@@ -1169,6 +1169,36 @@ TEST(Fa3Tuning, EarlyQkDescIsATuningOffByDefault) {
   EXPECT_NE(why.find("early_qk_desc"), std::string::npos) << why;
 }
 
+// A pingpong turn over the QK only (kTurnOverQk, `.tq`, session 44): a tuning, off by default, that
+// needs turns over the GEMMs (refused without pingpong or with pingpong_softmax) and NVRTC.
+TEST(Fa3Tuning, TurnOverQkIsATuningOffByDefault) {
+  for (int d : {64, 128, 256})
+    for (bool causal : {false, true}) {
+      Plan plan;
+      std::string why;
+      ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why)) << why;
+      EXPECT_EQ(plan.constant("kTurnOverQk"), 0) << "d" << d << (causal ? " causal" : "");
+    }
+  Fa3Tuning tuning;
+  std::string why;
+  ASSERT_TRUE(parse_fa3_tuning("turn_over_qk=1", &tuning, &why)) << why;
+  EXPECT_EQ(tuning.turn_over_qk, 1);
+  Plan plan;
+  ASSERT_TRUE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kTurnOverQk"), 1);
+  EXPECT_NE(kernel_name(prefill(128, false), plan).find(".tq"), std::string::npos);
+  Fa3Tuning without_pingpong = tuning;
+  without_pingpong.pingpong = 0;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), without_pingpong, &plan, &why));
+  EXPECT_NE(why.find("turn_over_qk"), std::string::npos) << why;
+  Fa3Tuning softmax_turns = tuning;
+  softmax_turns.pingpong_softmax = 1;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), softmax_turns, &plan, &why));
+  EXPECT_NE(why.find("turn_over_qk"), std::string::npos) << why;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why, FLASHJIT_BACKEND_MLIR));
+  EXPECT_NE(why.find("turn_over_qk"), std::string::npos) << why;
+}
+
 // Three softmax forms, tunings off by default (session 37): the pingpong's turn over the softmax
 // (kPingpongSoftmax, `.pps`; only with pingpong), the exponent as (s - max) * c (kExpSubtractFirst,
 // `.es`) and the prologue block's masked chunks without exponentials (kSkipMaskedGroups, `.skm`).

@@ -291,12 +291,17 @@ template <class C> struct Consumer {
     if (with_pv) {
       wgmma_fence();
       issue_qk(s, cur.stage, first);
+      // kTurnOverQk: the turn is handed on after the QK, so the other warpgroup's QK may reach the
+      // tensor cores before this one's PV; FA-3's turn holds both GEMMs.
+      if constexpr (C::kTurnOverQk)
+        turn_pass();
       if constexpr (C::kRescaleBeforePv)
         rescale_o(o, scale); // FMULs under the QK GEMM instead of after the PV wait
       mbarrier_wait_parity(smem.v_full(prev.stage), prev.phase);
       wgmma_fence(); // the V wait sits between the two GEMMs: re-fence the PV operands
       issue_pv(o, frag, prev.stage);
-      turn_pass();
+      if constexpr (!C::kTurnOverQk)
+        turn_pass();
       wgmma_wait_group<1>(); // S ready; the PV may still run
     } else {
       wgmma_fence();
