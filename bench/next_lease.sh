@@ -69,6 +69,8 @@
 #  h200-check44 ~480 s, for an H200: session43c (old-lib: the library of ed889b6, before session 43's
 #         planner), then, where build-device/old-lib40 holds the library before 5da542b, that rule's
 #         d128 S4096 A/B, then TARGETS.md's prefill rows and every S1024 row beside cuDNN.
+#  open-rows44 ~80 s, when an H100 comes for h200-check44: issue 3's open rows beside cuDNN (d128 S4096,
+#         d256 S4096, d64 / d192 S1024 causal).
 #  h100-alt44 ~60 s, when an H100 comes instead: d64 S1024 causal in drawn sections of 64 pairs
 #         alternated with the planner's 32, five rounds (session 43: +0.7% on average, not adopted).
 #  early-qk44 ~250 s: session 44's two pingpong-turn tunings, the QK's descriptors built before the K
@@ -610,6 +612,10 @@ early-qk44)
     done
   done
   stamp pingpong-turns-ab
+  ;;
+open-rows44)
+  compare_rows open-rows.txt open-rows.json 150 d128s4096,d256s4096,d64s1024c,d192s1024c
+  stamp open-rows
   ;;
 h100-alt44)
   for rep in 1 2 3 4 5; do
