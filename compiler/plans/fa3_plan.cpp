@@ -104,11 +104,13 @@ constexpr bool kPingpongSoftmaxDefault = false;
 // Where a QK's first wgmma descriptors are built: after the pingpong's turn barrier, where ptxas puts
 // them when the source does (a dozen uniform-datapath instructions between the hand-off and the
 // warpgroup's first wgmma in the d128 S4096 kernel), or before the K wait (kEarlyQkDesc, session 44:
-// five). Template form only; not yet timed, so off.
+// five). Template form only. Run 44c (H100, three alternated rounds): d128 S4096 -0.2..-1.1% in all six
+// readings, the other pingpong rows within noise, so off.
 constexpr bool kEarlyQkDescDefault = false;
 // What a GEMM-phase pingpong turn holds: the QK and the PV issue (FA-3's turn), or the QK only
 // (kTurnOverQk, session 44), so that the other warpgroup's QK may reach the tensor cores before this
-// one's PV and the V wait never holds the turn. Template form only; not yet timed, so off.
+// one's PV and the V wait never holds the turn. Template form only. Run 44c (H100): d64 S1024 causal
+// -10%, the other pingpong rows within +-1.6%, so off.
 constexpr bool kTurnOverQkDefault = false;
 // The exponent of p: s * c - max * c as one FFMA, or (s - max) * c as an FADD and an FMUL (cuDNN's
 // form in the session 36 profile, which spreads the MUFU issue). Template form only.
