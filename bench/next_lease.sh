@@ -69,6 +69,9 @@
 #  h200-check44 ~480 s, for an H200: session43c (old-lib: the library of ed889b6, before session 43's
 #         planner), then, where build-device/old-lib40 holds the library before 5da542b, that rule's
 #         d128 S4096 A/B, then TARGETS.md's prefill rows and every S1024 row beside cuDNN.
+#  h200-brief44 ~200 s, for an H200 when too little device time is left for h200-check44: session 43's
+#         planner (old-lib) against this one on d256 / d192 S1024 causal and the unmasked-section rule
+#         (old-lib40) on d128 S4096, two rounds each, then the open rows and d256 S1024 causal beside cuDNN.
 #  open-rows44 ~80 s, when an H100 comes for h200-check44: issue 3's open rows beside cuDNN (d128 S4096,
 #         d256 S4096, d64 / d192 S1024 causal).
 #  h100-alt44 ~60 s, when an H100 comes instead: d64 S1024 causal in drawn sections of 64 pairs
@@ -612,6 +615,15 @@ early-qk44)
     done
   done
   stamp pingpong-turns-ab
+  ;;
+h200-brief44)
+  for rep in 1 2; do
+    old_against_new "$d256_s1024c" "$d192_s1024c"
+    OLD_LIB=old-lib40 old_against_new "$d128_s4096"
+  done
+  stamp brief-ab
+  compare_rows open-rows.txt open-rows.json 150 d128s4096,d256s4096,d64s1024c,d192s1024c,d256s1024c
+  stamp open-rows
   ;;
 open-rows44)
   compare_rows open-rows.txt open-rows.json 150 d128s4096,d256s4096,d64s1024c,d192s1024c
