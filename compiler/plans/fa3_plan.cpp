@@ -104,8 +104,8 @@ constexpr bool kPingpongSoftmaxDefault = false;
 // Where a QK's first wgmma descriptors are built: after the pingpong's turn barrier, where ptxas puts
 // them when the source does (a dozen uniform-datapath instructions between the hand-off and the
 // warpgroup's first wgmma in the d128 S4096 kernel), or before the K wait (kEarlyQkDesc, session 44:
-// five). Template form only. Run 44c (H100, three alternated rounds): d128 S4096 -0.2..-1.1% in all six
-// readings, the other pingpong rows within noise, so off.
+// seven; six at d192 / d256 causal). Template form only. Run 44c (H100, three alternated rounds): d128
+// S4096 -0.2..-1.1% in all six readings, the other pingpong rows within noise, so off.
 constexpr bool kEarlyQkDescDefault = false;
 // What a GEMM-phase pingpong turn holds: the QK and the PV issue (FA-3's turn), or the QK only
 // (kTurnOverQk, session 44), so that the other warpgroup's QK may reach the tensor cores before this
