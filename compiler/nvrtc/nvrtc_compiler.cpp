@@ -10,8 +10,10 @@
 namespace flashjit {
 
 std::vector<std::string> nvrtc_options(const Arch &arch, const Plan &plan) {
+  // -minimal: NVRTC leaves out the texture, surface and device-runtime declarations the templates never
+  // use; the PTX and cubin are byte for byte the same, and the front end parses ~10% less (session 45).
   std::vector<std::string> options = {"--gpu-architecture=" + arch.nvrtc_target(), "-std=c++17",
-                                      "--device-as-default-execution-space", "--ptxas-options=-v"};
+                                      "--device-as-default-execution-space", "-minimal", "--ptxas-options=-v"};
   if (const int64_t level = plan.constant("kPtxasOptLevel", 0); level > 0)
     options.push_back("--ptxas-options=-O" + std::to_string(level));
   return options;
