@@ -74,6 +74,10 @@
 #         (old-lib40) on d128 S4096, two rounds each, then the open rows and d256 S1024 causal beside cuDNN.
 #  open-rows44 ~80 s, when an H100 comes for h200-check44: issue 3's open rows beside cuDNN (d128 S4096,
 #         d256 S4096, d64 / d192 S1024 causal).
+#  timeline45 ~150 s: the timeline build's GPU test, then on issue 3's open rows (d128 S4096, d64 / d192
+#         S1024 causal, d256 S4096) the default and the timeline build timed, and one timeline each
+#         (timeline.txt, by bench/timeline.py; raw files in timelines.tgz).
+#  h200-brief45 ~350 s: h200-brief44, then timeline45.
 #  h100-alt44 ~60 s, when an H100 comes instead: d64 S1024 causal in drawn sections of 64 pairs
 #         alternated with the planner's 32, five rounds (session 43: +0.7% on average, not adopted).
 #  early-qk44 ~250 s: session 44's two pingpong-turn tunings, the QK's descriptors built before the K
@@ -630,6 +634,29 @@ h200-brief44)
 open-rows44)
   compare_rows open-rows.txt open-rows.json 150 "$open_rows"
   stamp open-rows
+  ;;
+timeline45)
+  # Session 45's timeline build (timeline=1, `.tl`): its GPU test, then on issue 3's open rows the
+  # default kernel and the timeline build timed one after the other (what recording costs), and one
+  # timeline each, read by bench/timeline.py into timeline.txt (the raw files: timelines.tgz).
+  gpu_tests timeline 150 140 4 'PrefillTimelineGpu.*'
+  mkdir -p /tmp/tl
+  for row in "$d128_s4096" "$d64_s1024c" "$d192_s1024c" "d256 S4096:-b 4 -s 4096 --heads-q 8 -d 256"; do
+    run_row "$row" ""
+    run_row "$row" timeline=1
+    name=$(echo "${row%%:*}" | tr ' ' '_')
+    read -r -a args <<<"${row#*:}"
+    FLASHJIT_FA3_TUNING=timeline=1 timeout 30 $cli bench -n 20 "${args[@]}" --variant fa3 --strict \
+      --timeline "/tmp/tl/$name.bin" >/dev/null 2>&1
+    { echo "== ${row%%:*}"; python3 bench/timeline.py "/tmp/tl/$name.bin" 2>&1; } >>"$O/timeline.txt"
+  done
+  tar czf "$O/timelines.tgz" -C /tmp/tl .
+  stamp timeline
+  ;;
+h200-brief45)
+  # The H200's verdicts that fit beside the timeline in one call: h200-brief44 (~200 s), then timeline45.
+  bash "$0" "$O" h200-brief44
+  bash "$0" "$O" timeline45
   ;;
 h100-alt44)
   for rep in 1 2 3 4 5; do

@@ -36,6 +36,7 @@ namespace flashjit::driver {
   X(cuModuleLoadData)                                                                                                  \
   X(cuModuleUnload)                                                                                                    \
   X(cuModuleGetFunction)                                                                                               \
+  X(cuModuleGetGlobal)                                                                                                 \
   X(cuFuncGetAttribute)                                                                                                \
   X(cuFuncSetAttribute)                                                                                                \
   X(cuLaunchKernelEx)                                                                                                  \

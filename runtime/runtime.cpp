@@ -224,6 +224,28 @@ Status Runtime::register_bundle(const std::string &path) {
   return impl_->store.register_bundle(path);
 }
 
+Status Runtime::read_kernel_global(const AttentionProblem &problem, const std::string &symbol,
+                                   std::vector<unsigned char> *out) {
+  NormalizedProblem normalized;
+  std::shared_ptr<const KernelRecord> record;
+  LaunchContext launch;
+  if (Status s = impl_->resolve(problem, &normalized, &record, &launch); !s)
+    return s;
+  if (normalized.empty || !record)
+    return Status::error(FLASHJIT_INVALID_ARGUMENT, "problem: an empty problem runs no kernel");
+  const driver::Api *api = driver::api();
+  CUdeviceptr address = 0;
+  size_t size = 0;
+  if (api->cuModuleGetGlobal(&address, &size, record->kernel.module(), symbol.c_str()) != CUDA_SUCCESS)
+    return Status::error(FLASHJIT_INVALID_ARGUMENT, "symbol '" + symbol + "': " + record->name + " has no such global");
+  if (CUresult r = api->cuCtxSynchronize(); r != CUDA_SUCCESS)
+    return driver::driver_error("cuCtxSynchronize before reading " + symbol, r);
+  out->resize(size);
+  if (CUresult r = api->cuMemcpyDtoH(out->data(), address, size); r != CUDA_SUCCESS)
+    return driver::driver_error("reading " + symbol, r);
+  return Status::success();
+}
+
 Status Runtime::is_served(const AttentionProblem &problem, const std::string &arch_text, bool *served,
                           std::string *origin) {
   // An engine asks at start-up, before it has tensors: stand-in pointers are 16-byte aligned.

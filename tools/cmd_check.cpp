@@ -2,6 +2,7 @@
 #include "tools/commands.hpp"
 #include "tools/problem_options.hpp"
 
+#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -12,7 +13,11 @@ struct GpuCommandOptions {
   ProblemOptions problem;
   int iterations = 30;
   bool fa3_model = false; // check: the CPU model of an fa3 kernel's arithmetic beside its result
+  std::string timeline;   // bench: where the last launch's fa3 timeline goes (a `.tl` kernel)
 };
+
+// The fa3 timeline's module global (templates/kernels/fa3/timeline.cuh).
+constexpr const char *kFa3TimelineSymbol = "fj_fa3_timeline";
 
 // Opens device 0 and builds the case, printing why not on failure.
 bool open_case(const GpuCommandOptions &o, harness::DeviceSession *session, harness::CaseOptions *c) {
@@ -57,16 +62,29 @@ Action add_bench(CLI::App &app) {
   options->problem.batch = 4;
   options->problem.add_to(app);
   app.add_option("--iterations,-n", options->iterations, "timed launches (median reported)")->capture_default_str();
+  app.add_option("--timeline", options->timeline,
+                 "write the last launch's fa3 timeline (raw, for bench/timeline.py) to this file; needs a kernel built "
+                 "with FLASHJIT_FA3_TUNING=timeline=1");
   return [options] {
     harness::DeviceSession session;
     harness::CaseOptions c;
     if (!open_case(*options, &session, &c))
       return 2;
     Runtime runtime(options->problem.runtime_options());
-    const harness::BenchResult result = harness::bench_case(runtime, c, options->iterations);
+    const harness::BenchResult result =
+        harness::bench_case(runtime, c, options->iterations, options->timeline.empty() ? "" : kFa3TimelineSymbol);
     if (!result.status) {
       std::cerr << "flashjit: " << result.status.message << "\n";
       return 1;
+    }
+    if (!options->timeline.empty()) {
+      std::ofstream file(options->timeline, std::ios::binary);
+      file.write(reinterpret_cast<const char *>(result.global.data()),
+                 static_cast<std::streamsize>(result.global.size()));
+      if (!file) {
+        std::cerr << "flashjit: could not write " << options->timeline << "\n";
+        return 1;
+      }
     }
     std::cout << "device: " << session.name() << "\nkernel: " << result.kernel << "\nproblem: " << c.problem.describe()
               << "\nmedian " << result.median_ms << " ms over " << options->iterations << " launches, " << result.tflops

@@ -16,6 +16,9 @@ std::vector<std::string> nvrtc_options(const Arch &arch, const Plan &plan) {
                                       "--device-as-default-execution-space", "-minimal", "--ptxas-options=-v"};
   if (const int64_t level = plan.constant("kPtxasOptLevel", 0); level > 0)
     options.push_back("--ptxas-options=-O" + std::to_string(level));
+  // The fa3 timeline's module global exists in its diagnostic build only (templates/kernels/fa3/timeline.cuh).
+  if (plan.constant("kTimeline", 0) != 0)
+    options.push_back("-DFJ_FA3_TIMELINE");
   return options;
 }
 

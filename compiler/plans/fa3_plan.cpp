@@ -595,7 +595,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
                                                               {"exp_subtract_first", tuning.exp_subtract_first},
                                                               {"skip_masked_groups", tuning.skip_masked_groups},
                                                               {"early_qk_desc", tuning.early_qk_desc},
-                                                              {"turn_over_qk", tuning.turn_over_qk}};
+                                                              {"turn_over_qk", tuning.turn_over_qk},
+                                                              {"timeline", tuning.timeline}};
   for (const auto &[form, value] : template_only_forms)
     if (value > 0 && backend == FLASHJIT_BACKEND_MLIR)
       return refuse(std::string("fa3: ") + form + " has a template form only (NVRTC)");
@@ -792,6 +793,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add_bool("kPingpongSoftmax", tuning.pingpong_softmax >= 0 ? tuning.pingpong_softmax != 0
                                                                   : kPingpongSoftmaxDefault && plan->pingpong &&
                                                                         backend != FLASHJIT_BACKEND_MLIR);
+  // A diagnostic, never chosen by the planner: the kernel's code between the points is the default's.
+  plan->add_bool("kTimeline", tuning.timeline > 0);
   plan->add_bool("kEarlyQkDesc", tuning.early_qk_desc >= 0 ? tuning.early_qk_desc != 0
                                                            : kEarlyQkDescDefault && backend != FLASHJIT_BACKEND_MLIR);
   if (tuning.turn_over_qk > 0 && (!plan->pingpong || tuning.pingpong_softmax > 0))
@@ -857,6 +860,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"pingpong_softmax", &Fa3Tuning::pingpong_softmax},
       {"early_qk_desc", &Fa3Tuning::early_qk_desc},
       {"turn_over_qk", &Fa3Tuning::turn_over_qk},
+      {"timeline", &Fa3Tuning::timeline},
       {"exp_subtract_first", &Fa3Tuning::exp_subtract_first},
       {"skip_masked_groups", &Fa3Tuning::skip_masked_groups},
       {"l2_promotion", &Fa3Tuning::l2_promotion},

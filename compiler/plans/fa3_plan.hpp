@@ -62,6 +62,8 @@ struct Fa3Tuning {
   int dynamic_tiles = -1;       // -1: the planner's choice (causal walks of contiguous K/V, except the short causal
                                 // tile at d72-d128); 1: tiles drawn from a counter in the workspace as CTAs finish
                                 // (kDynamicTiles; causal walks in L2 sections of kDrawnSectionPairs)
+  int timeline = -1;            // -1 / 0: off; 1: a diagnostic build that records one CTA's cycle counter at each
+                                // key-loop point and prints one launch's points (kTimeline, `.tl`; bench/timeline.py)
 };
 
 // Why fa2 is preferred to fa3 for a paged spec on sm_90a (measured faster there), or "" where fa3 is:
@@ -77,7 +79,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
 // cross_tile_overlap, tail_split, first_block_in_loop, q_desc_per_step, q_in_registers, desc_advance, pingpong_softmax,
 // early_qk_desc, turn_over_qk, exp_subtract_first, skip_masked_groups, l2_promotion, programmatic_launch,
 // unmasked_key_loop, causal_sections, causal_section_pairs, section_pairs, paged, paged_gather, stages, gather_noinc,
-// ptxas_opt_level, dynamic_tiles (the fields above; unnamed fields keep the planner's choice), e.g.
+// ptxas_opt_level, dynamic_tiles, timeline (the fields above; unnamed fields keep the planner's choice), e.g.
 // "consumer_warpgroups=2,block_n=128": the developer override FLASHJIT_FA3_TUNING. False, naming the bad item, on an
 // unknown key or a value that is not an integer; whether the values fit a spec is the planner's answer
 // (plan_fa3_tuned).

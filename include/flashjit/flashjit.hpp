@@ -14,6 +14,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace flashjit {
 
@@ -82,6 +83,13 @@ public:
   Status register_bundle(const std::string &path);
   Status is_served(const AttentionProblem &problem, const std::string &arch, bool *served,
                    std::string *origin = nullptr);
+
+  /* Diagnostics (developers) */
+  // Copies the `__device__` global `symbol` out of the module of the kernel that serves `problem`, after
+  // the device's work so far (e.g. fj_fa3_timeline of a kernel built with FLASHJIT_FA3_TUNING=timeline=1;
+  // `flashjit bench --timeline`).
+  Status read_kernel_global(const AttentionProblem &problem, const std::string &symbol,
+                            std::vector<unsigned char> *out);
 
   struct Impl;
   Impl &impl() { return *impl_; }

@@ -372,6 +372,36 @@ TEST(Fa3Sass, EarlyQkDescriptorsShortenTheTurn) {
   }
 }
 
+// The timeline build (kTimeline, `.tl`, a diagnostic): its module global and cycle reads are in the PTX, no
+// call (a call would serialize every wgmma, C7510), the consumers' registers and HGMMAs as without it; the
+// default kernel has neither. The producer (24 registers) may spill a few bytes for its points.
+TEST(Fa3Sass, TimelineRecordsWithoutTouchingTheGemms) {
+  const Arch hopper{90, true};
+  for (const KernelSpec &spec : {testing::prefill_spec(hopper, 128, 128, FLASHJIT_BF16, false),
+                                 testing::prefill_spec(hopper, 64, 64, FLASHJIT_BF16, true)}) {
+    Fa3Tuning timeline;
+    timeline.timeline = 1;
+    const CompiledKernel recorded = compile_tuned(spec, timeline);
+    const CompiledKernel plain = compile_tuned(spec, Fa3Tuning{});
+    EXPECT_NE(recorded.name.find(".tl"), std::string::npos) << recorded.name;
+    EXPECT_NE(recorded.ptx.find("fj_fa3_timeline"), std::string::npos) << recorded.name;
+    EXPECT_NE(recorded.ptx.find("%clock64"), std::string::npos) << recorded.name;
+    EXPECT_EQ(recorded.ptx.find("call"), std::string::npos) << recorded.name;
+    EXPECT_EQ(plain.ptx.find("fj_fa3_timeline"), std::string::npos) << plain.name;
+    EXPECT_EQ(plain.ptx.find("%clock64"), std::string::npos) << plain.name;
+    std::string error;
+    const std::string sass = testing::dump_sass(recorded.cubin, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    const std::string reference = testing::dump_sass(plain.cubin, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    EXPECT_EQ(count_of(sass, "HGMMA"), count_of(reference, "HGMMA")) << recorded.name;
+    EXPECT_FALSE(wgmmas_serialized(sass)) << recorded.name << ": a wait after every HGMMA";
+    EXPECT_EQ(recorded.resources.registers, plain.resources.registers) << recorded.name;
+    for (const std::string &warning : recorded.resources.warnings)
+      ADD_FAILURE() << recorded.name << ": ptxas warning: " << warning;
+  }
+}
+
 // What each pingpong turn holds, read from the PTX: the instructions between a warpgroup's wait for
 // its turn (bar.sync on the barrier count of two warpgroups, a register the PTX sets by mov) and its
 // hand-over (bar.arrive on it), in PTX order.

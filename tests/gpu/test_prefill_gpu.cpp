@@ -569,6 +569,60 @@ TEST_F(PrefillTurnOverQkGpu, EqualsTurnsOverBothGemmsBitwise) {
   expect_equal_bits("pingpong=1,turn_over_qk=1", "pingpong=1", ".tq", "turn_over_qk", "both gemms", cases, 79);
 }
 
+class PrefillTimelineGpu : public GpuTest {};
+
+// The timeline build (FLASHJIT_FA3_TUNING=timeline=1, kTimeline, `.tl`, a diagnostic): its cycle reads and
+// stores do not touch the arithmetic, so the outputs must be equal bit for bit to the default kernel's
+// (kernel_form_cases()); and the timeline it leaves behind (fj_fa3_timeline, read as `flashjit bench
+// --timeline` reads it: 4 slots x rows x 8 points of u64) holds CTA 0's walk: as many tiles begun as
+// ended in each consumer warpgroup, every step's points in the order the code passes them, the
+// producer's K issued after its slot's wait began.
+TEST_F(PrefillTimelineGpu, RecordsTheWalkWithoutChangingTheOutput) {
+  NamedCases cases = kernel_form_cases();
+  expect_equal_bits("timeline=1", "timeline=0", ".tl", "timeline", "without", cases, 83);
+
+  const std::unique_ptr<Runtime> runtime = strict_runtime_with_fa3_tuning("timeline=1");
+  CaseOptions o = dense(2, 1000, 1000, 16, 8, 128, 128, ref::Dtype::bf16);
+  o.seed = 89;
+  const harness::BenchResult bench = harness::bench_case(*runtime, o, 2, "fj_fa3_timeline");
+  ASSERT_TRUE(bench.status) << bench.status.message;
+  ASSERT_NE(bench.kernel.find(".wg2pp"), std::string::npos) << bench.kernel << ": two pingpong consumers expected";
+  constexpr int kSlots = 4, kPoints = 8, kKind = 7;
+  constexpr uint64_t kStep = 1, kFirst = 2, kLast = 3, kProducerRow = 4;
+  const size_t words = bench.global.size() / sizeof(uint64_t);
+  ASSERT_GT(words, 0u);
+  ASSERT_EQ(words % (kSlots * kPoints), 0u) << bench.global.size() << " bytes";
+  const size_t rows = words / (kSlots * kPoints);
+  std::vector<uint64_t> t(words);
+  std::memcpy(t.data(), bench.global.data(), bench.global.size());
+  auto at = [&](int slot, size_t row, int point) { return t[(slot * rows + row) * kPoints + point]; };
+  for (int wg = 0; wg < 2; ++wg) {
+    int firsts = 0, lasts = 0, steps = 0;
+    for (size_t r = 0; r < rows; ++r) {
+      const uint64_t kind = at(wg, r, kKind);
+      firsts += kind == kFirst;
+      lasts += kind == kLast;
+      if (kind != kStep)
+        continue;
+      ++steps;
+      for (int p = 0; p + 1 <= 5; ++p) // K wait, turn, issued, S ready, softmax, PV done
+        EXPECT_LE(at(wg, r, p), at(wg, r, p + 1)) << "warpgroup " << wg << " row " << r << " point " << p;
+      EXPECT_GT(at(wg, r, 0), 0u) << "warpgroup " << wg << " row " << r;
+    }
+    EXPECT_GT(firsts, 0) << "warpgroup " << wg;
+    EXPECT_EQ(firsts, lasts) << "warpgroup " << wg << ": tiles begun and ended";
+    EXPECT_GT(steps, 0) << "warpgroup " << wg;
+  }
+  int loads = 0;
+  for (size_t r = 0; r < rows; ++r)
+    if (at(2, r, kKind) == kProducerRow) {
+      ++loads;
+      EXPECT_LE(at(2, r, 0), at(2, r, 1)) << "producer row " << r << ": K issued before its wait began";
+      EXPECT_LE(at(2, r, 2), at(2, r, 3)) << "producer row " << r << ": V issued before its wait began";
+    }
+  EXPECT_GT(loads, 0);
+}
+
 class PrefillPingpongSoftmaxGpu : public GpuTest {};
 
 // The pingpong's turn over the softmax (FLASHJIT_FA3_TUNING=pingpong_softmax=1, kPingpongSoftmax,

@@ -505,7 +505,7 @@ CaseResult run_case(Runtime &runtime, const CaseOptions &options) {
   return result;
 }
 
-BenchResult bench_case(Runtime &runtime, const CaseOptions &options, int iterations) {
+BenchResult bench_case(Runtime &runtime, const CaseOptions &options, int iterations, const std::string &read_global) {
   BenchResult result;
   const ref::Problem &rp = options.problem;
   // Enough copies that the inputs of consecutive launches never share L2 (50 MB on an H200).
@@ -552,6 +552,8 @@ BenchResult bench_case(Runtime &runtime, const CaseOptions &options, int iterati
   std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
   result.median_ms = times[times.size() / 2];
   result.tflops = attention_flops(rp) / (result.median_ms * 1e-3) / 1e12;
+  if (!read_global.empty())
+    result.status = runtime.read_kernel_global(problems[(iterations - 1) % copies], read_global, &result.global);
   return result;
 }
 

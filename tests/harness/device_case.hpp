@@ -107,11 +107,14 @@ struct BenchResult {
   double median_ms = 0;
   double tflops = 0; // 4 * sum(sq * sk) * heads * d (halved for causal)
   std::string kernel;
+  std::vector<unsigned char> global; // the kernel's global `read_global` after the last launch
 };
 
 // Times `forward` with driver events (warm-up, then the median of `iterations`), rotating among
-// enough input copies that L2 does not serve them. Inputs are random, never zeros.
-BenchResult bench_case(Runtime &runtime, const CaseOptions &options, int iterations);
+// enough input copies that L2 does not serve them. Inputs are random, never zeros. `read_global`
+// (optional): a `__device__` global of the kernel to copy out after the last launch (a diagnostic).
+BenchResult bench_case(Runtime &runtime, const CaseOptions &options, int iterations,
+                       const std::string &read_global = "");
 
 // FLOPs by the usual convention: sum over sequences of 2 * sq * sk * heads * (dqk + dv), halved for causal.
 double attention_flops(const ref::Problem &problem);

@@ -1169,6 +1169,33 @@ TEST(Fa3Tuning, EarlyQkDescIsATuningOffByDefault) {
   EXPECT_NE(why.find("early_qk_desc"), std::string::npos) << why;
 }
 
+// The timeline (kTimeline, `.tl`, session 45): a diagnostic, never the planner's choice, NVRTC only;
+// its kernels alone are compiled with FJ_FA3_TIMELINE, which defines the module global they write.
+TEST(Fa3Tuning, TimelineIsADiagnosticOffByDefault) {
+  for (int d : {64, 128, 256})
+    for (bool causal : {false, true}) {
+      Plan plan;
+      std::string why;
+      ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why)) << why;
+      EXPECT_EQ(plan.constant("kTimeline"), 0) << "d" << d << (causal ? " causal" : "");
+      EXPECT_EQ(kernel_name(prefill(d, causal), plan).find(".tl"), std::string::npos) << "d" << d;
+      for (const std::string &option : nvrtc_options(prefill(d, causal).arch, plan))
+        EXPECT_EQ(option.find("FJ_FA3_TIMELINE"), std::string::npos) << "d" << d;
+    }
+  Fa3Tuning tuning;
+  std::string why;
+  ASSERT_TRUE(parse_fa3_tuning("timeline=1", &tuning, &why)) << why;
+  EXPECT_EQ(tuning.timeline, 1);
+  Plan plan;
+  ASSERT_TRUE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kTimeline"), 1);
+  EXPECT_NE(kernel_name(prefill(128, false), plan).find(".tl"), std::string::npos);
+  const std::vector<std::string> options = nvrtc_options(prefill(128, false).arch, plan);
+  EXPECT_NE(std::find(options.begin(), options.end(), "-DFJ_FA3_TIMELINE"), options.end());
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why, FLASHJIT_BACKEND_MLIR));
+  EXPECT_NE(why.find("timeline"), std::string::npos) << why;
+}
+
 // A pingpong turn over the QK only (kTurnOverQk, `.tq`, session 44): a tuning, off by default, that
 // needs turns over the GEMMs (refused without pingpong or with pingpong_softmax) and NVRTC.
 TEST(Fa3Tuning, TurnOverQkIsATuningOffByDefault) {

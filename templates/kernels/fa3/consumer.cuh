@@ -11,6 +11,7 @@
 #include "kernels/fa3/smem.cuh"
 #include "kernels/fa3/softmax.cuh"
 #include "kernels/fa3/tail.cuh"
+#include "kernels/fa3/timeline.cuh"
 #include "prim/cluster.cuh"
 #include "prim/ldmatrix.cuh"
 #include "prim/mbarrier.cuh"
@@ -37,6 +38,8 @@ template <class C> struct Consumer {
   // kQInRegisters: this thread's A fragments of Q, per k-step, loaded once per tile (first_block),
   // so every QK is an RS wgmma that reads only K from shared memory.
   mutable u32 q_frag[C::kQInRegisters ? C::kKStepsQK * kFragsPerKStep : 1];
+  // kTimeline (diagnostic): this warpgroup's points, recorded by its first thread in CTA kTimelineCta.
+  Timeline<C> timeline{wg, Timeline<C>::first_row(tid == 0 && blockIdx.x == kTimelineCta)};
 
   // Pingpong: wait for this warpgroup's turn / hand the turn on. A turn covers one phase of a key
   // block (kPingpongSoftmax): the GEMM issue (on the tensor cores), or the softmax (on MUFU).
@@ -239,6 +242,7 @@ template <class C> struct Consumer {
       softmax_step<C>(s, st, lg.scale_log2, scale, kSkipMasked == kSkipMaskedBranch ? live : kGroups);
     }
     turn_pass<Phase::kSoftmax>();
+    timeline.mark(kMarkSoftmax);
   }
 
   // The next tile this walker has work in, from wave `wave` on (tiles without rows are skipped;
@@ -281,11 +285,14 @@ template <class C> struct Consumer {
                                              const RingSlot<C> &cur, const RingSlot<C> &prev, bool with_pv) const {
     // kEarlyQkDesc: the QK's first descriptors before the K wait, where ptxas keeps them; written after
     // it, they land behind the turn's barrier, between the hand-off and the warpgroup's first wgmma.
+    timeline.begin_row(with_pv ? kRowStep : kRowFirst);
+    timeline.mark(kMarkKWait);
     QkFirst first{};
     if constexpr (C::kEarlyQkDesc)
       first = qk_first(cur.stage);
     mbarrier_wait_parity(smem.k_full(cur.stage), cur.phase);
     turn_wait();
+    timeline.mark(kMarkTurn);
     if constexpr (!C::kEarlyQkDesc)
       first = qk_first(cur.stage);
     if (with_pv) {
@@ -302,13 +309,16 @@ template <class C> struct Consumer {
       issue_pv(o, frag, prev.stage);
       if constexpr (!C::kTurnOverQk)
         turn_pass();
+      timeline.mark(kMarkIssued);
       wgmma_wait_group<1>(); // S ready; the PV may still run
     } else {
       wgmma_fence();
       issue_qk(s, cur.stage, first);
       turn_pass();
+      timeline.mark(kMarkIssued);
       wgmma_wait_group<0>();
     }
+    timeline.mark(kMarkSReady);
     wgmma_fence_operand(s);
     release_kv(smem.k_empty(cur.stage));
   }
@@ -320,6 +330,7 @@ template <class C> struct Consumer {
     wgmma_fence_operand(o);
     wgmma_fence_operand(frag);
     release_kv(smem.v_empty(prev.stage));
+    timeline.mark(kMarkPvDone);
   }
 
   // Blocks n_max - 2 .. n_min of tile t: block j's QK issued with the PV of block j + 1. On entry
@@ -392,19 +403,25 @@ template <class C> struct Consumer {
                                              const Tile &t, const RingSlot<C> &cur) const {
     if constexpr (C::kRescaleBeforePv)
       rescale_o(o, scale);
+    timeline.begin_row(kRowLast);
+    timeline.mark(kMarkKWait);
     mbarrier_wait_parity(smem.v_full(cur.stage), cur.phase);
     turn_wait();
+    timeline.mark(kMarkTurn);
     wgmma_fence();
     issue_pv(o, frag, cur.stage);
     turn_pass();
+    timeline.mark(kMarkIssued);
     wgmma_wait_group<0>();
     wgmma_fence_operand(o);
     release_kv(smem.v_empty(cur.stage));
+    timeline.mark(kMarkPvDone);
     if constexpr (C::kTailSplit)
       if (const TailCut cut = tail_cut<C>(params, t);
           cut.boundary >= 0 && !TailMerge<C>{params, smem, wg, tid}.finish(cut, o, st, lg.scale_log2))
         return;                                 // the other piece of this tile writes it
     epilogue_of().run(t, o, st, lg.scale_log2); // one call site: a second copy of the epilogue spills
+    timeline.mark(kMarkEpilogue);
   }
 
   // Prologue, key loop, last PV and epilogue of tile t (or of a piece of it, kTailSplit).

@@ -35,6 +35,7 @@
 
 #include "kernels/fa3/scheduler.cuh"
 #include "kernels/fa3/smem.cuh"
+#include "kernels/fa3/timeline.cuh"
 #include "prim/address.cuh"
 #include "prim/cp_async.cuh"
 #include "prim/fence.cuh"
@@ -90,6 +91,8 @@ template <class C> struct Producer {
   // position): one more live register in the producer's 24 costs the gather's pass five
   // instructions (the block table's address, rematerialized).
   int gather_published = 0;
+  // kTimeline (diagnostic): the K/V loads' points, recorded by the issuing thread in CTA kTimelineCta.
+  Timeline<C> timeline{C::kConsumerWarpgroups, Timeline<C>::first_row(threadIdx.x == 0 && blockIdx.x == kTimelineCta)};
 
   __device__ __forceinline__ u32 gathered_full(int group) const {
     const RingSlot<C> slot = RingSlot<C>::at(group / 2);
@@ -269,9 +272,12 @@ template <class C> struct Producer {
     } else if constexpr (kPaged)
       load_kv_paged(params.tma_k, smem.k_full(slot.stage), smem.k_empty(slot.stage), slot.phase,
                     smem.k_panel(slot.stage, 0), C::kPanelsQK, t, n, false);
-    else
+    else {
+      timeline.mark_load(block_index, kMarkKStart);
       load_kv(params.tma_k, smem.k_full(slot.stage), smem.k_empty(slot.stage), slot.phase, C::kTxBytesK,
               smem.k_panel(slot.stage, 0), C::kPanelsQK, C::kPanelCols, t, n);
+      timeline.mark_load(block_index, kMarkKIssued);
+    }
   }
 
   __device__ __forceinline__ void load_v(const Tile &t, int n, int block_index) {
@@ -286,9 +292,12 @@ template <class C> struct Producer {
     } else if constexpr (kPaged)
       load_kv_paged(params.tma_v, smem.v_full(slot.stage), smem.v_empty(slot.stage), slot.phase,
                     smem.v_stage(slot.stage), C::kPanelsV, t, n, true);
-    else
+    else {
+      timeline.mark_load(block_index, kMarkVStart);
       load_kv(params.tma_v, smem.v_full(slot.stage), smem.v_empty(slot.stage), slot.phase, C::kTxBytesV,
               smem.v_stage(slot.stage), C::kPanelsV, C::kPanelCols, t, n);
+      timeline.mark_load(block_index, kMarkVIssued);
+    }
   }
 
   // `block_index`: the ring position of the tile's first block, whose K is issued.
