@@ -647,7 +647,7 @@ timeline45)
     name=$(echo "${row%%:*}" | tr ' ' '_')
     read -r -a args <<<"${row#*:}"
     FLASHJIT_FA3_TUNING=timeline=1 timeout 30 $cli bench -n 20 "${args[@]}" --variant fa3 --strict \
-      --timeline "/tmp/tl/$name.bin" >/dev/null 2>&1
+      --timeline "/tmp/tl/$name.bin" >"/tmp/tl/$name.log" 2>&1 || tail -3 "/tmp/tl/$name.log" >>"$O/timeline.txt"
     { echo "== ${row%%:*}"; python3 bench/timeline.py "/tmp/tl/$name.bin" 2>&1; } >>"$O/timeline.txt"
   done
   tar czf "$O/timelines.tgz" -C /tmp/tl .

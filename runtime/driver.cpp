@@ -6,6 +6,7 @@
 
 #include <array>
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -18,6 +19,21 @@ constexpr const char *kDriverLibrary = "libcuda.so.1";
 // happens to carry the plain name.
 constexpr const char *kProcAddressSymbol = "cuGetProcAddress_v2";
 using GetProcAddress = CUresult (*)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+
+// Except where CUDA 13 changed a plain name's ABI without changing its prototype: cuda.h still declares
+// cuCtxGetDevice(CUdevice *) and cuCtxSynchronize(void), but their 13.0 versions take a context too
+// (cudaTypedefs.h: PFN_cuCtxGetDevice_v13000, PFN_cuCtxSynchronize_v13000), which a call through the old
+// prototype would fill from a stray register (session 45: CUDA_ERROR_CONTEXT_IS_DESTROYED). Those are
+// asked for as of CUDA 12, whose versions match the prototypes.
+constexpr int kBeforeContextArguments = 12000;
+constexpr std::array<std::string_view, 2> kContextArgumentIn13 = {"cuCtxGetDevice", "cuCtxSynchronize"};
+
+int requested_version(std::string_view name) {
+  for (std::string_view changed : kContextArgumentIn13)
+    if (name == changed)
+      return CUDA_VERSION < kBeforeContextArguments ? CUDA_VERSION : kBeforeContextArguments;
+  return CUDA_VERSION;
+}
 
 struct Loaded {
   Api api;
@@ -69,7 +85,7 @@ Loaded load_driver() {
   {                                                                                                                    \
     void *address = nullptr;                                                                                           \
     CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;                                      \
-    const CUresult result = get_proc(#name, &address, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);             \
+    const CUresult result = get_proc(#name, &address, requested_version(#name), CU_GET_PROC_ADDRESS_DEFAULT, &status); \
     if (result != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS || address == nullptr) {                       \
       loaded.error = std::string("NVIDIA driver lacks ") + #name + " (" + proc_status_text(result, status) + ")";      \
       return loaded;                                                                                                   \
