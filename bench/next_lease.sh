@@ -74,10 +74,10 @@
 #         (old-lib40) on d128 S4096, two rounds each, then the open rows and d256 S1024 causal beside cuDNN.
 #  open-rows44 ~80 s, when an H100 comes for h200-check44: issue 3's open rows beside cuDNN (d128 S4096,
 #         d256 S4096, d64 / d192 S1024 causal).
-#  timeline45 ~150 s: the timeline build's GPU test, then on issue 3's open rows (d128 S4096, d64 / d192
+#  timeline45 ~50 s: the timeline build's GPU test, then on issue 3's open rows (d128 S4096, d64 / d192
 #         S1024 causal, d256 S4096) the default and the timeline build timed, and one timeline each
 #         (timeline.txt, by bench/timeline.py; raw files in timelines.tgz).
-#  h200-brief45 ~350 s: h200-brief44, then timeline45.
+#  h200-brief45 ~250 s: timeline45, then h200-brief44.
 #  h100-alt44 ~60 s, when an H100 comes instead: d64 S1024 causal in drawn sections of 64 pairs
 #         alternated with the planner's 32, five rounds (session 43: +0.7% on average, not adopted).
 #  early-qk44 ~250 s: session 44's two pingpong-turn tunings, the QK's descriptors built before the K
@@ -654,9 +654,9 @@ timeline45)
   stamp timeline
   ;;
 h200-brief45)
-  # The H200's verdicts that fit beside the timeline in one call: h200-brief44 (~200 s), then timeline45.
-  bash "$0" "$O" h200-brief44
+  # The timeline (~50 s), then as much of h200-brief44 (~200 s) as the call's time allows.
   bash "$0" "$O" timeline45
+  bash "$0" "$O" h200-brief44
   ;;
 h100-alt44)
   for rep in 1 2 3 4 5; do
