@@ -94,7 +94,7 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 whose pingpong turn holds the QK issue only (NVRTC builds only).
   if (plan.constant("kTurnOverQk", 0) != 0)
     name += ".tq";
-  // fa3 recording and printing one CTA's timeline (a diagnostic; NVRTC builds only).
+  // fa3 recording one CTA's timeline (a diagnostic; NVRTC builds only).
   if (plan.constant("kTimeline", 0) != 0)
     name += ".tl";
   // fa3 skipping the exponentials of the prologue block's fully masked column chunks (.skm) or half

@@ -63,7 +63,7 @@ struct Fa3Tuning {
                                 // tile at d72-d128); 1: tiles drawn from a counter in the workspace as CTAs finish
                                 // (kDynamicTiles; causal walks in L2 sections of kDrawnSectionPairs)
   int timeline = -1;            // -1 / 0: off; 1: a diagnostic build that records one CTA's cycle counter at each
-                                // key-loop point and prints one launch's points (kTimeline, `.tl`; bench/timeline.py)
+                                // key-loop point (kTimeline, `.tl`; `flashjit bench --timeline`, bench/timeline.py)
 };
 
 // Why fa2 is preferred to fa3 for a paged spec on sm_90a (measured faster there), or "" where fa3 is:
