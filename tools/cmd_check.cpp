@@ -16,9 +16,6 @@ struct GpuCommandOptions {
   std::string timeline;   // bench: where the last launch's fa3 timeline goes (a `.tl` kernel)
 };
 
-// The fa3 timeline's module global (templates/kernels/fa3/timeline.cuh).
-constexpr const char *kFa3TimelineSymbol = "fj_fa3_timeline";
-
 // Opens device 0 and builds the case, printing why not on failure.
 bool open_case(const GpuCommandOptions &o, harness::DeviceSession *session, harness::CaseOptions *c) {
   std::string error;
@@ -71,8 +68,8 @@ Action add_bench(CLI::App &app) {
     if (!open_case(*options, &session, &c))
       return 2;
     Runtime runtime(options->problem.runtime_options());
-    const harness::BenchResult result =
-        harness::bench_case(runtime, c, options->iterations, options->timeline.empty() ? "" : kFa3TimelineSymbol);
+    const harness::BenchResult result = harness::bench_case(
+        runtime, c, options->iterations, options->timeline.empty() ? "" : harness::kFa3TimelineSymbol);
     if (!result.status) {
       std::cerr << "flashjit: " << result.status.message << "\n";
       return 1;

@@ -584,7 +584,7 @@ TEST_F(PrefillTimelineGpu, RecordsTheWalkWithoutChangingTheOutput) {
   const std::unique_ptr<Runtime> runtime = strict_runtime_with_fa3_tuning("timeline=1");
   CaseOptions o = dense(2, 1000, 1000, 16, 8, 128, 128, ref::Dtype::bf16);
   o.seed = 89;
-  const harness::BenchResult bench = harness::bench_case(*runtime, o, 2, "fj_fa3_timeline");
+  const harness::BenchResult bench = harness::bench_case(*runtime, o, 2, harness::kFa3TimelineSymbol);
   ASSERT_TRUE(bench.status) << bench.status.message;
   ASSERT_NE(bench.kernel.find(".wg2pp"), std::string::npos) << bench.kernel << ": two pingpong consumers expected";
   constexpr int kSlots = 4, kPoints = 8, kKind = 7;

@@ -110,6 +110,9 @@ struct BenchResult {
   std::vector<unsigned char> global; // the kernel's global `read_global` after the last launch
 };
 
+// The fa3 timeline's module global (templates/kernels/fa3/timeline.cuh), a `read_global` of bench_case.
+constexpr const char *kFa3TimelineSymbol = "fj_fa3_timeline";
+
 // Times `forward` with driver events (warm-up, then the median of `iterations`), rotating among
 // enough input copies that L2 does not serve them. Inputs are random, never zeros. `read_global`
 // (optional): a `__device__` global of the kernel to copy out after the last launch (a diagnostic).
