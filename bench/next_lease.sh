@@ -78,6 +78,10 @@
 #         S1024 causal, d256 S4096) the default and the timeline build timed, and one timeline each
 #         (timeline.txt, by bench/timeline.py; raw files in timelines.tgz).
 #  h200-brief45 ~250 s: timeline45, then h200-brief44.
+#  sbp46  ~150 s: S awaited before the PV issue (s_before_pv=1, `.sbp`): its bitwise GPU test, then
+#         alternated with the planner's kernel, three rounds, on issue 3's open rows (d128 S4096 bf16 /
+#         fp16, d256 S4096, d64 / d192 S1024 causal), then timelines of d128 S4096 and d64 S1024 causal
+#         with it (timeline.txt).
 #  h100-alt44 ~60 s, when an H100 comes instead: d64 S1024 causal in drawn sections of 64 pairs
 #         alternated with the planner's 32, five rounds (session 43: +0.7% on average, not adopted).
 #  early-qk44 ~250 s: session 44's two pingpong-turn tunings, the QK's descriptors built before the K
@@ -652,6 +656,27 @@ timeline45)
   done
   tar czf "$O/timelines.tgz" -C /tmp/tl .
   stamp timeline
+  ;;
+sbp46)
+  gpu_tests s-before-pv 120 110 4 'PrefillSBeforePvGpu.*'
+  for rep in 1 2 3; do
+    for row in "$d128_s4096" "$d128_s4096_fp16" "d256 S4096:-b 4 -s 4096 --heads-q 8 -d 256" "$d64_s1024c" \
+      "$d192_s1024c"; do
+      run_row "$row" ""
+      run_row "$row" s_before_pv=1
+    done
+  done
+  stamp s-before-pv-ab
+  mkdir -p /tmp/tl
+  for row in "$d128_s4096" "$d64_s1024c"; do
+    name=$(echo "${row%%:*}" | tr ' ' '_')_sbp
+    read -r -a args <<<"${row#*:}"
+    FLASHJIT_FA3_TUNING=timeline=1,s_before_pv=1 timeout 30 $cli bench -n 20 "${args[@]}" --variant fa3 --strict \
+      --timeline "/tmp/tl/$name.bin" >"/tmp/tl/$name.log" 2>&1 || tail -3 "/tmp/tl/$name.log" >>"$O/timeline.txt"
+    { echo "== ${row%%:*} s_before_pv=1"; python3 bench/timeline.py "/tmp/tl/$name.bin" 2>&1; } >>"$O/timeline.txt"
+  done
+  tar czf "$O/timelines.tgz" -C /tmp/tl .
+  stamp timeline-sbp
   ;;
 h200-brief45)
   # The timeline (~50 s), then as much of h200-brief44 (~200 s) as the call's time allows.

@@ -94,6 +94,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 whose pingpong turn holds the QK issue only (NVRTC builds only).
   if (plan.constant("kTurnOverQk", 0) != 0)
     name += ".tq";
+  // fa3 awaiting a step's S before issuing its PV (NVRTC builds only).
+  if (plan.constant("kSBeforePv", 0) != 0)
+    name += ".sbp";
   // fa3 recording one CTA's timeline (a diagnostic; NVRTC builds only).
   if (plan.constant("kTimeline", 0) != 0)
     name += ".tl";

@@ -112,6 +112,11 @@ constexpr bool kEarlyQkDescDefault = false;
 // one's PV and the V wait never holds the turn. Template form only. Run 44c (H100): d64 S1024 causal
 // -10%, the other pingpong rows within +-1.6%, so off.
 constexpr bool kTurnOverQkDefault = false;
+// When a step's S is awaited: after the PV's wgmmas are issued (FA-3's order), or between the QK and the PV
+// issue (kSBeforePv, session 46). Run 46a's timeline (d128 S4096, H100) has a warpgroup's last wgmma issued
+// ~300 cycles after its QK would have finished on an idle pipe: the wgmma queue accepts about eight, so
+// the PV's issue blocks the softmax's start. Template form only.
+constexpr bool kSBeforePvDefault = false;
 // The exponent of p: s * c - max * c as one FFMA, or (s - max) * c as an FADD and an FMUL (cuDNN's
 // form in the session 36 profile, which spreads the MUFU issue). Template form only.
 constexpr bool kExpSubtractFirstDefault = false;
@@ -596,6 +601,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
                                                               {"skip_masked_groups", tuning.skip_masked_groups},
                                                               {"early_qk_desc", tuning.early_qk_desc},
                                                               {"turn_over_qk", tuning.turn_over_qk},
+                                                              {"s_before_pv", tuning.s_before_pv},
                                                               {"timeline", tuning.timeline}};
   for (const auto &[form, value] : template_only_forms)
     if (value > 0 && backend == FLASHJIT_BACKEND_MLIR)
@@ -802,6 +808,8 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
   plan->add_bool("kTurnOverQk", tuning.turn_over_qk >= 0
                                     ? tuning.turn_over_qk != 0
                                     : kTurnOverQkDefault && plan->pingpong && backend != FLASHJIT_BACKEND_MLIR);
+  plan->add_bool("kSBeforePv", tuning.s_before_pv >= 0 ? tuning.s_before_pv != 0
+                                                       : kSBeforePvDefault && backend != FLASHJIT_BACKEND_MLIR);
   plan->add_bool("kExpSubtractFirst", tuning.exp_subtract_first >= 0
                                           ? tuning.exp_subtract_first != 0
                                           : kExpSubtractFirstDefault && backend != FLASHJIT_BACKEND_MLIR);
@@ -860,6 +868,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"pingpong_softmax", &Fa3Tuning::pingpong_softmax},
       {"early_qk_desc", &Fa3Tuning::early_qk_desc},
       {"turn_over_qk", &Fa3Tuning::turn_over_qk},
+      {"s_before_pv", &Fa3Tuning::s_before_pv},
       {"timeline", &Fa3Tuning::timeline},
       {"exp_subtract_first", &Fa3Tuning::exp_subtract_first},
       {"skip_masked_groups", &Fa3Tuning::skip_masked_groups},

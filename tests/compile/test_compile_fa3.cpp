@@ -402,6 +402,31 @@ TEST(Fa3Sass, TimelineRecordsWithoutTouchingTheGemms) {
   }
 }
 
+// S awaited before the PV is issued (kSBeforePv, `.sbp`, a tuning): the step's wait for all but the PV's
+// wgmma group (WARPGROUP.DEPBAR.LE gsb0, 0x1) becomes a wait for the QK's group before the PV's issue, so no
+// wait for one group in flight is left; the same HGMMAs, no serialized wgmmas, no spills, no ptxas warning.
+// On d128 S4096's kernel (the tail split), the d64 short causal tile and d256.
+TEST(Fa3Sass, SBeforePvWaitsForTheQkBeforeThePvIssue) {
+  const Arch hopper{90, true};
+  for (const KernelSpec &spec :
+       {testing::prefill_spec(hopper, 128, 128, FLASHJIT_BF16, false), short_causal_spec(64, FLASHJIT_BF16),
+        testing::prefill_spec(hopper, 256, 256, FLASHJIT_FP16, false)}) {
+    Fa3Tuning s_first;
+    s_first.s_before_pv = 1;
+    const TunedAgainstDefault k = compile_against_default(spec, s_first);
+    EXPECT_NE(k.with.name.find(".sbp"), std::string::npos) << k.with.name;
+    EXPECT_EQ(k.without.name.find(".sbp"), std::string::npos) << k.without.name;
+    EXPECT_GT(count_of(k.reference, "gsb0, 0x1"), 0) << k.without.name;
+    EXPECT_EQ(count_of(k.sass, "gsb0, 0x1"), 0) << k.with.name;
+    EXPECT_EQ(count_of(k.sass, "WARPGROUP.DEPBAR"), count_of(k.reference, "WARPGROUP.DEPBAR")) << k.with.name;
+    EXPECT_EQ(count_of(k.sass, "HGMMA"), count_of(k.reference, "HGMMA")) << k.with.name;
+    EXPECT_FALSE(wgmmas_serialized(k.sass)) << k.with.name << ": a wait after every HGMMA";
+    EXPECT_EQ(k.with.resources.spill_store_bytes, 0) << k.with.name;
+    for (const std::string &warning : k.with.resources.warnings)
+      ADD_FAILURE() << k.with.name << ": ptxas warning: " << warning;
+  }
+}
+
 // What each pingpong turn holds, read from the PTX: the instructions between a warpgroup's wait for
 // its turn (bar.sync on the barrier count of two warpgroups, a register the PTX sets by mov) and its
 // hand-over (bar.arrive on it), in PTX order.

@@ -569,6 +569,16 @@ TEST_F(PrefillTurnOverQkGpu, EqualsTurnsOverBothGemmsBitwise) {
   expect_equal_bits("pingpong=1,turn_over_qk=1", "pingpong=1", ".tq", "turn_over_qk", "both gemms", cases, 79);
 }
 
+class PrefillSBeforePvGpu : public GpuTest {};
+
+// S awaited before the PV is issued (FLASHJIT_FA3_TUNING=s_before_pv=1, kSBeforePv, `.sbp`, a tuning): only
+// when the warpgroup waits for its QK moves, so the outputs must be equal bit for bit to the default
+// kernel's, and both pass the float64 check; kernel_form_cases().
+TEST_F(PrefillSBeforePvGpu, EqualsTheDefaultBitwise) {
+  NamedCases cases = kernel_form_cases();
+  expect_equal_bits("s_before_pv=1", "s_before_pv=0", ".sbp", "s_before_pv", "default wait", cases, 83);
+}
+
 class PrefillTimelineGpu : public GpuTest {};
 
 // The timeline build (FLASHJIT_FA3_TUNING=timeline=1, kTimeline, `.tl`, a diagnostic): its cycle reads and

@@ -1226,6 +1226,28 @@ TEST(Fa3Tuning, TurnOverQkIsATuningOffByDefault) {
   EXPECT_NE(why.find("turn_over_qk"), std::string::npos) << why;
 }
 
+// S awaited before the PV is issued (kSBeforePv, `.sbp`, session 46): a tuning, off by default, NVRTC only.
+TEST(Fa3Tuning, SBeforePvIsATuningOffByDefault) {
+  for (int d : {64, 128, 256})
+    for (bool causal : {false, true}) {
+      Plan plan;
+      std::string why;
+      ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why)) << why;
+      EXPECT_EQ(plan.constant("kSBeforePv"), 0) << "d" << d << (causal ? " causal" : "");
+      EXPECT_EQ(kernel_name(prefill(d, causal), plan).find(".sbp"), std::string::npos);
+    }
+  Fa3Tuning tuning;
+  std::string why;
+  ASSERT_TRUE(parse_fa3_tuning("s_before_pv=1", &tuning, &why)) << why;
+  EXPECT_EQ(tuning.s_before_pv, 1);
+  Plan plan;
+  ASSERT_TRUE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant("kSBeforePv"), 1);
+  EXPECT_NE(kernel_name(prefill(128, false), plan).find(".sbp"), std::string::npos);
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why, FLASHJIT_BACKEND_MLIR));
+  EXPECT_NE(why.find("s_before_pv"), std::string::npos) << why;
+}
+
 // Three softmax forms, tunings off by default (session 37): the pingpong's turn over the softmax
 // (kPingpongSoftmax, `.pps`; only with pingpong), the exponent as (s - max) * c (kExpSubtractFirst,
 // `.es`) and the prologue block's masked chunks without exponentials (kSkipMaskedGroups, `.skm`).

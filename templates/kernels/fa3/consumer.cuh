@@ -302,6 +302,10 @@ template <class C> struct Consumer {
       // tensor cores before this one's PV; FA-3's turn holds both GEMMs.
       if constexpr (C::kTurnOverQk)
         turn_pass();
+      // kSBeforePv: the wgmma queue holds about eight, so issuing the PV's blocks until most of the QK
+      // has run; awaiting S first lets the softmax start when the QK ends (the PV then starts a little late).
+      if constexpr (C::kSBeforePv)
+        wgmma_wait_group<0>();
       if constexpr (C::kRescaleBeforePv)
         rescale_o(o, scale); // FMULs under the QK GEMM instead of after the PV wait
       mbarrier_wait_parity(smem.v_full(prev.stage), prev.phase);
@@ -310,7 +314,8 @@ template <class C> struct Consumer {
       if constexpr (!C::kTurnOverQk)
         turn_pass();
       timeline.mark(kMarkIssued);
-      wgmma_wait_group<1>(); // S ready; the PV may still run
+      if constexpr (!C::kSBeforePv)
+        wgmma_wait_group<1>(); // S ready; the PV may still run
     } else {
       wgmma_fence();
       issue_qk(s, cur.stage, first);
