@@ -81,7 +81,7 @@
 #  sbp46  ~150 s: S awaited before the PV issue (s_before_pv=1, `.sbp`): its bitwise GPU test, then
 #         alternated with the planner's kernel, three rounds, on issue 3's open rows (d128 S4096 bf16 /
 #         fp16, d256 S4096, d64 / d192 S1024 causal), then timelines of d128 S4096 and d64 S1024 causal
-#         with it (timeline.txt).
+#         with it (timeline.txt). sbp46-brief ~90 s: two rounds on d128 S4096 and d64 / d192 S1024 causal.
 #  h100-alt44 ~60 s, when an H100 comes instead: d64 S1024 causal in drawn sections of 64 pairs
 #         alternated with the planner's 32, five rounds (session 43: +0.7% on average, not adopted).
 #  early-qk44 ~250 s: session 44's two pingpong-turn tunings, the QK's descriptors built before the K
@@ -657,18 +657,23 @@ timeline45)
   tar czf "$O/timelines.tgz" -C /tmp/tl .
   stamp timeline
   ;;
-sbp46)
+sbp46 | sbp46-brief)
   gpu_tests s-before-pv 120 110 4 'PrefillSBeforePvGpu.*'
-  for rep in 1 2 3; do
-    for row in "$d128_s4096" "$d128_s4096_fp16" "d256 S4096:-b 4 -s 4096 --heads-q 8 -d 256" "$d64_s1024c" \
-      "$d192_s1024c"; do
+  rounds="1 2 3"
+  rows=("$d128_s4096" "$d128_s4096_fp16" "d256 S4096:-b 4 -s 4096 --heads-q 8 -d 256" "$d64_s1024c" "$d192_s1024c")
+  if [ "$mode" = sbp46-brief ]; then
+    rounds="1 2"
+    rows=("$d128_s4096" "$d64_s1024c" "$d192_s1024c")
+  fi
+  for rep in $rounds; do
+    for row in "${rows[@]}"; do
       run_row "$row" ""
       run_row "$row" s_before_pv=1
     done
   done
   stamp s-before-pv-ab
   mkdir -p /tmp/tl
-  for row in "$d128_s4096" "$d64_s1024c"; do
+  for row in "${rows[@]:0:1}" "$d64_s1024c"; do
     name=$(echo "${row%%:*}" | tr ' ' '_')_sbp
     read -r -a args <<<"${row#*:}"
     FLASHJIT_FA3_TUNING=timeline=1,s_before_pv=1 timeout 30 $cli bench -n 20 "${args[@]}" --variant fa3 --strict \
