@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Reads an fa3 timeline (`flashjit bench --timeline FILE` with FLASHJIT_FA3_TUNING=timeline=1) and says
-where one CTA's consumer warpgroups spend a key-loop step, and how long the tensor cores can have stood
-idle at each pingpong hand-off.
+where one CTA's consumer warpgroups spend a key-loop step, and how far apart their QKs end at each
+pingpong hand-off (how long the tensor cores stood idle there, given the GEMMs' length at peak).
 
 The file is the module global fj_fa3_timeline (templates/kernels/fa3/timeline.cuh): little-endian u64,
 [4 slots][rows][8 points]; slots 0..2 are consumer warpgroups, the producer's slot follows the last
 consumer. Points are SM cycles (%clock64); point 7 is the row's kind (1 step, 2 a tile's first block,
 3 a tile's last PV, 4 a producer row), 0 for a row not written.
 
-  python3 bench/timeline.py FILE [--rows N]   (N: print the first N rows of each warpgroup, default 0)
+  python3 bench/timeline.py FILE [--rows N] [--gemm-cycles C]
+  (N: print the first N rows of each warpgroup, default 0; C: one warpgroup's QK + PV at the pipe's peak)
 """
 import argparse
 import statistics
@@ -51,6 +52,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("file")
     parser.add_argument("--rows", type=int, default=0)
+    parser.add_argument("--gemm-cycles", type=int, default=0,
+                        help="one warpgroup's QK + PV at the tensor pipe's peak, in cycles (0: not estimated)")
     args = parser.parse_args()
     table = load(args.file)
     consumers = [s for s in range(SLOTS) if written(table[s], (STEP, FIRST, LAST))]
@@ -84,23 +87,25 @@ def main():
     if lasts:
         print("  epilogue %.0f / %.0f cycles over %d tiles" % (median(lasts), pct(lasts, 0.9), len(lasts)))
 
-    # The tensor cores, modelled as one queue: every turn (in time order over the consumers) adds its
-    # step's QK + PV, each taken as long as the shortest S latency seen (the QK alone, no queue before
-    # it). A turn taken after the queue ran dry left the tensor cores idle for the difference: an
-    # estimate (the GEMMs' real lengths vary), not a measurement of the pipe.
-    turns = sorted(r[TURN] for s in consumers for r in written(table[s], (STEP,)) if r[TURN])
-    qk = pct([r[S_READY] - r[ISSUED] for s in consumers for r in steps[s] if r[S_READY]], 0.1)
-    free, idle, gaps = None, 0, []
-    for taken in turns:
-        gap = 0 if free is None else max(0, taken - free)
-        gaps.append(gap)
-        idle += gap
-        free = max(free or taken, taken) + 2 * qk
-    span = (free - turns[0]) if turns else 0
-    if span:
-        print("turns: %d; QK alone ~%d cycles (10th percentile of S latency); tensor cores idle ~%.1f%% of %d "
-              "cycles by the queue model (gaps: median %d, 90th %d, most %d)" %
-              (len(turns), qk, 100.0 * idle / span, span, median(gaps), pct(gaps, 0.9), max(gaps)))
+    # The tensor cores between hand-offs: S ready marks when a warpgroup's QK ended, and from one
+    # warpgroup's S ready to the next warpgroup's the pipe ran the first one's PV and the second one's QK.
+    # The spacing, per direction, against that work at the pipe's peak (--gemm-cycles: one warpgroup's
+    # QK + PV, e.g. 64 x 160 x 128 x 2 x 2 / 4096 = 1280 for d128 N160) says where it stood idle. (A queue
+    # model timed from the last wgmma's issue, session 45's, read 91% idle: issue blocks while the
+    # queue is full, so S latency after it is no GEMM's length.)
+    ready = sorted((r[S_READY], s) for s in consumers for r in steps[s] if r[S_READY])
+    spacing = {}
+    for (t0, a), (t1, b) in zip(ready, ready[1:]):
+        if a != b:
+            spacing.setdefault((a, b), []).append(t1 - t0)
+    if spacing:
+        parts = ["wg%d -> wg%d %.0f / %.0f" % (a, b, median(d), pct(d, 0.9)) for (a, b), d in sorted(spacing.items())]
+        print("S ready to the next warpgroup's S ready (cycles, median / 90th): " + "; ".join(parts))
+        if args.gemm_cycles:
+            period = sum(median(d) for d in spacing.values())
+            idle = max(0.0, period - len(spacing) * args.gemm_cycles)
+            print("  against %d cycles of GEMMs per hand-off: the pipe idle ~%.0f of %.0f cycles (%.1f%%)" %
+                  (args.gemm_cycles, idle, period, 100.0 * idle / period))
 
     for s in producer:
         rows = written(table[s], (PRODUCER,))
