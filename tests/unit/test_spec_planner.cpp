@@ -1146,74 +1146,64 @@ TEST(Fa3Tuning, DescAdvanceIsTheTemplateDefault) {
   EXPECT_NE(why.find("desc_advance"), std::string::npos) << why;
 }
 
-// A QK's first wgmma descriptors built before the K wait (kEarlyQkDesc, `.eqd`, session 44): a tuning,
-// off by default at every head dim and for MLIR plans, which refuse it by name.
-TEST(Fa3Tuning, EarlyQkDescIsATuningOffByDefault) {
+// An NVRTC-only tuning off by default: no default plan (d 64 / 128 / 256, causal or not) sets
+// `constant` or has `suffix` in its kernel name; `key`=1 parses into `field`, and the d128 plan it
+// tunes sets the constant to 1 and takes the suffix; an MLIR plan refuses it, naming the key.
+// Returns the parsed tuning for the caller's own refusals.
+Fa3Tuning expect_nvrtc_tuning_off_by_default(const std::string &key, int Fa3Tuning::*field, const char *constant,
+                                             const char *suffix) {
   for (int d : {64, 128, 256})
     for (bool causal : {false, true}) {
       Plan plan;
       std::string why;
-      ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why)) << why;
-      EXPECT_EQ(plan.constant("kEarlyQkDesc"), 0) << "d" << d << (causal ? " causal" : "");
-      EXPECT_EQ(kernel_name(prefill(d, causal), plan).find(".eqd"), std::string::npos) << "d" << d;
+      EXPECT_TRUE(plan_fa3(prefill(d, causal), &plan, &why)) << why;
+      EXPECT_EQ(plan.constant(constant), 0) << "d" << d << (causal ? " causal" : "");
+      EXPECT_EQ(kernel_name(prefill(d, causal), plan).find(suffix), std::string::npos) << "d" << d;
     }
   Fa3Tuning tuning;
   std::string why;
-  ASSERT_TRUE(parse_fa3_tuning("early_qk_desc=1", &tuning, &why)) << why;
-  EXPECT_EQ(tuning.early_qk_desc, 1);
+  EXPECT_TRUE(parse_fa3_tuning(key + "=1", &tuning, &why)) << why;
+  EXPECT_EQ(tuning.*field, 1) << key;
   Plan plan;
-  ASSERT_TRUE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why)) << why;
-  EXPECT_EQ(plan.constant("kEarlyQkDesc"), 1);
-  EXPECT_NE(kernel_name(prefill(128, false), plan).find(".eqd"), std::string::npos);
-  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why, FLASHJIT_BACKEND_MLIR));
-  EXPECT_NE(why.find("early_qk_desc"), std::string::npos) << why;
+  EXPECT_TRUE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why)) << why;
+  EXPECT_EQ(plan.constant(constant), 1) << key;
+  EXPECT_NE(kernel_name(prefill(128, false), plan).find(suffix), std::string::npos) << key;
+  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why, FLASHJIT_BACKEND_MLIR)) << key;
+  EXPECT_NE(why.find(key), std::string::npos) << why;
+  return tuning;
+}
+
+// A QK's first wgmma descriptors built before the K wait (kEarlyQkDesc, `.eqd`, session 44).
+TEST(Fa3Tuning, EarlyQkDescIsATuningOffByDefault) {
+  expect_nvrtc_tuning_off_by_default("early_qk_desc", &Fa3Tuning::early_qk_desc, "kEarlyQkDesc", ".eqd");
 }
 
 // The timeline (kTimeline, `.tl`, session 45): a diagnostic, never the planner's choice, NVRTC only;
 // its kernels alone are compiled with FJ_FA3_TIMELINE, which defines the module global they write.
 TEST(Fa3Tuning, TimelineIsADiagnosticOffByDefault) {
+  const Fa3Tuning tuning = expect_nvrtc_tuning_off_by_default("timeline", &Fa3Tuning::timeline, "kTimeline", ".tl");
   for (int d : {64, 128, 256})
     for (bool causal : {false, true}) {
       Plan plan;
       std::string why;
       ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why)) << why;
-      EXPECT_EQ(plan.constant("kTimeline"), 0) << "d" << d << (causal ? " causal" : "");
-      EXPECT_EQ(kernel_name(prefill(d, causal), plan).find(".tl"), std::string::npos) << "d" << d;
       for (const std::string &option : nvrtc_options(prefill(d, causal).arch, plan))
         EXPECT_EQ(option.find("FJ_FA3_TIMELINE"), std::string::npos) << "d" << d;
     }
-  Fa3Tuning tuning;
-  std::string why;
-  ASSERT_TRUE(parse_fa3_tuning("timeline=1", &tuning, &why)) << why;
-  EXPECT_EQ(tuning.timeline, 1);
   Plan plan;
+  std::string why;
   ASSERT_TRUE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why)) << why;
-  EXPECT_EQ(plan.constant("kTimeline"), 1);
-  EXPECT_NE(kernel_name(prefill(128, false), plan).find(".tl"), std::string::npos);
   const std::vector<std::string> options = nvrtc_options(prefill(128, false).arch, plan);
   EXPECT_NE(std::find(options.begin(), options.end(), "-DFJ_FA3_TIMELINE"), options.end());
-  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why, FLASHJIT_BACKEND_MLIR));
-  EXPECT_NE(why.find("timeline"), std::string::npos) << why;
 }
 
-// A pingpong turn over the QK only (kTurnOverQk, `.tq`, session 44): a tuning, off by default, that
-// needs turns over the GEMMs (refused without pingpong or with pingpong_softmax) and NVRTC.
+// A pingpong turn over the QK only (kTurnOverQk, `.tq`, session 44): it needs turns over the GEMMs
+// (refused without pingpong or with pingpong_softmax).
 TEST(Fa3Tuning, TurnOverQkIsATuningOffByDefault) {
-  for (int d : {64, 128, 256})
-    for (bool causal : {false, true}) {
-      Plan plan;
-      std::string why;
-      ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why)) << why;
-      EXPECT_EQ(plan.constant("kTurnOverQk"), 0) << "d" << d << (causal ? " causal" : "");
-    }
-  Fa3Tuning tuning;
-  std::string why;
-  ASSERT_TRUE(parse_fa3_tuning("turn_over_qk=1", &tuning, &why)) << why;
-  EXPECT_EQ(tuning.turn_over_qk, 1);
+  const Fa3Tuning tuning =
+      expect_nvrtc_tuning_off_by_default("turn_over_qk", &Fa3Tuning::turn_over_qk, "kTurnOverQk", ".tq");
   Plan plan;
-  ASSERT_TRUE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why)) << why;
-  EXPECT_EQ(plan.constant("kTurnOverQk"), 1);
-  EXPECT_NE(kernel_name(prefill(128, false), plan).find(".tq"), std::string::npos);
+  std::string why;
   Fa3Tuning without_pingpong = tuning;
   without_pingpong.pingpong = 0;
   EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), without_pingpong, &plan, &why));
@@ -1222,30 +1212,11 @@ TEST(Fa3Tuning, TurnOverQkIsATuningOffByDefault) {
   softmax_turns.pingpong_softmax = 1;
   EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), softmax_turns, &plan, &why));
   EXPECT_NE(why.find("turn_over_qk"), std::string::npos) << why;
-  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why, FLASHJIT_BACKEND_MLIR));
-  EXPECT_NE(why.find("turn_over_qk"), std::string::npos) << why;
 }
 
-// S awaited before the PV is issued (kSBeforePv, `.sbp`, session 46): a tuning, off by default, NVRTC only.
+// S awaited before the PV is issued (kSBeforePv, `.sbp`, session 46; 15-19% slower at d128, run 47a).
 TEST(Fa3Tuning, SBeforePvIsATuningOffByDefault) {
-  for (int d : {64, 128, 256})
-    for (bool causal : {false, true}) {
-      Plan plan;
-      std::string why;
-      ASSERT_TRUE(plan_fa3(prefill(d, causal), &plan, &why)) << why;
-      EXPECT_EQ(plan.constant("kSBeforePv"), 0) << "d" << d << (causal ? " causal" : "");
-      EXPECT_EQ(kernel_name(prefill(d, causal), plan).find(".sbp"), std::string::npos);
-    }
-  Fa3Tuning tuning;
-  std::string why;
-  ASSERT_TRUE(parse_fa3_tuning("s_before_pv=1", &tuning, &why)) << why;
-  EXPECT_EQ(tuning.s_before_pv, 1);
-  Plan plan;
-  ASSERT_TRUE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why)) << why;
-  EXPECT_EQ(plan.constant("kSBeforePv"), 1);
-  EXPECT_NE(kernel_name(prefill(128, false), plan).find(".sbp"), std::string::npos);
-  EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), tuning, &plan, &why, FLASHJIT_BACKEND_MLIR));
-  EXPECT_NE(why.find("s_before_pv"), std::string::npos) << why;
+  expect_nvrtc_tuning_off_by_default("s_before_pv", &Fa3Tuning::s_before_pv, "kSBeforePv", ".sbp");
 }
 
 // Three softmax forms, tunings off by default (session 37): the pingpong's turn over the softmax
