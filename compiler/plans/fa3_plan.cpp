@@ -115,7 +115,9 @@ constexpr bool kTurnOverQkDefault = false;
 // When a step's S is awaited: after the PV's wgmmas are issued (FA-3's order), or between the QK and the PV
 // issue (kSBeforePv, session 46). Run 46a's timeline (d128 S4096, H100) has a warpgroup's last wgmma issued
 // ~300 cycles after its QK would have finished on an idle pipe: the wgmma queue accepts about eight, so
-// the PV's issue blocks the softmax's start. Template form only.
+// the PV's issue blocks the softmax's start. Template form only. Run 47a (H100): bit for bit the
+// default's output, but 15-19% slower at d128 S4096 (the turn is held through the QK, so the pipe drains
+// at every turn) and 2-3% at d192 S1024 causal and d256 S4096, so off.
 constexpr bool kSBeforePvDefault = false;
 // The exponent of p: s * c - max * c as one FFMA, or (s - max) * c as an FADD and an FMUL (cuDNN's
 // form in the session 36 profile, which spreads the MUFU issue). Template form only.
