@@ -82,6 +82,9 @@
 #         alternated with the planner's kernel, three rounds, on issue 3's open rows (d128 S4096 bf16 /
 #         fp16, d256 S4096, d64 / d192 S1024 causal), then timelines of d128 S4096 and d64 S1024 causal
 #         with it (timeline.txt). sbp46-brief ~90 s: two rounds on d128 S4096 and d64 / d192 S1024 causal.
+#  ebm47  ~200 s (H100): exp_before_max=1's GPU tests (PrefillExpBeforeMaxGpu), then three alternated
+#         rounds against the planner's kernel on d128 S4096 (bf16, fp16) and d64 S1024 causal;
+#         ebm47-brief ~150 s: two rounds.
 #  h100-alt44 ~60 s, when an H100 comes instead: d64 S1024 causal in drawn sections of 64 pairs
 #         alternated with the planner's 32, five rounds (session 43: +0.7% on average, not adopted).
 #  early-qk44 ~250 s: session 44's two pingpong-turn tunings, the QK's descriptors built before the K
@@ -682,6 +685,20 @@ sbp46 | sbp46-brief)
   done
   tar czf "$O/timelines.tgz" -C /tmp/tl .
   stamp timeline-sbp
+  ;;
+ebm47 | ebm47-brief)
+  # Exponentials before the block's max (session 47): its GPU tests (float64 on every kernel form, the
+  # blocks that raise the max far), then alternated with the planner's kernel on the eager pingpong rows.
+  gpu_tests exp-before-max 150 140 4 'PrefillExpBeforeMaxGpu.*'
+  rounds="1 2 3"
+  [ "$mode" = ebm47-brief ] && rounds="1 2"
+  for rep in $rounds; do
+    for row in "$d128_s4096" "$d128_s4096_fp16" "$d64_s1024c"; do
+      run_row "$row" ""
+      run_row "$row" exp_before_max=1
+    done
+  done
+  stamp exp-before-max-ab
   ;;
 h200-brief45)
   # The timeline (~50 s), then as much of h200-brief44 (~200 s) as the call's time allows.

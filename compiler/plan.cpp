@@ -97,6 +97,9 @@ std::string kernel_name(const KernelSpec &spec, const Plan &plan) {
   // fa3 awaiting a step's S before issuing its PV (NVRTC builds only).
   if (plan.constant("kSBeforePv", 0) != 0)
     name += ".sbp";
+  // fa3 whose key-loop exponentials do not wait for the block's max (NVRTC builds only).
+  if (plan.constant("kExpBeforeMax", 0) != 0)
+    name += ".ebm";
   // fa3 recording one CTA's timeline (a diagnostic; NVRTC builds only).
   if (plan.constant("kTimeline", 0) != 0)
     name += ".tl";

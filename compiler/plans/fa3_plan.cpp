@@ -119,6 +119,17 @@ constexpr bool kTurnOverQkDefault = false;
 // default's output, but 15-19% slower at d128 S4096 (the turn is held through the QK, so the pipe drains
 // at every turn) and 2-3% at d192 S1024 causal and d256 S4096, so off.
 constexpr bool kSBeforePvDefault = false;
+// When a key-loop block's exponentials start: after its row max (FA-3's order), or against the running
+// max before the block, the block's max checked after them (kExpBeforeMax, session 47; a recompute of S
+// where it rose by more than the jump below). ptxas puts all of a d128 block's 84 FMNMX and both quad
+// shuffles before its first MUFU; run 47b's timing build without that wait (wrong output, a bound) was
+// 1.6-3.1% faster at d128 S4096 and 2.3-2.7% at d64 S1024 causal, level at d192 S1024 causal and d256.
+// Template form only; not yet timed in its correct form.
+constexpr bool kExpBeforeMaxDefault = false;
+// How far (exp2 units) a block may raise a row's max above the reference its exponentials took: p is
+// then at most 2^jump, inside fp16's range (65504) at 15 and far from overflowing O's fp32 at 64.
+constexpr int kExpJumpLog2Fp16 = 15;
+constexpr int kExpJumpLog2Bf16 = 64;
 // The exponent of p: s * c - max * c as one FFMA, or (s - max) * c as an FADD and an FMUL (cuDNN's
 // form in the session 36 profile, which spreads the MUFU issue). Template form only.
 constexpr bool kExpSubtractFirstDefault = false;
@@ -604,6 +615,7 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
                                                               {"early_qk_desc", tuning.early_qk_desc},
                                                               {"turn_over_qk", tuning.turn_over_qk},
                                                               {"s_before_pv", tuning.s_before_pv},
+                                                              {"exp_before_max", tuning.exp_before_max},
                                                               {"timeline", tuning.timeline}};
   for (const auto &[form, value] : template_only_forms)
     if (value > 0 && backend == FLASHJIT_BACKEND_MLIR)
@@ -812,6 +824,17 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
                                     : kTurnOverQkDefault && plan->pingpong && backend != FLASHJIT_BACKEND_MLIR);
   plan->add_bool("kSBeforePv", tuning.s_before_pv >= 0 ? tuning.s_before_pv != 0
                                                        : kSBeforePvDefault && backend != FLASHJIT_BACKEND_MLIR);
+  const bool exp_before_max = tuning.exp_before_max >= 0 ? tuning.exp_before_max != 0
+                                                         : kExpBeforeMaxDefault && backend != FLASHJIT_BACKEND_MLIR;
+  if (exp_before_max && (lazy || exp2_poly_every > 0 || first_block_in_loop || cross_tile_overlap ||
+                         plan->constant("kPingpongSoftmax") != 0))
+    return refuse("fa3: exp_before_max needs eager rescaling on MUFU (no lazy_rescale or exp2_poly_every), the "
+                  "prologue's own first block (no first_block_in_loop or cross_tile_overlap) and no pingpong_softmax");
+  plan->add_bool("kExpBeforeMax", exp_before_max);
+  if (exp_before_max) {
+    plan->add("kExpJumpLog2", spec.dtype == FLASHJIT_FP16 ? kExpJumpLog2Fp16 : kExpJumpLog2Bf16);
+    plan->add("kBarrierVote", kBarrierPingpong + 2 * consumer_wgs + 1); // one per consumer warpgroup, after the tail's
+  }
   plan->add_bool("kExpSubtractFirst", tuning.exp_subtract_first >= 0
                                           ? tuning.exp_subtract_first != 0
                                           : kExpSubtractFirstDefault && backend != FLASHJIT_BACKEND_MLIR);
@@ -871,6 +894,7 @@ bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *erro
       {"early_qk_desc", &Fa3Tuning::early_qk_desc},
       {"turn_over_qk", &Fa3Tuning::turn_over_qk},
       {"s_before_pv", &Fa3Tuning::s_before_pv},
+      {"exp_before_max", &Fa3Tuning::exp_before_max},
       {"timeline", &Fa3Tuning::timeline},
       {"exp_subtract_first", &Fa3Tuning::exp_subtract_first},
       {"skip_masked_groups", &Fa3Tuning::skip_masked_groups},

@@ -40,10 +40,12 @@ struct Fa3Tuning {
                                 // 2: of the block's second half where the mask hides it from the whole warp
   int early_qk_desc = -1;       // -1: the planner's choice (0); 1: the QK's first wgmma descriptors built before the K
                                 // wait, so that they do not sit between the pingpong's hand-off and the first wgmma
-  int turn_over_qk = -1; // -1: the planner's choice (0); 1: with pingpong, a turn covers the QK issue only, the PV
-                         // is issued after the hand-off (0: both GEMMs, FA-3's turn)
-  int s_before_pv = -1;  // -1: the planner's choice (0); 1: a step waits for its S before it issues the PV, so that
-                         // the softmax is not held back while the warpgroup's PV wgmmas queue for issue
+  int turn_over_qk = -1;   // -1: the planner's choice (0); 1: with pingpong, a turn covers the QK issue only, the PV
+                           // is issued after the hand-off (0: both GEMMs, FA-3's turn)
+  int s_before_pv = -1;    // -1: the planner's choice (0); 1: a step waits for its S before it issues the PV, so that
+                           // the softmax is not held back while the warpgroup's PV wgmmas queue for issue
+  int exp_before_max = -1; // -1: the planner's choice (0); 1: a key-loop block's exponentials against the running max
+                           // before it, the block's max checked after them (S recomputed where it rose too far)
   int exp_subtract_first = -1;  // -1: the planner's choice (0); 1: p = 2^((s - max) * c), an FADD and an FMUL, where 0
                                 // takes one FFMA (s * c - max * c)
   int l2_promotion = -1;        // -1: the planner's choice; 0, 64, 128 or 256: bytes the TMA maps promote into L2
@@ -79,11 +81,11 @@ bool plan_fa3_tuned(const KernelSpec &spec, const Fa3Tuning &tuning, Plan *plan,
 // "key=value,..." with the keys block_n, pingpong, exp2_poly_every, consumer_warpgroups,
 // separate_o, rescale_before_pv, cluster_m, lazy_rescale, lazy_top_rounding, row_max_partials, row_sum_partials,
 // cross_tile_overlap, tail_split, first_block_in_loop, q_desc_per_step, q_in_registers, desc_advance, pingpong_softmax,
-// early_qk_desc, turn_over_qk, s_before_pv, exp_subtract_first, skip_masked_groups, l2_promotion, programmatic_launch,
-// unmasked_key_loop, causal_sections, causal_section_pairs, section_pairs, paged, paged_gather, stages, gather_noinc,
-// ptxas_opt_level, dynamic_tiles, timeline (the fields above; unnamed fields keep the planner's choice), e.g.
-// "consumer_warpgroups=2,block_n=128": the developer override FLASHJIT_FA3_TUNING. False, naming the bad item, on an
-// unknown key or a value that is not an integer; whether the values fit a spec is the planner's answer
+// early_qk_desc, turn_over_qk, s_before_pv, exp_before_max, exp_subtract_first, skip_masked_groups, l2_promotion,
+// programmatic_launch, unmasked_key_loop, causal_sections, causal_section_pairs, section_pairs, paged, paged_gather,
+// stages, gather_noinc, ptxas_opt_level, dynamic_tiles, timeline (the fields above; unnamed fields keep the planner's
+// choice), e.g. "consumer_warpgroups=2,block_n=128": the developer override FLASHJIT_FA3_TUNING. False, naming the bad
+// item, on an unknown key or a value that is not an integer; whether the values fit a spec is the planner's answer
 // (plan_fa3_tuned).
 bool parse_fa3_tuning(const std::string &text, Fa3Tuning *out, std::string *error);
 

@@ -228,14 +228,16 @@ KernelSpec short_causal_spec(int d, flashjit_dtype dtype) {
   return spec;
 }
 
-// A tuned kernel beside the planner's kernel of the same spec: both compiled, their SASS, the tuned plan.
+// A tuned kernel beside the planner's kernel of the same spec (or the baseline tuning's): both compiled,
+// their SASS, the tuned plan.
 struct TunedAgainstDefault {
   CompiledKernel with, without;
   std::string sass, reference;
   Plan plan;
 };
-TunedAgainstDefault compile_against_default(const KernelSpec &spec, const Fa3Tuning &tuning) {
-  TunedAgainstDefault pair{compile_tuned(spec, tuning), compile_tuned(spec, Fa3Tuning{}), {}, {}, {}};
+TunedAgainstDefault compile_against_default(const KernelSpec &spec, const Fa3Tuning &tuning,
+                                            const Fa3Tuning &baseline = Fa3Tuning{}) {
+  TunedAgainstDefault pair{compile_tuned(spec, tuning), compile_tuned(spec, baseline), {}, {}, {}};
   std::string error;
   pair.sass = testing::dump_sass(pair.with.cubin, &error);
   EXPECT_TRUE(error.empty()) << error;
@@ -420,6 +422,60 @@ TEST(Fa3Sass, SBeforePvWaitsForTheQkBeforeThePvIssue) {
     EXPECT_EQ(count_of(k.sass, "gsb0, 0x1"), 0) << k.with.name;
     EXPECT_EQ(count_of(k.sass, "WARPGROUP.DEPBAR"), count_of(k.reference, "WARPGROUP.DEPBAR")) << k.with.name;
     EXPECT_EQ(count_of(k.sass, "HGMMA"), count_of(k.reference, "HGMMA")) << k.with.name;
+    EXPECT_FALSE(wgmmas_serialized(k.sass)) << k.with.name << ": a wait after every HGMMA";
+    EXPECT_EQ(k.with.resources.spill_store_bytes, 0) << k.with.name;
+    for (const std::string &warning : k.with.resources.warnings)
+      ADD_FAILURE() << k.with.name << ": ptxas warning: " << warning;
+  }
+}
+
+// Exponentials before the block's max (kExpBeforeMax, `.ebm`, a tuning), read after the key loop's first
+// PV wgmma (N = head_dim_v): at most two FMNMX before the first MUFU.EX2, where the default kernel
+// computes both rows' maxima first (at least a quarter of the block's columns in FMNMX), and the
+// warpgroup's vote (BAR.RED) after all of the block's exponentials (block_n / 2 per thread), not before
+// them; one more QK's HGMMAs (the recompute of S) and one more BAR.RED, no serialized wgmmas, no spills,
+// no ptxas warning. On d128 S4096's kernel (the tail split), the d64 short causal tile (Q in registers)
+// and d256 (no pingpong; both sides with lazy_rescale=0).
+int count_between(const std::string &sass, const std::string &what, size_t from, size_t to) {
+  int n = 0;
+  for (size_t at = sass.find(what, from); at < to; at = sass.find(what, at + what.size()))
+    ++n;
+  return n;
+}
+TEST(Fa3Sass, ExpBeforeMaxStartsTheExponentialsBeforeTheMax) {
+  const Arch hopper{90, true};
+  for (const KernelSpec &spec :
+       {testing::prefill_spec(hopper, 128, 128, FLASHJIT_BF16, false), short_causal_spec(64, FLASHJIT_FP16),
+        testing::prefill_spec(hopper, 256, 256, FLASHJIT_BF16, false)}) {
+    Fa3Tuning before_max;
+    before_max.exp_before_max = 1;
+    before_max.lazy_rescale = 0;
+    Fa3Tuning eager;
+    eager.lazy_rescale = 0;
+    const TunedAgainstDefault k = compile_against_default(spec, before_max, eager);
+    EXPECT_NE(k.with.name.find(".ebm"), std::string::npos) << k.with.name;
+    EXPECT_EQ(k.without.name.find(".ebm"), std::string::npos) << k.without.name;
+    const int block_n = k.plan.block_n;
+    const std::string pv = "HGMMA.64x" + std::to_string(spec.head_dim_v) + "x16";
+    for (const auto &[sass, name, before] :
+         {std::tuple{&k.sass, &k.with.name, true}, std::tuple{&k.reference, &k.without.name, false}}) {
+      const size_t loop_pv = sass->find(pv);
+      ASSERT_NE(loop_pv, std::string::npos) << *name;
+      const size_t mufu = sass->find("MUFU.EX2", loop_pv);
+      ASSERT_NE(mufu, std::string::npos) << *name;
+      const int max_ops = count_between(*sass, "FMNMX", loop_pv, mufu);
+      if (before) {
+        EXPECT_LE(max_ops, 2) << *name;
+        const size_t vote = sass->find("BAR.RED", loop_pv);
+        ASSERT_NE(vote, std::string::npos) << *name;
+        EXPECT_GE(count_between(*sass, "MUFU.EX2", loop_pv, vote), block_n / 2) << *name;
+      } else {
+        EXPECT_GE(max_ops, block_n / 4) << *name;
+      }
+    }
+    const int qk_steps = (spec.head_dim_qk + 15) / 16;
+    EXPECT_EQ(count_of(k.sass, "HGMMA"), count_of(k.reference, "HGMMA") + qk_steps) << k.with.name;
+    EXPECT_EQ(count_of(k.sass, "BAR.RED"), count_of(k.reference, "BAR.RED") + 1) << k.with.name;
     EXPECT_FALSE(wgmmas_serialized(k.sass)) << k.with.name << ": a wait after every HGMMA";
     EXPECT_EQ(k.with.resources.spill_store_bytes, 0) << k.with.name;
     for (const std::string &warning : k.with.resources.warnings)

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <numbers>
 #include <random>
 #include <regex>
 #include <string>
@@ -577,6 +578,58 @@ class PrefillSBeforePvGpu : public GpuTest {};
 TEST_F(PrefillSBeforePvGpu, EqualsTheDefaultBitwise) {
   NamedCases cases = kernel_form_cases();
   expect_equal_bits("s_before_pv=1", "s_before_pv=0", ".sbp", "s_before_pv", "default wait", cases, 83);
+}
+
+class PrefillExpBeforeMaxGpu : public GpuTest {};
+
+// Exponentials before the block's max (FLASHJIT_FA3_TUNING=lazy_rescale=0,exp_before_max=1, kExpBeforeMax,
+// `.ebm`, a tuning): the same online softmax with O and the sum kept relative to the running max before
+// each block, so other roundings than the eager kernel's: every case passes the float64 check, on
+// kernel_form_cases(), the short causal tile at S1024, and causal with seqlen_q > seqlen_k (rows that
+// see no key, rows whose first keys lie in a later step's block).
+TEST_F(PrefillExpBeforeMaxGpu, PassesTheFloat64Check) {
+  const std::unique_ptr<Runtime> runtime = strict_runtime_with_fa3_tuning("lazy_rescale=0,exp_before_max=1");
+  NamedCases cases = kernel_form_cases();
+  cases.push_back({"d64_short_causal_s1024", as_causal(dense(2, 1024, 1024, 8, 8, 64, 64, ref::Dtype::fp16))});
+  cases.push_back({"d128_causal_sq_gt_sk", as_causal(dense(2, 700, 300, 8, 2, 128, 128, ref::Dtype::bf16))});
+  for (auto &[name, o] : cases) {
+    o.seed = 97;
+    const harness::CaseResult r = harness::run_case(*runtime, o);
+    std::cout << "exp_before_max_" << name << ": " << r.summary() << "\n";
+    EXPECT_TRUE(r.pass()) << name << ": " << r.summary();
+    EXPECT_NE(r.kernel.find(".ebm"), std::string::npos) << r.kernel;
+  }
+}
+
+// A block that raises every row's max far: in each head the first 64 keys' logits lie `jump` exp2 units
+// above the others' (query dim 0 set to 1 in every row, key dim 0 to jump / c for those keys), and block
+// 0, which the walk meets last, holds them. At 40, bf16 keeps its p (up to 2^64 allowed) and fp16 (2^15)
+// recomputes S; at 100, bf16 recomputes S too. The softmax is spread over those 64 keys (their other
+// dims random), so O is a weighted mean of their V, checked against float64 like any case.
+TEST_F(PrefillExpBeforeMaxGpu, RecomputesSWhereABlockRaisesTheMaxTooFar) {
+  const std::unique_ptr<Runtime> runtime = strict_runtime_with_fa3_tuning("lazy_rescale=0,exp_before_max=1");
+  constexpr int kHeads = 4, kDim = 128, kRaisedKeys = 64;
+  const float scale = 1.0f / std::sqrt(float(kDim));
+  const float c = scale * std::numbers::log2e_v<float>;
+  for (const auto &[dtype, jump] :
+       {std::pair{ref::Dtype::bf16, 40.0f}, {ref::Dtype::fp16, 40.0f}, {ref::Dtype::bf16, 100.0f}}) {
+    CaseOptions o = dense(1, 300, 1000, kHeads, kHeads, kDim, kDim, dtype);
+    o.problem.scale = scale;
+    o.seed = 101;
+    const float raised = jump / c;
+    o.shape_inputs = [raised](std::vector<float> &q, std::vector<float> &k, std::vector<float> &) {
+      for (size_t i = 0; i < q.size(); i += kDim)
+        q[i] = 1.0f;
+      for (int key = 0; key < kRaisedKeys; ++key)
+        for (int h = 0; h < kHeads; ++h)
+          k[(size_t(key) * kHeads + h) * kDim] = raised;
+    };
+    const harness::CaseResult r = harness::run_case(*runtime, o);
+    std::cout << "exp_before_max_jump" << jump << "_" << (dtype == ref::Dtype::fp16 ? "fp16" : "bf16") << ": "
+              << r.summary() << "\n";
+    EXPECT_TRUE(r.pass()) << jump << ": " << r.summary();
+    EXPECT_NE(r.kernel.find(".ebm"), std::string::npos) << r.kernel;
+  }
 }
 
 class PrefillTimelineGpu : public GpuTest {};

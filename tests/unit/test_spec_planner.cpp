@@ -1219,6 +1219,37 @@ TEST(Fa3Tuning, SBeforePvIsATuningOffByDefault) {
   expect_nvrtc_tuning_off_by_default("s_before_pv", &Fa3Tuning::s_before_pv, "kSBeforePv", ".sbp");
 }
 
+// Exponentials before the block's max (kExpBeforeMax, `.ebm`, session 47): off by default, NVRTC only;
+// it needs eager rescaling on MUFU and the prologue's own first block, takes the jump its 16-bit P can
+// hold (15 in fp16, 64 in bf16) and a vote barrier per consumer warpgroup after the tail's.
+TEST(Fa3Tuning, ExpBeforeMaxIsATuningOffByDefault) {
+  const Fa3Tuning tuning =
+      expect_nvrtc_tuning_off_by_default("exp_before_max", &Fa3Tuning::exp_before_max, "kExpBeforeMax", ".ebm");
+  Plan plan;
+  std::string why;
+  for (flashjit_dtype dtype : {FLASHJIT_FP16, FLASHJIT_BF16}) {
+    KernelSpec spec = prefill(128, false);
+    spec.dtype = dtype;
+    ASSERT_TRUE(plan_fa3_tuned(spec, tuning, &plan, &why)) << why;
+    EXPECT_EQ(plan.constant("kExpJumpLog2"), dtype == FLASHJIT_FP16 ? 15 : 64);
+    const int64_t wgs = plan.consumer_warpgroups;
+    EXPECT_EQ(plan.constant("kBarrierVote"), plan.constant("kBarrierTail") + 1);
+    EXPECT_LE(plan.constant("kBarrierVote") + wgs, 16) << "16 named barriers per CTA";
+  }
+  // d256 rescales lazily by default: refused there, planned with lazy_rescale=0.
+  EXPECT_FALSE(plan_fa3_tuned(prefill(256, false), tuning, &plan, &why));
+  EXPECT_NE(why.find("exp_before_max needs eager rescaling"), std::string::npos) << why;
+  Fa3Tuning eager = tuning;
+  eager.lazy_rescale = 0;
+  EXPECT_TRUE(plan_fa3_tuned(prefill(256, false), eager, &plan, &why)) << why;
+  for (const char *other : {"first_block_in_loop=1", "exp2_poly_every=4", "pingpong_softmax=1"}) {
+    Fa3Tuning both;
+    ASSERT_TRUE(parse_fa3_tuning(std::string("exp_before_max=1,") + other, &both, &why)) << why;
+    EXPECT_FALSE(plan_fa3_tuned(prefill(128, false), both, &plan, &why)) << other;
+    EXPECT_NE(why.find("exp_before_max"), std::string::npos) << other << ": " << why;
+  }
+}
+
 // Three softmax forms, tunings off by default (session 37): the pingpong's turn over the softmax
 // (kPingpongSoftmax, `.pps`; only with pingpong), the exponent as (s - max) * c (kExpSubtractFirst,
 // `.es`) and the prologue block's masked chunks without exponentials (kSkipMaskedGroups, `.skm`).

@@ -211,23 +211,50 @@ template <class C> struct Consumer {
     return min((live_cols + kChunkCols - 1) / kChunkCols * C::kSkipChunkGroups, kGroups);
   }
 
+  // The soft cap, then the mask where block n needs one (kMayMask false: every key of it is
+  // visible); true where it was masked.
+  template <bool kMayMask>
+  __device__ __forceinline__ bool cap_and_mask(float (&s)[C::kBlockN / 2], const Logits &lg, const Tile &t,
+                                               const Window &w, int n) const {
+    if constexpr (C::kSoftcap)
+      apply_softcap<C>(s, lg.cap_pre, lg.cap_post);
+    if (!kMayMask || !block_needs_mask<C>(t, w, n))
+      return false;
+    const int row0 =
+        t.m_block * C::kBlockM + wg * kWgmmaM + (tid / kWarpSize) * kRowsPerWarp + (tid % kWarpSize) / kQuadLanes;
+    const int col0 = n * C::kBlockN + 2 * (tid % kQuadLanes);
+    apply_mask<C>(s, row0, col0, t, w);
+    return true;
+  }
+
+  // kExpBeforeMax: a key-loop block's softmax whose exponentials do not wait for the block's max
+  // (softmax_step_before_max). Where the block raised a row's max too far, the warpgroup computes S
+  // again from the K slot (and Q) it still holds and takes the eager step: rare (a tile's first
+  // block is eager), and it keeps every p within the 16-bit P's range.
+  __device__ __forceinline__ void softmax_before_max(float (&s)[C::kBlockN / 2], RowState<C> &st,
+                                                     float (&scale)[kRowsPerThread], const Logits &lg, const Tile &t,
+                                                     const Window &w, int n, const RingSlot<C> &cur) const {
+    cap_and_mask<!C::kUnmaskedKeyLoop>(s, lg, t, w, n);
+    if (softmax_step_before_max<C>(s, st, lg.scale_log2, scale, C::kBarrierVote + wg)) {
+      timeline.mark(kMarkSoftmax);
+      return;
+    }
+    wgmma_fence();
+    issue_qk(s, cur.stage, qk_first(cur.stage));
+    wgmma_wait_group<0>(); // the PV in flight too
+    wgmma_fence_operand(s);
+    softmax<!C::kUnmaskedKeyLoop>(s, st, scale, lg, t, w, n);
+  }
+
   // Mask / soft cap / online softmax of the block in s (kMayMask false: every key of it is visible;
   // kSkipMasked, a form of kSkipMaskedGroups or 0: no exponentials for the warp's column groups that
   // the mask hides entirely, the tile's prologue block).
   template <bool kMayMask = true, int kSkipMasked = 0>
   __device__ __forceinline__ void softmax(float (&s)[C::kBlockN / 2], RowState<C> &st, float (&scale)[kRowsPerThread],
                                           const Logits &lg, const Tile &t, const Window &w, int n) const {
-    if constexpr (C::kSoftcap)
-      apply_softcap<C>(s, lg.cap_pre, lg.cap_post);
     int live = C::kBlockN / kColsPerGroup;
-    if (kMayMask && block_needs_mask<C>(t, w, n)) {
-      const int row0 =
-          t.m_block * C::kBlockM + wg * kWgmmaM + (tid / kWarpSize) * kRowsPerWarp + (tid % kWarpSize) / kQuadLanes;
-      const int col0 = n * C::kBlockN + 2 * (tid % kQuadLanes);
-      apply_mask<C>(s, row0, col0, t, w);
-      if constexpr (kSkipMasked != 0)
-        live = live_groups(t, w, n);
-    }
+    if (cap_and_mask<kMayMask>(s, lg, t, w, n) && kSkipMasked != 0)
+      live = live_groups(t, w, n);
     turn_wait<Phase::kSoftmax>();
     constexpr int kGroups = C::kBlockN / kColsPerGroup;
     constexpr int kHalf = kGroups / 2;
@@ -325,7 +352,9 @@ template <class C> struct Consumer {
     }
     timeline.mark(kMarkSReady);
     wgmma_fence_operand(s);
-    release_kv(smem.k_empty(cur.stage));
+    // kExpBeforeMax: a key-loop step keeps its K slot until its softmax has checked the block's max.
+    if (!C::kExpBeforeMax || !with_pv)
+      release_kv(smem.k_empty(cur.stage));
   }
 
   // The step's PV has completed: O and the P fragments are free again, the V slot released.
@@ -349,8 +378,14 @@ template <class C> struct Consumer {
       const RingSlot<C> prev = cur;
       cur = RingSlot<C>::at(++block_index);
       issue_step(s, o, frag, scale, cur, prev, true);
-      release_q_after_qk(t, n);
-      softmax<!C::kUnmaskedKeyLoop>(s, st, scale, lg, t, w, n);
+      if constexpr (C::kExpBeforeMax) {
+        softmax_before_max(s, st, scale, lg, t, w, n, cur);
+        release_kv(smem.k_empty(cur.stage));
+        release_q_after_qk(t, n);
+      } else {
+        release_q_after_qk(t, n);
+        softmax<!C::kUnmaskedKeyLoop>(s, st, scale, lg, t, w, n);
+      }
       finish_step(o, frag, prev);
       if constexpr (!C::kRescaleBeforePv)
         rescale_o(o, scale);

@@ -18,7 +18,6 @@
 
 namespace fj::fa3 {
 
-constexpr int kWarpgroupThreads = 128;
 constexpr int kWgmmaM = 64; // rows per consumer warpgroup
 constexpr int kRowsPerWarp = 16;
 constexpr int kChunkBytes = 16; // one swizzle chunk = 8 16-bit values
@@ -134,7 +133,8 @@ template <class C> struct Epilogue {
         o[j * kAccPerGroup + r * 2 + 1] *= inv;
       }
       if (lane() % kQuadLanes == 0)
-        write_lse(t, row0 + r * kRowHalf, sum > 0.0f ? (st.max[r] * scale_log2 + lg2_approx(sum)) * kLn2 : neg_inf());
+        write_lse(t, row0 + r * kRowHalf,
+                  sum > 0.0f ? (st.reference(r) * scale_log2 + lg2_approx(sum)) * kLn2 : neg_inf());
     }
 
     const u32 epilogue_barrier = C::kBarrierEpilogue + wg;

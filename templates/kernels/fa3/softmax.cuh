@@ -9,11 +9,13 @@
 #include "exp2_poly.h"
 #include "kernels/fa3/scheduler.cuh"
 #include "prim/math.cuh"
+#include "prim/named_barrier.cuh"
 #include "prim/types.cuh"
 #include "prim/warp.cuh"
 
 namespace fj::fa3 {
 
+constexpr int kWarpgroupThreads = 128;
 constexpr int kRowsPerThread = 2;
 constexpr int kAccPerGroup = 4; // accumulator registers per 8-column group
 constexpr int kColsPerGroup = 8;
@@ -48,6 +50,9 @@ template <class C> struct RowState {
   // with the max, where p_top is a block's largest p. O is normalized by sum + top_rounding, the
   // LSE by sum (see softmax_step).
   float top_rounding[kRowsPerThread];
+  // kExpBeforeMax: the value O and the sum are relative to (the running max before the last block, or
+  // -inf while the row has seen no key); otherwise they are relative to max.
+  float ref[kRowsPerThread];
 
   // A tile's rows before its first key block.
   __device__ __forceinline__ void reset() {
@@ -56,7 +61,18 @@ template <class C> struct RowState {
       max[r] = neg_inf();
       sum[r] = 0.0f;
       top_rounding[r] = 0.0f;
+      ref[r] = neg_inf();
     }
+  }
+
+  // What O and the sum are relative to: LSE = reference * c + log2(sum).
+  __device__ __forceinline__ float reference(int r) const {
+    return C::kExpBeforeMax ? ref[r] : max[r];
+  }
+  __device__ __forceinline__ void set_reference(int r, float value) {
+    if constexpr (C::kExpBeforeMax)
+      ref[r] = value;
+    max[r] = value;
   }
 };
 
@@ -166,9 +182,11 @@ __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowStat
       const float top = keep_max ? power : 1.0f;
       st.top_rounding[r] = st.top_rounding[r] * rescale[r] + kQuadShare * (round_to_16bit<C::kDType>(top) - top);
     } else {
-      rescale[r] = keep_max ? 1.0f : ex2_approx((st.max[r] - safe_max) * scale_log2);
+      rescale[r] = keep_max ? 1.0f : ex2_approx((st.reference(r) - safe_max) * scale_log2);
     }
     st.max[r] = block_max;
+    if constexpr (C::kExpBeforeMax)
+      st.ref[r] = block_max; // -inf while the row has seen no key (O and the sum are then 0)
     // kRowSumPartials running sums over interleaved logits, combined by a tree: the dependent FADD
     // chain is kBlockN / 4 / kRowSumPartials long (one chain keeps the sum's order of the MLIR form).
     constexpr int kSums = C::kRowSumPartials;
@@ -209,6 +227,74 @@ __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowStat
         sums[i] += sums[i + width];
     st.sum[r] = st.sum[r] * rescale[r] + sums[0];
   }
+}
+
+// kExpBeforeMax: the step of a key-loop block (after the tile's first) whose exponentials do not
+// wait for the block's max. p = 2^((s - ref) * c) against ref, the running max before the block (0
+// while the row has seen no key); the block's max is computed beside them and checked afterwards. O
+// and the sum are kept relative to ref (st.ref), so O's factor, 2^((old ref - ref) * c), is known
+// before S arrives. Exact while the block raises no row's max by more than C::kExpJumpLog2 (then
+// every p <= 2^kExpJumpLog2, inside the 16-bit P's range and far from fp32's); false, with the state
+// untouched, where one did: the caller recomputes S and takes softmax_step, against the new max.
+// The answer is the warpgroup's (a vote on its barrier `vote_barrier`), since the QK is recomputed
+// by the whole warpgroup.
+template <class C>
+__device__ __forceinline__ bool softmax_step_before_max(float (&s)[C::kBlockN / 2], RowState<C> &st, float scale_log2,
+                                                        float (&rescale)[kRowsPerThread], u32 vote_barrier) {
+  static_assert(!C::kLazyRescale && C::kExp2PolyEvery == 0, "eager rescaling on MUFU only (the planner's rule)");
+  constexpr int kGroups = C::kBlockN / kColsPerGroup;
+  constexpr int kPartials = C::kRowMaxPartials;
+  constexpr int kSums = C::kRowSumPartials;
+  float ref[kRowsPerThread], block_max[kRowsPerThread], row_sum[kRowsPerThread];
+  bool within = true;
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    ref[r] = st.max[r] == neg_inf() ? 0.0f : st.max[r];
+    const float bias = -ref[r] * scale_log2;
+    float partial[kPartials];
+    float sums[kSums];
+#pragma unroll
+    for (int i = 0; i < kSums; ++i)
+      sums[i] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j) {
+      const float pair = max_f32(s[j * kAccPerGroup + r * 2], s[j * kAccPerGroup + r * 2 + 1]);
+      partial[j % kPartials] = j < kPartials ? pair : max_f32(partial[j % kPartials], pair);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float &x = s[j * kAccPerGroup + r * 2 + e];
+        x = ex2_approx(exponent<C>(x, ref[r], scale_log2, bias));
+        sums[(2 * j + e) % kSums] += x;
+      }
+    }
+#pragma unroll
+    for (int width = 1; width < kPartials; width *= 2)
+#pragma unroll
+      for (int i = 0; i + width < kPartials; i += 2 * width)
+        partial[i] = max_f32(partial[i], partial[i + width]);
+#pragma unroll
+    for (int width = 1; width < kSums; width *= 2)
+#pragma unroll
+      for (int i = 0; i + width < kSums; i += 2 * width)
+        sums[i] += sums[i + width];
+    row_sum[r] = sums[0];
+    block_max[r] = quad_reduce_max(max_f32(st.max[r], partial[0]));
+    // -inf (no key yet) passes: its p are all 0. The sum's test (false only for NaN) ties the vote
+    // to the exponentials: without it ptxas may issue the vote's barrier, and so wait, before them.
+    within = within && (block_max[r] - ref[r]) * scale_log2 <= C::kExpJumpLog2 && row_sum[r] >= 0.0f;
+  }
+  // The barrier's answer is the same on every thread; the warp reduction makes that visible to
+  // ptxas (prim/warp.cuh), so the recompute's wgmma stays warp-uniform.
+  if (redux_or_sync(named_barrier_red_or(vote_barrier, kWarpgroupThreads, !within)) != 0)
+    return false;
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    rescale[r] = ex2_approx((st.ref[r] - ref[r]) * scale_log2);
+    st.sum[r] = st.sum[r] * rescale[r] + row_sum[r];
+    st.ref[r] = block_max[r] == neg_inf() ? neg_inf() : ref[r]; // as softmax_step leaves it
+    st.max[r] = block_max[r];
+  }
+  return true;
 }
 
 } // namespace fj::fa3

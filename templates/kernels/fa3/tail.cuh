@@ -61,7 +61,7 @@ template <class C> struct TailMerge {
     for (int v = 0; v < kStateVec; ++v)
       mine[v * kWarpgroupThreads] =
           make_float4(o[kVecFloats * v], o[kVecFloats * v + 1], o[kVecFloats * v + 2], o[kVecFloats * v + 3]);
-    mine[kStateVec * kWarpgroupThreads] = make_float4(st.max[0], st.max[1], st.sum[0], st.sum[1]);
+    mine[kStateVec * kWarpgroupThreads] = make_float4(st.reference(0), st.reference(1), st.sum[0], st.sum[1]);
     if constexpr (C::kLazyTopRounding)
       mine[(kStateVec + 1) * kWarpgroupThreads] = make_float4(st.top_rounding[0], st.top_rounding[1], 0.0f, 0.0f);
     fence_acq_rel_gpu(); // release: this thread's state before the arrival below
@@ -79,7 +79,7 @@ template <class C> struct TailMerge {
   }
 
   // The two pieces' states folded into o and st, as the online softmax folds a key block: both
-  // rescaled to the larger running max. Both are read back (this piece's too, rather than held in
+  // rescaled to the larger reference (running max). Both are read back (this piece's too, rather than held in
   // registers across the arrival, which spills) and combined side 0 first, so the result does not
   // depend on which CTA merges. The epilogue then normalizes and writes the LSE as for a whole tile.
   __device__ __forceinline__ void merge(const TailCut &cut, float (&o)[C::kHeadDimV / 2], RowState<C> &st,
@@ -101,7 +101,7 @@ template <class C> struct TailMerge {
       before_factor[r] = any ? ex2_approx((before_max[r] - top) * scale_log2) : 0.0f;
       after_factor[r] = any ? ex2_approx((after_max[r] - top) * scale_log2) : 0.0f;
       st.sum[r] = before_sum[r] * before_factor[r] + after_sum[r] * after_factor[r];
-      st.max[r] = top;
+      st.set_reference(r, top);
     }
     if constexpr (C::kLazyTopRounding) {
       const float4 before_top = __ldcg(before + (kStateVec + 1) * kWarpgroupThreads);
