@@ -586,7 +586,7 @@ class PrefillExpBeforeMaxGpu : public GpuTest {};
 // `.ebm`, a tuning): the same online softmax with O and the sum kept relative to the running max before
 // each block, so other roundings than the eager kernel's: every case passes the float64 check, on
 // kernel_form_cases(), the short causal tile at S1024, and causal with seqlen_q > seqlen_k (rows that
-// see no key, rows whose first keys lie in a later step's block).
+// see no key, and rows whose first keys lie in a key-loop block, which recompute S).
 TEST_F(PrefillExpBeforeMaxGpu, PassesTheFloat64Check) {
   const std::unique_ptr<Runtime> runtime = strict_runtime_with_fa3_tuning("lazy_rescale=0,exp_before_max=1");
   NamedCases cases = kernel_form_cases();

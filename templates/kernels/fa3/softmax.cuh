@@ -231,11 +231,12 @@ __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowStat
 
 // kExpBeforeMax: the step of a key-loop block (after the tile's first) whose exponentials do not
 // wait for the block's max. p = 2^((s - ref) * c) against ref, the running max before the block (0
-// while the row has seen no key); the block's max is computed beside them and checked afterwards. O
-// and the sum are kept relative to ref (st.ref), so O's factor, 2^((old ref - ref) * c), is known
+// while the row has seen no key); the block's max is computed beside them and checked afterwards.
+// O and the sum are kept relative to ref (st.ref), so O's factor, 2^((old ref - ref) * c), is known
 // before S arrives. Exact while the block raises no row's max by more than C::kExpJumpLog2 (then
-// every p <= 2^kExpJumpLog2, inside the 16-bit P's range and far from fp32's); false, with the state
-// untouched, where one did: the caller recomputes S and takes softmax_step, against the new max.
+// every p <= 2^kExpJumpLog2, inside the 16-bit P's range and far from fp32's) and no row meets its
+// first keys in it; false, with the state untouched, where one did: the caller recomputes S and
+// takes softmax_step, against the new max.
 // The answer is the warpgroup's (a vote on its barrier `vote_barrier`), since the QK is recomputed
 // by the whole warpgroup.
 template <class C>
@@ -279,9 +280,12 @@ __device__ __forceinline__ bool softmax_step_before_max(float (&s)[C::kBlockN / 
         sums[i] += sums[i + width];
     row_sum[r] = sums[0];
     block_max[r] = quad_reduce_max(max_f32(st.max[r], partial[0]));
-    // -inf (no key yet) passes: its p are all 0. The sum's test (false only for NaN) ties the vote
-    // to the exponentials: without it ptxas may issue the vote's barrier, and so wait, before them.
-    within = within && (block_max[r] - ref[r]) * scale_log2 <= C::kExpJumpLog2 && row_sum[r] >= 0.0f;
+    // A row that meets its first keys here took 0 for a reference, which may lie far above them (p
+    // underflows): it takes the recompute. One that still has no key passes (its p are all 0). The
+    // sum's test (false only for NaN) ties the vote to the exponentials: without it ptxas may issue
+    // the vote's barrier, and so wait, before them.
+    const bool first_keys = st.max[r] == neg_inf() && block_max[r] != neg_inf();
+    within = within && !first_keys && (block_max[r] - ref[r]) * scale_log2 <= C::kExpJumpLog2 && row_sum[r] >= 0.0f;
   }
   // The barrier's answer is the same on every thread; the warp reduction makes that visible to
   // ptxas (prim/warp.cuh), so the recompute's wgmma stays warp-uniform.
