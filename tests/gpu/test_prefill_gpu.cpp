@@ -582,6 +582,14 @@ TEST_F(PrefillSBeforePvGpu, EqualsTheDefaultBitwise) {
 
 class PrefillExpBeforeMaxGpu : public GpuTest {};
 
+// One case on the `.ebm` kernel: it ran as that kernel and passes the float64 check.
+void expect_exp_before_max_passes(Runtime &runtime, const std::string &name, const CaseOptions &o) {
+  const harness::CaseResult r = harness::run_case(runtime, o);
+  std::cout << "exp_before_max_" << name << ": " << r.summary() << "\n";
+  EXPECT_TRUE(r.pass()) << name << ": " << r.summary();
+  EXPECT_NE(r.kernel.find(".ebm"), std::string::npos) << name << ": " << r.kernel;
+}
+
 // Exponentials before the block's max (FLASHJIT_FA3_TUNING=lazy_rescale=0,exp_before_max=1, kExpBeforeMax,
 // `.ebm`, a tuning): the same online softmax with O and the sum kept relative to the running max before
 // each block, so other roundings than the eager kernel's: every case passes the float64 check, on
@@ -594,10 +602,7 @@ TEST_F(PrefillExpBeforeMaxGpu, PassesTheFloat64Check) {
   cases.push_back({"d128_causal_sq_gt_sk", as_causal(dense(2, 700, 300, 8, 2, 128, 128, ref::Dtype::bf16))});
   for (auto &[name, o] : cases) {
     o.seed = 97;
-    const harness::CaseResult r = harness::run_case(*runtime, o);
-    std::cout << "exp_before_max_" << name << ": " << r.summary() << "\n";
-    EXPECT_TRUE(r.pass()) << name << ": " << r.summary();
-    EXPECT_NE(r.kernel.find(".ebm"), std::string::npos) << r.kernel;
+    expect_exp_before_max_passes(*runtime, name, o);
   }
 }
 
@@ -624,11 +629,8 @@ TEST_F(PrefillExpBeforeMaxGpu, RecomputesSWhereABlockRaisesTheMaxTooFar) {
         for (int h = 0; h < kHeads; ++h)
           k[(size_t(key) * kHeads + h) * kDim] = raised;
     };
-    const harness::CaseResult r = harness::run_case(*runtime, o);
-    std::cout << "exp_before_max_jump" << jump << "_" << (dtype == ref::Dtype::fp16 ? "fp16" : "bf16") << ": "
-              << r.summary() << "\n";
-    EXPECT_TRUE(r.pass()) << jump << ": " << r.summary();
-    EXPECT_NE(r.kernel.find(".ebm"), std::string::npos) << r.kernel;
+    expect_exp_before_max_passes(
+        *runtime, "jump" + std::to_string(int(jump)) + (dtype == ref::Dtype::fp16 ? "_fp16" : "_bf16"), o);
   }
 }
 

@@ -107,6 +107,20 @@ template <class C> __device__ __forceinline__ void apply_softcap(float (&s)[C::k
     s[i] = post * tanh_fast(s[i] * pre);
 }
 
+// Folds partials into partials[0] (and returns it) as a tree, pairs at width 1, 2, 4, ...: the dependent
+// chain is log2(kN) long. kN is a power of two.
+template <int kN, class Op> __device__ __forceinline__ float tree_fold(float (&partials)[kN], Op op) {
+#pragma unroll
+  for (int width = 1; width < kN; width *= 2)
+#pragma unroll
+    for (int i = 0; i + width < kN; i += 2 * width)
+      partials[i] = op(partials[i], partials[i + width]);
+  return partials[0];
+}
+__device__ __forceinline__ float add_f32(float a, float b) {
+  return a + b;
+}
+
 // The exponent of p = 2^((s - max) * scale_log2), bias = -max * scale_log2: one FFMA, or
 // (kExpSubtractFirst) an FADD and an FMUL, which ptxas spreads between the MUFU ops.
 template <class C> __device__ __forceinline__ float exponent(float s, float max, float scale_log2, float bias) {
@@ -150,11 +164,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowStat
       const float pair = max_f32(s[j * kAccPerGroup + r * 2], s[j * kAccPerGroup + r * 2 + 1]);
       partial[j % kPartials] = j < kPartials ? pair : max_f32(partial[j % kPartials], pair);
     }
-#pragma unroll
-    for (int width = 1; width < kPartials; width *= 2)
-#pragma unroll
-      for (int i = 0; i + width < kPartials; i += 2 * width)
-        partial[i] = max_f32(partial[i], partial[i + width]);
+    tree_fold<kPartials>(partial, max_f32);
     // This block's largest logit on its own (kLazyTopRounding), or folded with the running max.
     const float block_top = C::kLazyTopRounding ? quad_reduce_max(partial[0]) : partial[0];
     float block_max =
@@ -220,11 +230,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[C::kBlockN / 2], RowStat
             s[j * kAccPerGroup + r * 2 + e] = 0.0f;
       }
     }
-#pragma unroll
-    for (int width = 1; width < kSums; width *= 2)
-#pragma unroll
-      for (int i = 0; i + width < kSums; i += 2 * width)
-        sums[i] += sums[i + width];
+    tree_fold<kSums>(sums, add_f32);
     st.sum[r] = st.sum[r] * rescale[r] + sums[0];
   }
 }
@@ -268,17 +274,8 @@ __device__ __forceinline__ bool softmax_step_before_max(float (&s)[C::kBlockN / 
         sums[(2 * j + e) % kSums] += x;
       }
     }
-#pragma unroll
-    for (int width = 1; width < kPartials; width *= 2)
-#pragma unroll
-      for (int i = 0; i + width < kPartials; i += 2 * width)
-        partial[i] = max_f32(partial[i], partial[i + width]);
-#pragma unroll
-    for (int width = 1; width < kSums; width *= 2)
-#pragma unroll
-      for (int i = 0; i + width < kSums; i += 2 * width)
-        sums[i] += sums[i + width];
-    row_sum[r] = sums[0];
+    tree_fold<kPartials>(partial, max_f32);
+    row_sum[r] = tree_fold<kSums>(sums, add_f32);
     block_max[r] = quad_reduce_max(max_f32(st.max[r], partial[0]));
     // A row that meets its first keys here took 0 for a reference, which may lie far above them (p
     // underflows): it takes the recompute. One that still has no key passes (its p are all 0). The
